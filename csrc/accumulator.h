@@ -1,0 +1,125 @@
+// accumulator.h -- THE statistics of hookstats: state layout, bin formulas and merges.
+// Shared by the CPU kernel (g++), the CUDA kernel (nvcc) and the CUDA emulation tests; needs no ATen.
+// hookstats/layout.py mirrors the layout constants; tests/test_ops.py checks that they agree.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__) && !defined(HS_CPU_EMULATION)
+#define HS_HD __host__ __device__ __forceinline__
+#else
+#define HS_HD inline
+#endif
+
+namespace hookstats {
+
+// fstate: float64[kFState]. Moments are float64 and cover finite values only; min/max start as NaN
+// ("empty") and are merged with IEEE minNum/maxNum, which ignore NaN.
+enum FSlot : int { kNFinite = 0, kMean = 1, kM2 = 2, kMin = 3, kMax = 4, kFState = 5 };
+
+// istate: int64[istate_size(nbins)] =
+//   count | near_zero | linear[under | nbins bins | over | NaN | +Inf | -Inf] | log2[kLogSlots]
+// log2 slots: 0 exact zero | 1 nonzero below 2^-126 | 2 + k for |x| in [2^(k-126), 2^(k-125)), k = 0..253.
+enum ISlot : int { kCount = 0, kNearZero = 1, kLinBase = 2 };
+constexpr int kLinExtra = 5;   // under, over, NaN, +Inf, -Inf
+constexpr int kLogSlots = 256;
+constexpr int kLogExpMin = -126;  // exponent of log2 slot 2
+constexpr int kMaxBins = 256;
+
+HS_HD int64_t lin_slots(int nbins) { return nbins + kLinExtra; }
+HS_HD int64_t log_base(int nbins) { return kLinBase + lin_slots(nbins); }
+HS_HD int64_t istate_size(int nbins) { return log_base(nbins) + kLogSlots; }
+
+enum Flags : int { kLinearHist = 1, kLogHist = 2, kSignedNearZero = 4 };
+
+// lo and inv_w = nbins / (hi - lo) are float32 values: every backend bins with the same fp32 ops.
+struct Params {
+  float lo, inv_w, eps;
+  int nbins, flags;
+};
+
+HS_HD uint32_t float_bits(float v) {
+  uint32_t u;
+  memcpy(&u, &v, sizeof(u));
+  return u;
+}
+HS_HD bool is_finite(float v) { return (float_bits(v) & 0x7f800000u) != 0x7f800000u; }
+
+// Linear slot of a finite value, relative to kLinBase: 0 underflow, 1..nbins, nbins+1 overflow.
+// t = (v - lo) * inv_w is a subtraction then a multiplication, a shape no compiler fuses into an FMA,
+// so gcc and nvcc round it identically. The clamps map NaN t (never produced for finite v) to -1 and
+// keep the float->int conversion defined; floor is trunc corrected for negatives (exact either way).
+HS_HD int lin_slot_finite(float v, float lo, float inv_w, int nbins) {
+  float t = (v - lo) * inv_w;
+  const float nbf = static_cast<float>(nbins);
+  t = t > -1.0f ? t : -1.0f;
+  t = t < nbf ? t : nbf;
+  const int i = static_cast<int>(t);
+  return 1 + i - (t < static_cast<float>(i) ? 1 : 0);
+}
+// Any value: non-finite values go to their own slots, so the linear slots always sum to count.
+HS_HD int lin_slot(float v, float lo, float inv_w, int nbins) {
+  if (is_finite(v)) return lin_slot_finite(v, lo, inv_w, nbins);
+  if (v != v) return nbins + 2;
+  return v > 0.0f ? nbins + 3 : nbins + 4;
+}
+// log2-magnitude slot of a finite float32 value: read straight from the exponent bits.
+HS_HD int log_slot(float v) {
+  const uint32_t u = float_bits(v) & 0x7fffffffu;
+  const int e = static_cast<int>(u >> 23);
+  return e == 0 ? (u != 0 ? 1 : 0) : e + 1;
+}
+// float64 inputs are binned after rounding to float32; keep tiny and huge finite values in range.
+HS_HD float bin_value(double v) {
+  const double a = v < 0 ? -v : v;
+  if (a > 3.4028234663852886e38 && a <= 1.7976931348623157e308) return v < 0 ? -3.4028234663852886e38f : 3.4028234663852886e38f;
+  const float f = static_cast<float>(v);
+  if (f == 0.0f && v != 0.0) return v < 0 ? -1e-45f : 1e-45f;  // nonzero stays nonzero (slot 1)
+  return f;
+}
+HS_HD float bin_value(float v) { return v; }
+
+HS_HD bool near_zero(float v, float eps, bool signed_mode) {
+  return signed_mode ? v <= eps : (v < 0 ? -v : v) <= eps;
+}
+
+// Chan et al.'s pairwise merge of (n, mean, M2); b is merged into a. Callers merge in a fixed order.
+HS_HD void chan_merge(double& na, double& ma, double& m2a, double nb, double mb, double m2b) {
+  if (nb == 0.0) return;
+  if (na == 0.0) {
+    na = nb; ma = mb; m2a = m2b;
+    return;
+  }
+  const double n = na + nb, d = mb - ma, f = nb / n;
+  ma += d * f;
+  m2a += m2b + d * d * na * f;
+  na = n;
+}
+HS_HD double fmin_nan(double a, double b) { return a < b || b != b ? a : b; }  // minNum: NaN = empty
+HS_HD double fmax_nan(double a, double b) { return a > b || b != b ? a : b; }
+
+// Moments of a partial (a chunk, a thread, a block) before merging into the state.
+struct Partial {
+  double n = 0, mean = 0, m2 = 0;
+  double mn = __builtin_nan(""), mx = __builtin_nan("");
+};
+HS_HD void merge_partial(Partial& a, const Partial& b) {
+  chan_merge(a.n, a.mean, a.m2, b.n, b.mean, b.m2);
+  a.mn = fmin_nan(a.mn, b.mn);
+  a.mx = fmax_nan(a.mx, b.mx);
+}
+// Shifted sums (n, S1 = sum(v-K), S2 = sum((v-K)^2)) -> (n, mean, M2); the cancellation happens in fp64.
+HS_HD void shifted_to_partial(Partial& p, double n, double K, double s1, double s2) {
+  p.n = n;
+  if (n == 0.0) { p.mean = 0.0; p.m2 = 0.0; return; }
+  p.mean = K + s1 / n;
+  const double m2 = s2 - s1 * s1 / n;
+  p.m2 = m2 > 0.0 ? m2 : 0.0;
+}
+HS_HD void merge_into_state(double* fs, const Partial& p) {
+  chan_merge(fs[kNFinite], fs[kMean], fs[kM2], p.n, p.mean, p.m2);
+  fs[kMin] = fmin_nan(fs[kMin], p.mn);
+  fs[kMax] = fmax_nan(fs[kMax], p.mx);
+}
+
+}  // namespace hookstats

@@ -1,0 +1,213 @@
+// stats_cpu.cpp -- the CPU kernel of hookstats::accumulate_ and its registration.
+// at::parallel_for over fixed-size chunks (sized from numel only) whose moments merge in chunk order,
+// so the state is identical for any thread count. Integer statistics are summed, which is order-free.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "../accumulator.h"
+#include "../check_args.h"
+
+namespace hookstats {
+namespace {
+
+constexpr int kBlock = 64;  // values consumed together; fp32 partial sums per lane, fp64 across blocks
+constexpr int kLanes = 8;   // each lane sums kBlock / kLanes = 8 values in fp32 (KERNEL_NOTES §2.3)
+constexpr int kSubHists = 4;  // private copies, so repeated bins do not serialise on one counter
+constexpr int64_t kMinChunk = int64_t(1) << 15;
+constexpr int64_t kMaxChunks = 1024;
+constexpr int kHistStride = kMaxBins + kLinExtra + kLogSlots + 1;  // +1: dummy log slot for non-finite
+
+template <typename T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// Reads the 1-element enabled flag straight from CPU memory (no dispatch, so no .item()).
+bool enabled_value(const at::Tensor& e) {
+  switch (e.scalar_type()) {
+    case at::kBool: return *e.const_data_ptr<bool>();
+    case at::kByte: return *e.const_data_ptr<uint8_t>() != 0;
+    case at::kInt: return *e.const_data_ptr<int32_t>() != 0;
+    case at::kLong: return *e.const_data_ptr<int64_t>() != 0;
+    default: TORCH_CHECK(false, "hookstats.accumulate_: enabled must be bool, uint8, int32 or int64, got ", e.scalar_type());
+  }
+}
+
+struct ChunkResult {
+  Partial moments;
+  int64_t near_zero = 0;
+};
+
+template <typename T, bool kLin, bool kLog>
+struct ChunkKernel {
+  using A = acc_t<T>;
+  Params p;
+
+  // Consumes x[0, n) (n < 2^31) into res and the chunk-local histograms h (kSubHists x kHistStride).
+  void run(const T* x, int64_t n, ChunkResult& res, uint32_t* h) const {
+    A mn[kLanes], mx[kLanes];
+    int32_t nz[kLanes] = {};
+    for (int j = 0; j < kLanes; ++j) {
+      mn[j] = std::numeric_limits<A>::infinity();
+      mx[j] = -std::numeric_limits<A>::infinity();
+    }
+    int64_t i = 0;
+    for (; i + kBlock <= n; i += kBlock) block<true>(x + i, kBlock, res, h, mn, mx, nz);
+    if (i < n) block<false>(x + i, static_cast<int>(n - i), res, h, mn, mx, nz);
+    int64_t z = 0;
+    for (int j = 0; j < kLanes; ++j) {
+      res.moments.mn = fmin_nan(res.moments.mn, mn[j] == std::numeric_limits<A>::infinity() ? NAN : mn[j]);
+      res.moments.mx = fmax_nan(res.moments.mx, mx[j] == -std::numeric_limits<A>::infinity() ? NAN : mx[j]);
+      z += nz[j];
+    }
+    res.near_zero += z;
+  }
+
+  template <bool kFull>
+  void block(const T* x, int m_in, ChunkResult& res, uint32_t* h, A* mn, A* mx, int32_t* nz) const {
+    const int m = kFull ? kBlock : m_in;
+    A v[kBlock];
+    bool fin[kBlock];
+    for (int i = 0; i < kBlock; ++i) {
+      v[i] = i < m ? static_cast<A>(x[i]) : A(0);
+      fin[i] = i < m && (v[i] - v[i] == A(0));  // false for NaN and +-Inf
+    }
+    // Shift K = this block's mean in fp32: keeps |mean - K| << sigma even beside huge outliers.
+    A s[kLanes] = {};
+    int32_t c[kLanes] = {};
+    for (int b = 0; b < kBlock; b += kLanes)
+      for (int j = 0; j < kLanes; ++j) {
+        s[j] += fin[b + j] ? v[b + j] : A(0);
+        c[j] += fin[b + j];
+      }
+    A st = 0;
+    int32_t ct = 0;
+    for (int j = 0; j < kLanes; ++j) { st += s[j]; ct += c[j]; }
+    if (ct > 0) {
+      const A K = st / static_cast<A>(ct);
+      A c1[kLanes] = {}, c2[kLanes] = {};
+      for (int b = 0; b < kBlock; b += kLanes)
+        for (int j = 0; j < kLanes; ++j) {
+          const A d = fin[b + j] ? v[b + j] - K : A(0);
+          c1[j] += d;
+          c2[j] += d * d;
+          mn[j] = fin[b + j] && v[b + j] < mn[j] ? v[b + j] : mn[j];
+          mx[j] = fin[b + j] && v[b + j] > mx[j] ? v[b + j] : mx[j];
+        }
+      double s1 = 0, s2 = 0;
+      for (int j = 0; j < kLanes; ++j) { s1 += c1[j]; s2 += c2[j]; }
+      Partial bp;
+      shifted_to_partial(bp, ct, K, s1, s2);
+      chan_merge(res.moments.n, res.moments.mean, res.moments.m2, bp.n, bp.mean, bp.m2);
+    }
+    const bool signed_nz = p.flags & kSignedNearZero;
+    for (int b = 0; b < kBlock; b += kLanes)
+      for (int j = 0; j < kLanes; ++j) {
+        const float f = bin_value(v[b + j]);
+        const float a = signed_nz ? f : (f < 0 ? -f : f);
+        nz[j] += (b + j < m) && (a <= p.eps);
+      }
+    // Slots: computed branch-free for the whole block (vectorisable), then counted.
+    int32_t ls[kBlock], gs[kBlock];
+    const int nb = p.nbins;
+    const int lin_n = static_cast<int>(lin_slots(nb));
+    for (int i = 0; i < kBlock; ++i) {
+      const float f = bin_value(v[i]);
+      const int nonfinite = f != f ? nb + 2 : (f > 0 ? nb + 3 : nb + 4);
+      ls[i] = kLin ? (fin[i] ? lin_slot_finite(f, p.lo, p.inv_w, nb) : nonfinite) : (fin[i] ? -1 : nonfinite);
+      if (kLog) gs[i] = lin_n + (fin[i] ? log_slot(f) : kLogSlots);
+    }
+    for (int i = 0; i < m; ++i) {
+      uint32_t* hi = h + (i % kSubHists) * kHistStride;
+      if (kLin || !fin[i]) ++hi[ls[i]];
+      if (kLog) ++hi[gs[i]];
+    }
+  }
+};
+
+template <typename T, bool kLin, bool kLog>
+void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t* is) {
+  const int64_t chunk = std::max(kMinChunk, (n + kMaxChunks - 1) / kMaxChunks + kBlock - 1) / kBlock * kBlock;
+  const int64_t nchunks = (n + chunk - 1) / chunk;
+  std::vector<ChunkResult> parts(nchunks);
+  const int lin_n = static_cast<int>(lin_slots(p.nbins));
+  const int used = lin_n + kLogSlots;
+  const ChunkKernel<T, kLin, kLog> kernel{p};
+  at::parallel_for(0, nchunks, 1, [&](int64_t begin, int64_t end) {
+    uint32_t h[kSubHists * kHistStride];
+    for (int64_t c = begin; c < end; ++c) {
+      std::fill(h, h + kSubHists * kHistStride, 0u);
+      const int64_t off = c * chunk;
+      kernel.run(x + off, std::min(chunk, n - off), parts[c], h);
+      for (int s = 0; s < used; ++s) {
+        uint64_t t = 0;
+        for (int k = 0; k < kSubHists; ++k) t += h[k * kHistStride + s];
+        if (t) __atomic_fetch_add(&is[kLinBase + s], static_cast<int64_t>(t), __ATOMIC_RELAXED);
+      }
+    }
+  });
+  Partial total;
+  int64_t nz = 0;
+  for (const auto& r : parts) {  // chunk order: deterministic for any thread count
+    merge_partial(total, r.moments);
+    nz += r.near_zero;
+  }
+  merge_into_state(fs, total);
+  is[kCount] += n;
+  is[kNearZero] += nz;
+}
+
+template <typename T>
+void accumulate_typed(const T* x, int64_t n, const Params& p, double* fs, int64_t* is) {
+  const bool lin = p.flags & kLinearHist, lg = p.flags & kLogHist;
+  if (lin && lg) accumulate_flat<T, true, true>(x, n, p, fs, is);
+  else if (lin) accumulate_flat<T, true, false>(x, n, p, fs, is);
+  else if (lg) accumulate_flat<T, false, true>(x, n, p, fs, is);
+  else accumulate_flat<T, false, false>(x, n, p, fs, is);
+}
+
+void accumulate_cpu(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::Tensor& scratch,
+                    const at::Tensor& enabled, double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
+  check_accumulate_args(x, fstate, istate, enabled, nbins, flags);
+  if (!enabled_value(enabled) || x.numel() == 0) return;
+  const Params p = make_params(lo, inv_w, eps, nbins, flags);
+  // Dense layouts (contiguous, channels_last, permuted) are read in memory order with no copy;
+  // the statistics do not depend on element order. Other views are copied once.
+  const at::Tensor xs = x.is_non_overlapping_and_dense() ? x : x.contiguous();
+  double* fs = fstate.data_ptr<double>();
+  int64_t* is = istate.data_ptr<int64_t>();
+  const int64_t n = xs.numel();
+  switch (xs.scalar_type()) {
+    case at::kFloat: accumulate_typed(xs.const_data_ptr<float>(), n, p, fs, is); break;
+    case at::kDouble: accumulate_typed(xs.const_data_ptr<double>(), n, p, fs, is); break;
+    case at::kHalf: accumulate_typed(xs.const_data_ptr<c10::Half>(), n, p, fs, is); break;
+    case at::kBFloat16: accumulate_typed(xs.const_data_ptr<c10::BFloat16>(), n, p, fs, is); break;
+    default: TORCH_CHECK(false, "unreachable");
+  }
+}
+
+void accumulate_many_cpu(at::TensorList xs, at::TensorList fstates, at::TensorList istates,
+                         at::TensorList scratches, const at::Tensor& enabled, double lo, double inv_w,
+                         double eps, int64_t nbins, int64_t flags) {
+  check_many_sizes(xs, fstates, istates, scratches);
+  for (size_t k = 0; k < xs.size(); ++k) {
+    at::Tensor f = fstates[k], i = istates[k], s = scratches[k];
+    accumulate_cpu(xs[k], f, i, s, enabled, lo, inv_w, eps, nbins, flags);
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(hookstats, CPU, m) {
+  m.impl("accumulate_", &accumulate_cpu);
+  m.impl("accumulate_many_", &accumulate_many_cpu);
+}
+
+}  // namespace hookstats

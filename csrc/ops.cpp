@@ -1,0 +1,35 @@
+// ops.cpp -- the op schemas (once, for every device) and the empty Python module that loads them.
+// Kernels register themselves beside their code: cpu/stats_cpu.cpp, cuda/stats_cuda.cu.
+#include <Python.h>
+#include <torch/library.h>
+
+#include "accumulator.h"
+
+// `import hookstats._C` only has to load this library so the TORCH_LIBRARY blocks run;
+// the ops are then reached through torch.ops.hookstats.
+extern "C" PyObject* PyInit__C(void) {
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  return PyModule_Create(&module_def);
+}
+
+namespace hookstats {
+
+std::vector<int64_t> layout() {
+  return {kFState, kLinBase, kLinExtra, kLogSlots, kLogExpMin, kMaxBins};
+}
+
+TORCH_LIBRARY(hookstats, m) {
+  // Updates the running state of one target in place with the statistics of x, in one read of x.
+  // enabled: a 1-element bool/int tensor on x's device; 0 makes the call a no-op without a host sync,
+  // so sampling works inside captured graphs. flags: Flags in accumulator.h.
+  m.def(
+      "accumulate_(Tensor x, Tensor(a!) fstate, Tensor(b!) istate, Tensor(c!) scratch, Tensor enabled, "
+      "float lo, float inv_w, float eps, int nbins, int flags) -> ()");
+  // The same for a list of tensors, each with its own state, in one launch where the device allows.
+  m.def(
+      "accumulate_many_(Tensor[] xs, Tensor(a!)[] fstates, Tensor(b!)[] istates, Tensor(c!)[] scratches, "
+      "Tensor enabled, float lo, float inv_w, float eps, int nbins, int flags) -> ()");
+  m.def("layout() -> int[]", &layout);
+}
+
+}  // namespace hookstats

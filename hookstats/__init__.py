@@ -1,0 +1,7 @@
+"""hookstats: activation and gradient statistics for PyTorch training, fused into one op, no host sync."""
+from ._ops import accumulate_, accumulate_many_, backend
+from .config import StatsConfig
+from .monitor import Monitor, TargetKey, attach
+
+__version__ = "0.1.0"
+__all__ = ["attach", "Monitor", "StatsConfig", "TargetKey", "accumulate_", "accumulate_many_", "backend"]

@@ -1,0 +1,319 @@
+"""attach() and Monitor: which modules are hooked, when a step is sampled, and where each target's
+device-resident state lives. Hooks only call the fused op; the host reads state only in stats()."""
+import dataclasses
+import fnmatch
+
+import torch
+from torch import nn
+
+from . import _ops
+from .config import StatsConfig
+from .stats import finalize, merge_states, new_fstate_values
+
+PHASES = ("train", "eval")
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetKey:
+    """What one state measures: `module` (module or tensor name), `kind` (output, input, grad_output, ...)
+    and `leaf` (the path of the tensor inside a tuple/dict output, "" for a plain tensor)."""
+    module: str
+    kind: str
+    leaf: str = ""
+
+    @property
+    def id(self):
+        return f"{self.module}:{self.kind}{self.leaf}"
+
+
+class TargetState:
+    """The running state of one target in one phase on one device. Allocated once, updated in place."""
+
+    __slots__ = ("key", "phase", "fstate", "istate", "scratch")
+
+    def __init__(self, key, phase, device, cfg):
+        self.key, self.phase = key, phase
+        self.fstate = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
+        self.istate = torch.zeros(cfg.istate_size, dtype=torch.int64, device=device)
+        self.scratch = torch.zeros(scratch_bytes(device), dtype=torch.uint8, device=device)
+        for t in (self.fstate, self.istate, self.scratch):
+            mark_static(t)
+
+    def reset(self):
+        self.fstate.copy_(torch.tensor(new_fstate_values(), dtype=torch.float64))
+        self.istate.zero_()
+
+
+def scratch_bytes(device):
+    """Per-state scratch of the CUDA kernel (ticket + one partial per block); the CPU kernel needs none."""
+    if device.type != "cuda":
+        return 0
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return 64 + 2 * sms * 64
+
+
+def mark_static(t):
+    """Fixed addresses let CUDA graphs (torch.compile mode="reduce-overhead") keep the state in place."""
+    try:
+        torch._dynamo.mark_static_address(t)
+    except Exception:  # older torch: nothing to mark
+        pass
+
+
+def is_measurable(t):
+    return isinstance(t, torch.Tensor) and t.is_floating_point()
+
+
+def tensor_leaves(obj, path=""):
+    """(path, tensor) for every tensor inside tuples, lists, dicts and dataclasses (HF ModelOutput too)."""
+    if isinstance(obj, torch.Tensor):
+        yield path, obj
+    elif isinstance(obj, dict):  # ModelOutput is an OrderedDict
+        for k, v in obj.items():
+            yield from tensor_leaves(v, f"{path}[{k!r}]")
+    elif isinstance(obj, (tuple, list)):
+        for k, v in enumerate(obj):
+            yield from tensor_leaves(v, f"{path}[{k}]")
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for fld in dataclasses.fields(obj):
+            yield from tensor_leaves(getattr(obj, fld.name), f"{path}.{fld.name}")
+
+
+def own_params(m):
+    return next(m.parameters(recurse=False), None) is not None
+
+
+def select_modules(model, modules=None, types=None, exclude=None, include_paramless=False):
+    """name -> module. Default: every module with parameters of its own (fastai's rule).
+    modules: names or glob patterns; types: module classes; exclude: names or glob patterns."""
+    named = dict(model.named_modules())
+    for what, pats in (("modules", modules), ("exclude", exclude)):
+        if pats is None:
+            continue
+        if isinstance(pats, str):
+            raise ValueError(f"{what} must be a list of names or glob patterns, not a string: {pats!r}")
+        for p in pats:
+            if not any(fnmatch.fnmatchcase(n, p) for n in named):
+                raise ValueError(f"{what}: no module of the model matches {p!r}; "
+                                 f"modules are e.g. {list(named)[:8]}")
+    if types is not None:
+        types = tuple(types) if isinstance(types, (list, tuple)) else (types,)
+        if not all(isinstance(t, type) and issubclass(t, nn.Module) for t in types):
+            raise ValueError(f"types must be nn.Module subclasses, got {types!r}")
+    out = {}
+    for name, m in named.items():
+        if modules is not None:
+            if not any(fnmatch.fnmatchcase(name, p) for p in modules):
+                continue
+        elif types is None and not (include_paramless or own_params(m)):
+            continue
+        if types is not None and not isinstance(m, types):
+            continue
+        if exclude is not None and any(fnmatch.fnmatchcase(name, p) for p in exclude):
+            continue
+        out[name] = m
+    if not out:
+        raise ValueError("no module selected: check modules=, types= and exclude=")
+    return out
+
+
+class Monitor:
+    """Hooks on a model and the running statistics of each target. Use attach() to make one.
+
+    A step is one forward of the root model in training mode, or, once mon.step() has been called,
+    whatever the caller counts as a step. Step k is measured when k % every == 0 (step 0 is measured).
+    """
+
+    def __init__(self, model, cfg, modules, every=1, eval=False, inputs=False, outputs=True):
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be an int >= 1, got {every!r}")
+        self.model, self.cfg, self.every, self.track_eval = model, cfg, every, eval
+        self.modules = modules
+        self.step_count = 0  # the step being run now
+        self._forwards = 0
+        self._manual = False
+        self._paused = False
+        self._phase = "train"
+        self._active = True
+        self._states = {}  # (phase, TargetKey, device) -> TargetState
+        self._flags = {}  # device -> 1-element bool tensor: the device-side copy of _active
+        self._handles = []
+        self.step_listeners = []  # callables(monitor, finished_step), run when a step ends
+        self._op_args = cfg.op_args()
+        self._handles.append(model.register_forward_pre_hook(self._on_root_forward))
+        for name, m in modules.items():
+            if outputs:
+                self._handles.append(m.register_forward_hook(self._make_hook(name, "output", output=True)))
+                self._preallocate(name, "output", m)
+            if inputs:
+                self._handles.append(m.register_forward_pre_hook(self._make_hook(name, "input", output=False)))
+                self._preallocate(name, "input", m)
+
+    # ---- steps and phases ----
+    def _on_root_forward(self, module, args):
+        self._phase = "train" if module.training else "eval"
+        if not self._manual and module.training:
+            if self._forwards > 0:
+                self._end_step()
+            self._forwards += 1
+        self._update_active()
+
+    def step(self):
+        """Ends the current step. Once called, root forwards no longer count steps."""
+        self._manual = True
+        self._end_step()
+        self._update_active()
+
+    def _end_step(self):
+        finished = self.step_count
+        self.step_count += 1
+        for f in self.step_listeners:
+            f(self, finished)
+
+    def _update_active(self):
+        active = (not self._paused and self.step_count % self.every == 0
+                  and (self._phase == "train" or self.track_eval))
+        if active != self._active:
+            self._active = active
+            for flag in self._flags.values():
+                flag.fill_(active)
+
+    def pause(self):
+        self._paused = True
+        self._update_active()
+
+    def resume(self):
+        self._paused = False
+        self._update_active()
+
+    @property
+    def sampled(self):
+        """Whether the current step is being measured."""
+        return self._active
+
+    # ---- measuring ----
+    def _flag(self, device):
+        flag = self._flags.get(device)
+        if flag is None:
+            flag = self._flags[device] = torch.tensor([self._active], dtype=torch.bool, device=device)
+            mark_static(flag)
+        return flag
+
+    def state(self, key, device, phase=None):
+        phase = phase or self._phase
+        k = (phase, key, device)
+        st = self._states.get(k)
+        if st is None:
+            st = self._states[k] = TargetState(key, phase, device, self.cfg)
+        return st
+
+    def _preallocate(self, name, kind, m):
+        p = next(m.parameters(recurse=False), None)
+        if p is not None and p.is_floating_point():
+            for phase in PHASES if self.track_eval else PHASES[:1]:
+                self.state(TargetKey(name, kind), p.device, phase)
+
+    def measure(self, key, t):
+        """Feeds tensor t to the state of `key` in the current phase (skips non-float tensors)."""
+        if not is_measurable(t):
+            return
+        st = self.state(key, t.device)
+        _ops.accumulate_(t, st.fstate, st.istate, st.scratch, self._flag(t.device), *self._op_args)
+
+    def _make_hook(self, name, kind, output):
+        def hook(module, args, out=None):
+            if not self._active:
+                return None
+            obj = out if output else args
+            if isinstance(obj, torch.Tensor):
+                self.measure(TargetKey(name, kind), obj)
+            else:
+                if not output and isinstance(obj, tuple) and len(obj) == 1:
+                    obj = obj[0]  # a single positional input is named like a plain tensor
+                for leaf, t in tensor_leaves(obj):
+                    self.measure(TargetKey(name, kind, leaf), t)
+            return None
+        return hook
+
+    # ---- reading ----
+    def stats(self, phase="train", kind=None):
+        """{target id: record} of running totals since attach or reset(). The one place that reads the device."""
+        if phase not in PHASES:
+            raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+        chosen = [st for (ph, key, _), st in self._states.items()
+                  if ph == phase and (kind is None or key.kind == kind)]
+        host = self._to_host(chosen)
+        grouped = {}
+        for st in chosen:
+            grouped.setdefault(st.key, []).append(host[id(st)])
+        out = {}
+        for key, parts in grouped.items():
+            f, i = merge_states(parts) if len(parts) > 1 else parts[0]
+            rec = finalize(f, i, self.cfg)
+            if rec["count"] == 0 and key.leaf == "" and any(k.module == key.module and k.kind == key.kind and k.leaf
+                                                         for k in grouped):
+                continue  # preallocated plain-tensor state of a module whose outputs turned out to be tuples
+            out[key.id] = {"module": key.module, "kind": key.kind, "leaf": key.leaf, "phase": phase, **rec}
+        return out
+
+    @staticmethod
+    def _to_host(states):
+        """One packed device-to-host transfer per device."""
+        by_dev = {}
+        for st in states:
+            by_dev.setdefault(st.fstate.device, []).append(st)
+        host = {}
+        for sts in by_dev.values():
+            f = torch.cat([s.fstate for s in sts]).cpu().numpy().reshape(len(sts), -1)
+            i = torch.cat([s.istate for s in sts]).cpu().numpy().reshape(len(sts), -1)
+            for k, s in enumerate(sts):
+                host[id(s)] = (f[k], i[k])
+        return host
+
+    def reset(self):
+        for st in self._states.values():
+            st.reset()
+
+    # ---- lifetime ----
+    def remove(self):
+        """Removes every hook; safe to call twice. The statistics stay readable."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    @property
+    def attached(self):
+        return bool(self._handles)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+        return False
+
+    def __repr__(self):
+        return (f"Monitor({len(self.modules)} modules, {len(self._states)} states, step={self.step_count}, "
+                f"every={self.every}, backend={_ops.backend()!r})")
+
+
+def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
+           inputs=False, outputs=True, config=None, **config_kwargs):
+    """Hooks `model` and returns a Monitor (also a context manager that removes the hooks on exit).
+
+    modules/types/exclude select what is hooked (default: every module with parameters of its own);
+    every=N measures one step in N; eval=True also measures eval-mode forwards, kept apart from train;
+    inputs=True measures module inputs; config (a StatsConfig) or its fields as keywords (nbins, lo, hi,
+    eps, near_zero, linear_hist, log_hist) set what is measured.
+    """
+    if config is not None and config_kwargs:
+        raise ValueError("pass either config= or its fields as keywords, not both")
+    if config is None:
+        unknown = set(config_kwargs) - {f.name for f in dataclasses.fields(StatsConfig)}
+        if unknown:
+            raise ValueError(f"unknown argument(s) to attach: {sorted(unknown)}")
+        config = StatsConfig(**config_kwargs)
+    selected = select_modules(model, modules, types, exclude, include_paramless)
+    return Monitor(model, config, selected, every=every, eval=eval, inputs=inputs, outputs=outputs)

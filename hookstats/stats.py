@@ -1,0 +1,63 @@
+"""Host-side view of the state: finalize() turns raw state arrays into a record of plain values, and
+merge_states() combines states (devices, ranks) exactly as the kernels do (Chan's merge, float64)."""
+import math
+
+import numpy as np
+
+from . import layout
+
+
+def new_fstate_values():
+    return [0.0, 0.0, 0.0, math.nan, math.nan]
+
+
+def merge_states(states):
+    """Merge [(fstate, istate), ...] (NumPy arrays) in the given order; returns one (fstate, istate)."""
+    f = np.array(new_fstate_values(), dtype=np.float64)
+    i = None
+    for fb, ib in states:
+        na, ma, m2a = f[: layout.MIN]
+        nb, mb, m2b = fb[: layout.MIN]
+        if nb > 0:
+            if na == 0:
+                f[: layout.MIN] = (nb, mb, m2b)
+            else:
+                n = na + nb
+                d = mb - ma
+                frac = nb / n
+                f[: layout.MIN] = (n, ma + d * frac, m2a + m2b + d * d * na * frac)
+        f[layout.MIN] = np.fmin(f[layout.MIN], fb[layout.MIN])
+        f[layout.MAX] = np.fmax(f[layout.MAX], fb[layout.MAX])
+        i = ib.astype(np.int64).copy() if i is None else i + ib
+    return f, i
+
+
+def finalize(fstate, istate, cfg):
+    """One target's statistics as plain Python/NumPy values. std is the unbiased (n - 1) one, like torch.std."""
+    f = np.asarray(fstate, dtype=np.float64)
+    i = np.asarray(istate, dtype=np.int64)
+    nb = cfg.nbins
+    count = int(i[layout.COUNT])
+    n = float(f[layout.N_FINITE])
+    lin = i[layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(nb)]
+    var = float(f[layout.M2]) / (n - 1) if n > 1 else math.nan
+    return {
+        "count": count,
+        "finite": int(n),
+        "mean": float(f[layout.MEAN]) if n > 0 else math.nan,
+        "std": math.sqrt(var) if n > 1 else math.nan,
+        "var": var,
+        "min": float(f[layout.MIN]),
+        "max": float(f[layout.MAX]),
+        "near_zero": int(i[layout.NEAR_ZERO]) / count if count else math.nan,
+        "near_zero_count": int(i[layout.NEAR_ZERO]),
+        "nan": int(lin[nb + 2]),
+        "posinf": int(lin[nb + 3]),
+        "neginf": int(lin[nb + 4]),
+        # histograms: None when switched off in the config
+        "underflow": int(lin[0]) if cfg.linear_hist else None,
+        "overflow": int(lin[nb + 1]) if cfg.linear_hist else None,
+        "hist": lin[1: nb + 1].copy() if cfg.linear_hist else None,
+        "hist_edges": cfg.edges() if cfg.linear_hist else None,
+        "log2_hist": i[layout.log_base(nb):].copy() if cfg.log_hist else None,
+    }
