@@ -1,0 +1,30 @@
+"""Shared fixtures: the two implementations of the op (compiled kernel, pure-PyTorch reference)."""
+import os
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import hookstats  # noqa: E402
+from hookstats import reference  # noqa: E402
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def _compiled():
+    if hookstats.backend() != "compiled":
+        pytest.fail("the compiled extension is not loaded: build it with `pip install --no-build-isolation -e .` "
+                    "(set HOOKSTATS_BACKEND=reference to test the reference path alone)")
+    return torch.ops.hookstats.accumulate_.default
+
+
+@pytest.fixture(params=["compiled", "reference"])
+def op(request):
+    """accumulate_ of either backend (the reference is also the fallback users get without a compiler)."""
+    if request.param == "compiled":
+        if os.environ.get("HOOKSTATS_BACKEND") == "reference":
+            pytest.skip("HOOKSTATS_BACKEND=reference")
+        return _compiled()
+    return reference.accumulate_

@@ -1,0 +1,82 @@
+"""Test helpers shared by the test files: a float64 NumPy oracle of the op and a no-host-sync guard."""
+import contextlib
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from hookstats import layout
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def bin_values(v, dtype):
+    """The float32 values the kernels bin (float64 inputs: huge stay finite, tiny stay nonzero)."""
+    with np.errstate(over="ignore"):
+        if dtype != torch.float64:
+            return v.astype(np.float32)
+        f = np.where(np.isfinite(v), np.clip(v, -F32_MAX, F32_MAX), v).astype(np.float32)
+        tiny = np.copysign(np.float32(1e-45), v).astype(np.float32)
+        return np.where((f == 0) & (v != 0), tiny, f).astype(np.float32)
+
+
+def oracle(x, cfg):
+    """Statistics of tensor x computed independently in NumPy float64: returns (fstate, istate) arrays."""
+    dtype = x.dtype
+    v = x.detach().double().reshape(-1).numpy()
+    nb = cfg.nbins
+    fin = np.isfinite(v)
+    vf = v[fin]
+    f = np.array([0.0, 0.0, 0.0, np.nan, np.nan])
+    if vf.size:
+        mean = vf.mean()
+        f = np.array([vf.size, mean, ((vf - mean) ** 2).sum(), vf.min(), vf.max()])
+    i = np.zeros(layout.istate_size(nb), dtype=np.int64)
+    i[layout.COUNT] = v.size
+    b = bin_values(v, dtype)
+    with np.errstate(invalid="ignore"):
+        a = b if cfg.near_zero == "le" else np.abs(b)
+        i[layout.NEAR_ZERO] = int((a <= np.float32(cfg.eps)).sum())
+    lin = np.zeros(layout.lin_slots(nb), dtype=np.int64)
+    lin[nb + 2] = np.isnan(v).sum()
+    lin[nb + 3] = np.isposinf(v).sum()
+    lin[nb + 4] = np.isneginf(v).sum()
+    if cfg.linear_hist:
+        t = (b[fin] - np.float32(cfg.lo32)) * np.float32(cfg.inv_w)  # float32 arithmetic, as the kernels
+        slots = np.floor(np.clip(t, -1, nb)).astype(np.int64) + 1
+        lin += np.bincount(slots, minlength=layout.lin_slots(nb))
+    i[layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(nb)] = lin
+    if cfg.log_hist:
+        bf = np.abs(b[fin]).astype(np.float64)
+        _, e = np.frexp(bf)  # |x| in [2**(e-1), 2**e)
+        slots = np.where(bf == 0, 0, np.where(bf < 2.0 ** -126, 1, e - 1 - layout.LOG_EXP_MIN + 2))
+        i[layout.log_base(nb):] = np.bincount(slots, minlength=layout.LOG_SLOTS)
+    return f, i
+
+
+class HostSyncError(AssertionError):
+    pass
+
+
+class _NoHostSync(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._local_scalar_dense.default:
+            raise HostSyncError(f"host sync: {func} (what .item() calls)")
+        if func in (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default):
+            src = args[1] if func is torch.ops.aten.copy_.default else args[0]
+            dst_dev = args[0].device if func is torch.ops.aten.copy_.default else kwargs.get("device")
+            if isinstance(src, torch.Tensor) and src.device.type != "cpu" and dst_dev is not None \
+                    and torch.device(dst_dev).type == "cpu":
+                raise HostSyncError(f"device-to-host copy: {func}")
+        self.ops.append(str(func))
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def no_host_sync():
+    """Fails the test if .item() or a device-to-host copy is dispatched inside. Yields the op names seen."""
+    mode = _NoHostSync()
+    mode.ops = []
+    with mode:
+        yield mode.ops

@@ -1,0 +1,221 @@
+"""The op (compiled kernel and reference) against an independent float64 NumPy oracle."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import DTYPES
+from helpers import oracle
+
+import hookstats
+from hookstats import layout, reference
+from hookstats.config import StatsConfig
+
+CFG = StatsConfig()
+ON = torch.tensor([True])
+
+
+def fresh(cfg=CFG, device="cpu"):
+    f = torch.tensor([0.0, 0.0, 0.0, math.nan, math.nan], dtype=torch.float64, device=device)
+    i = torch.zeros(cfg.istate_size, dtype=torch.int64, device=device)
+    return f, i, torch.zeros(0, dtype=torch.uint8, device=device)
+
+
+def run(op, xs, cfg=CFG, enabled=ON):
+    f, i, s = fresh(cfg)
+    for x in xs:
+        op(x, f, i, s, enabled, *cfg.op_args())
+    return f.numpy(), i.numpy()
+
+
+def make(kind, n, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g, dtype=torch.float64)
+    if kind == "zeros":
+        x = torch.zeros(n, dtype=torch.float64)
+    elif kind == "relu":
+        x = torch.relu(x)
+    elif kind == "nonfinite":
+        x[::13] = math.nan
+        x[5::17] = math.inf
+        x[7::19] = -math.inf
+    elif kind == "edges":  # exactly on the linear bin edges (w = 0.5), on lo and hi, and beyond
+        e = torch.from_numpy(CFG.edges())
+        x = e[torch.randint(0, len(e), (n,), generator=g)] + torch.tensor([0.0, 0.0, 20.0, -20.0]).repeat(n)[:n]
+    elif kind == "outliers":
+        x[::211] = 1e6
+    elif kind == "offset":
+        x = 1e4 + 1e-3 * x
+    return x.to(dtype)
+
+
+def assert_matches(got, want, dtype, exact_floats=False):
+    (fg, ig), (fw, iw) = got, want
+    np.testing.assert_array_equal(ig, iw, err_msg="integer statistics differ")
+    assert fg[layout.N_FINITE] == fw[layout.N_FINITE]
+    np.testing.assert_array_equal(fg[layout.MIN:], fw[layout.MIN:], err_msg="min/max differ")
+    n = fw[layout.N_FINITE]
+    if n == 0:
+        return
+    # float64 two-pass (reference) vs oracle: rounding only. Kernel, float64 input: M2 of data with
+    # |mean|/std = 1e7 is conditioned to ~1e-9. Kernel, 32-bit inputs: fp32 sums of <= 8 values per lane.
+    std = math.sqrt(fw[layout.M2] / n)
+    tol_mean, tol_m2 = (1e-14, 1e-14) if exact_floats else (1e-13, 1e-8) if dtype == torch.float64 else (1e-7, 1e-6)
+    assert abs(fg[layout.MEAN] - fw[layout.MEAN]) <= tol_mean * (abs(fw[layout.MEAN]) + std), "mean"
+    assert abs(fg[layout.M2] - fw[layout.M2]) <= tol_m2 * fw[layout.M2], "M2"
+
+
+KINDS = ["normal", "zeros", "relu", "nonfinite", "edges", "outliers", "offset"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [0, 1, 7, 4097, 10**6 + 3])
+@pytest.mark.parametrize("kind", KINDS)
+def test_op_against_float64_oracle(op, kind, n, dtype):
+    x = make(kind, n, dtype)
+    exact = op is reference.accumulate_
+    assert_matches(run(op, [x]), oracle(x, CFG), dtype, exact_floats=exact)
+
+
+def test_bin_edges_are_half_open():
+    # lo=-10, hi=10, 40 bins of width 0.5: edge k belongs to bin k; hi is overflow; below lo underflow
+    x = torch.tensor([-10.0, -9.5, -0.0, 0.0, 0.5, 9.5, 9.999, 10.0, -10.001, 1e30, -1e30])
+    _, i = run(torch.ops.hookstats.accumulate_.default, [x])
+    lin = i[layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(40)]
+    assert lin[0] == 2  # -10.001, -1e30
+    assert lin[1] == 1 and lin[2] == 1  # -10 -> bin 0, -9.5 -> bin 1
+    assert lin[1 + 20] == 2 and lin[1 + 21] == 1  # +-0 -> bin 20, 0.5 -> bin 21
+    assert lin[1 + 39] == 2  # 9.5, 9.999 -> last bin
+    assert lin[41] == 2  # 10.0 and 1e30 -> overflow
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_log2_slots_cover_the_dynamic_range(dtype):
+    vals = [0.0, 1.0, 1.5, 2.0, 0.75, -3.0, 2.0 ** -20, 40000.0]
+    if dtype in (torch.float32, torch.float64):
+        vals += [2.0 ** -126, 2.0 ** -130, 2.0 ** 127, 3e38]
+    if dtype == torch.float64:
+        vals += [1e-300, 1e300]  # beyond float32: binned at the ends, never as non-finite
+    x = torch.tensor(vals, dtype=dtype)
+    _, i = run(torch.ops.hookstats.accumulate_.default, [x])
+    lg = i[layout.log_base(40):]
+    slot = lambda e: 2 + e - layout.LOG_EXP_MIN  # noqa: E731  |x| in [2**e, 2**(e+1))
+    assert lg[0] == 1 and lg[slot(0)] == 2 and lg[slot(1)] == 2 and lg[slot(-1)] == 1 and lg[slot(-20)] == 1
+    assert lg[slot(15)] == 1
+    if dtype in (torch.float32, torch.float64):
+        wide = dtype == torch.float64
+        assert lg[slot(-126)] == 1
+        assert lg[slot(127)] == 2 + wide  # 2**127, 3e38 (and 1e300)
+        assert lg[1] == 1 + wide  # 2**-130 (and 1e-300)
+    assert i[layout.nan_slot(40) + 1] == 0  # no +Inf
+    assert lg.sum() == len(vals)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_accumulating_many_calls_equals_one_call_on_the_concatenation(op, dtype):
+    parts = [make(k, n, dtype, seed=s) for s, (k, n) in enumerate(
+        [("normal", 5000), ("outliers", 70001), ("nonfinite", 333), ("relu", 1), ("offset", 4097)])]
+    whole = torch.cat(parts)
+    got = run(op, parts)
+    assert_matches(got, oracle(whole, CFG), dtype, exact_floats=op is reference.accumulate_)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_kernel_and_reference_agree(dtype):
+    x = make("outliers", 300_001, dtype, seed=3)
+    k = run(torch.ops.hookstats.accumulate_.default, [x, x[:1000]])
+    r = run(reference.accumulate_, [x, x[:1000]])
+    assert_matches(k, r, dtype)
+
+
+def test_result_does_not_depend_on_the_thread_count():
+    x = make("outliers", 2_000_003, torch.float32, seed=4)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = run(torch.ops.hookstats.accumulate_.default, [x])
+        torch.set_num_threads(2)
+        two = run(torch.ops.hookstats.accumulate_.default, [x])
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_array_equal(one[0], two[0])
+    np.testing.assert_array_equal(one[1], two[1])
+
+
+LAYOUTS = {
+    "transposed": lambda x: x.reshape(64, -1).t(),
+    "channels_last": lambda x: x.reshape(4, 8, 16, -1).contiguous(memory_format=torch.channels_last),
+    "sliced": lambda x: x.reshape(64, -1)[:, 3:-5],
+    "strided": lambda x: x[::3],
+    "misaligned": lambda x: x[1:],
+    "expanded": lambda x: x[:97].reshape(97, 1).expand(97, 5),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout_name", list(LAYOUTS))
+def test_non_contiguous_views(op, layout_name, dtype):
+    x = LAYOUTS[layout_name](make("nonfinite", 64 * 16 * 8 * 4, dtype, seed=5))
+    assert_matches(run(op, [x]), oracle(x, CFG), dtype, exact_floats=op is reference.accumulate_)
+
+
+@pytest.mark.parametrize("cfg", [
+    StatsConfig(linear_hist=False), StatsConfig(log_hist=False), StatsConfig(linear_hist=False, log_hist=False),
+    StatsConfig(near_zero="le", eps=0.05, lo=0.0, hi=10.0, nbins=40), StatsConfig(nbins=1), StatsConfig(nbins=256),
+    StatsConfig(nbins=7, lo=-1e-3, hi=3e-3, eps=0.0),
+], ids=lambda c: f"nb{c.nbins}-{c.near_zero}-lin{int(c.linear_hist)}-log{int(c.log_hist)}")
+def test_configurations(op, cfg):
+    x = make("nonfinite", 20011, torch.float32, seed=6)
+    assert_matches(run(op, [x], cfg), oracle(x, cfg), torch.float32, exact_floats=op is reference.accumulate_)
+
+
+def test_disabled_flag_leaves_the_state_untouched(op):
+    x = make("normal", 1000, torch.float32)
+    f0, i0 = run(op, [x])
+    f, i = run(op, [x, x * 7], enabled=torch.tensor([False]))
+    f1, i1 = fresh()[:2]
+    np.testing.assert_array_equal(i, i1.numpy())
+    np.testing.assert_array_equal(f, f1.numpy())
+    assert i0[layout.COUNT] == 1000
+
+
+@pytest.mark.parametrize("bad", [torch.arange(10), torch.ones(3, dtype=torch.bool),
+                                 torch.ones(3, dtype=torch.complex64), torch.ones(3, dtype=torch.uint8)], ids=str)
+def test_non_float_inputs_are_rejected_with_a_clear_error(op, bad):
+    f, i, s = fresh()
+    with pytest.raises(RuntimeError, match="float32, float64, float16 or bfloat16"):
+        op(bad, f, i, s, ON, *CFG.op_args())
+
+
+def test_state_of_the_wrong_size_is_rejected(op):
+    f, i, s = fresh(StatsConfig(nbins=10))
+    with pytest.raises(RuntimeError, match="istate"):
+        op(torch.ones(3), f, i, s, ON, *CFG.op_args())
+
+
+def test_python_layout_mirrors_the_header():
+    assert list(torch.ops.hookstats.layout()) == [layout.FSTATE_SIZE, layout.LIN_BASE, layout.LIN_EXTRA,
+                                                   layout.LOG_SLOTS, layout.LOG_EXP_MIN, layout.MAX_BINS]
+
+
+def test_opcheck():
+    f, i, s = fresh()
+    for x in (torch.randn(33, 17), torch.randn(8, 3, 5, 5).to(memory_format=torch.channels_last),
+              torch.randn(100, dtype=torch.bfloat16), torch.empty(0)):
+        torch.library.opcheck(torch.ops.hookstats.accumulate_.default, (x, f, i, s, ON, *CFG.op_args()))
+    torch.library.opcheck(torch.ops.hookstats.accumulate_many_.default,
+                          ([torch.randn(5), torch.randn(7)], [f, f.clone()], [i, i.clone()], [s, s],
+                           ON, *CFG.op_args()))
+
+
+def test_many_equals_one_by_one():
+    xs = [make("nonfinite", n, torch.float32, seed=n) for n in (3, 4097, 70000)]
+    states = [fresh() for _ in xs]
+    torch.ops.hookstats.accumulate_many_([x for x in xs], [s[0] for s in states], [s[1] for s in states],
+                                         [s[2] for s in states], ON, *CFG.op_args())
+    for x, (f, i, _) in zip(xs, states):
+        assert_matches((f.numpy(), i.numpy()), oracle(x, CFG), torch.float32)
+
+
+def test_backend_reports_compiled_here():
+    assert hookstats.backend() == "compiled"
