@@ -120,11 +120,11 @@ def select_modules(model, modules=None, types=None, exclude=None, include_paraml
 class Monitor:
     """Hooks on a model and the running statistics of each target. Use attach() to make one.
 
-    A step is one forward of the root model in training mode, or, once mon.step() has been called,
-    whatever the caller counts as a step. Step k is measured when k % every == 0 (step 0 is measured).
+    A step is one forward of the root model in training mode (steps="forward"), or, with
+    steps="manual" or once mon.step() has been called, what the caller ends with mon.step(). Step k is measured when k % every == 0 (step 0 is measured).
     """
 
-    def __init__(self, model, cfg, modules, every=1, eval=False, inputs=False, outputs=True):
+    def __init__(self, model, cfg, modules, every=1, eval=False, inputs=False, outputs=True, steps="forward"):
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -133,7 +133,10 @@ class Monitor:
         self.modules = modules
         self.step_count = 0  # the step being run now
         self._forwards = 0
-        self._manual = False
+        if steps not in ("forward", "manual"):
+            raise ValueError(f"steps must be 'forward' (a root forward in training mode is a step) or 'manual' "
+                             f"(mon.step() ends a step), got {steps!r}")
+        self._manual = steps == "manual"
         self._paused = False
         self._phase = "train"
         self._active = True
@@ -300,11 +303,12 @@ class Monitor:
 
 
 def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
-           inputs=False, outputs=True, config=None, **config_kwargs):
+           steps="forward", inputs=False, outputs=True, config=None, **config_kwargs):
     """Hooks `model` and returns a Monitor (also a context manager that removes the hooks on exit).
 
     modules/types/exclude select what is hooked (default: every module with parameters of its own);
-    every=N measures one step in N; eval=True also measures eval-mode forwards, kept apart from train;
+    every=N measures one step in N; steps="forward" counts a step per root forward in training mode,
+    steps="manual" lets mon.step() end each step (gradient accumulation); eval=True also measures eval-mode forwards, kept apart from train;
     inputs=True measures module inputs; config (a StatsConfig) or its fields as keywords (nbins, lo, hi,
     eps, near_zero, linear_hist, log_hist) set what is measured.
     """
@@ -316,4 +320,4 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
             raise ValueError(f"unknown argument(s) to attach: {sorted(unknown)}")
         config = StatsConfig(**config_kwargs)
     selected = select_modules(model, modules, types, exclude, include_paramless)
-    return Monitor(model, config, selected, every=every, eval=eval, inputs=inputs, outputs=outputs)
+    return Monitor(model, config, selected, every=every, eval=eval, inputs=inputs, outputs=outputs, steps=steps)
