@@ -1,0 +1,135 @@
+"""Merges a Monitor's running state across torch.distributed ranks: Monitor.reduce() calls reduce() here.
+
+Per call: one small all_gather_object of the target names (ranks may hold different targets), one
+all_gather of every fstate packed in one buffer (exact Chan merge in rank order, min/max) and one
+all_reduce SUM of every istate packed in one buffer. The monitor's own running state is left as it is.
+"""
+import torch
+import torch.distributed as dist
+
+from . import layout
+from .stats import finalize, new_fstate_values
+
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def is_initialized():
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank(group=None):
+    """This process's rank in `group` (0 without torch.distributed): sinks write where this is 0."""
+    return dist.get_rank(group) if is_initialized() else 0
+
+
+def world_size(group=None):
+    return dist.get_world_size(group) if is_initialized() else 1
+
+
+def chan_merge_rows(a, b):
+    """Chan's merge of fstate rows b into a ([..., 5] float64 tensors), in the order of stats.merge_states,
+    on the device: min/max by fmin/fmax (NaN = empty), rows with no finite values leave the other untouched."""
+    na, ma, m2a = a[..., layout.N_FINITE], a[..., layout.MEAN], a[..., layout.M2]
+    nb, mb, m2b = b[..., layout.N_FINITE], b[..., layout.MEAN], b[..., layout.M2]
+    n = na + nb
+    d = mb - ma
+    frac = nb / n.clamp(min=1)
+    merged = torch.stack([n, ma + d * frac, m2a + m2b + d * d * na * frac], dim=-1)
+    moments = torch.where((nb == 0).unsqueeze(-1), a[..., : layout.MIN],
+                          torch.where((na == 0).unsqueeze(-1), b[..., : layout.MIN], merged))
+    return torch.cat([moments,
+                      torch.fmin(a[..., layout.MIN], b[..., layout.MIN]).unsqueeze(-1),
+                      torch.fmax(a[..., layout.MAX], b[..., layout.MAX]).unsqueeze(-1)], dim=-1)
+
+
+class Reduced:
+    """The merged state of every target over the ranks of a group, a snapshot taken by Monitor.reduce().
+    stats() reads it like Monitor.stats(); states() gives the (fstate, istate) device tensors."""
+
+    def __init__(self, cfg, keys, fstates, istates, world):
+        self.cfg, self.world_size = cfg, world
+        self._keys = keys  # [(phase, TargetKey)], rows of fstates [K, 5] and istates [K, S]
+        self._f, self._i = fstates, istates
+
+    def states(self):
+        return {k: (self._f[r], self._i[r]) for r, k in enumerate(self._keys)}
+
+    def stats(self, phase="train", kind=None):
+        """{target id: record} over all ranks: the same records as Monitor.stats()."""
+        f, i = self._f.cpu().numpy(), self._i.cpu().numpy()
+        rows = [(r, key) for r, (ph, key) in enumerate(self._keys) if ph == phase and (kind is None or key.kind == kind)]
+        leafy = {(key.module, key.kind) for _, key in rows if key.leaf}
+        out = {}
+        for r, key in rows:
+            rec = finalize(f[r], i[r], self.cfg)
+            if rec["count"] == 0 and not key.leaf and (key.module, key.kind) in leafy:
+                continue  # preallocated plain-tensor state of a module whose outputs turned out to be tuples
+            out[key.id] = {"module": key.module, "kind": key.kind, "leaf": key.leaf, "phase": phase, **rec}
+        return out
+
+    def __repr__(self):
+        return f"Reduced({len(self._keys)} targets over {self.world_size} ranks)"
+
+
+def _comm_device(devices, group):
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return next(iter(devices)) if len(devices) == 1 else torch.device("cpu")
+
+
+def _local_rows(monitor, device):
+    """(phase, TargetKey) -> (fstate, istate) on `device`, one row per target (devices of a rank merged)."""
+    rows = {}
+    for (phase, key, dev), st in sorted(monitor._states.items(), key=lambda kv: (kv[0][0], kv[0][1].id, str(kv[0][2]))):
+        f, i = st.fstate.to(device), st.istate.to(device)
+        prev = rows.get((phase, key))
+        rows[(phase, key)] = (f, i) if prev is None else (chan_merge_rows(prev[0], f), prev[1] + i)
+    return rows
+
+
+def _check_same_config(configs):
+    if any(c != configs[0] for c in configs):
+        ranks = [r for r, c in enumerate(configs) if c != configs[0]]
+        raise ValueError(f"hookstats reduce: the StatsConfig differs between ranks (rank 0 has {configs[0]}, "
+                         f"ranks {ranks} differ); every rank must attach with the same configuration")
+
+
+def reduce(monitor, group=None):
+    """Merges `monitor`'s state over the ranks of `group` (default: the whole world); every rank of the group
+    must call it. Without an initialized process group it returns the local state as a world of one."""
+    devices = {st.fstate.device for st in monitor._states.values()} or {torch.device("cpu")}
+    if not is_initialized():
+        world = 1
+        device = next(iter(devices)) if len(devices) == 1 else torch.device("cpu")
+    else:
+        if dist.get_rank(group) < 0:
+            raise ValueError("hookstats reduce: this process is not a member of the given group")
+        device, world = _comm_device(devices, group), dist.get_world_size(group)
+    local = _local_rows(monitor, device)
+
+    if world > 1:
+        meta = [None] * world
+        dist.all_gather_object(meta, (monitor.cfg, sorted(local, key=_order)), group=group)
+        _check_same_config([m[0] for m in meta])
+        keys = sorted({k for m in meta for k in m[1]}, key=_order)
+    else:
+        keys = sorted(local, key=_order)
+
+    empty_f = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
+    empty_i = torch.zeros(monitor.cfg.istate_size, dtype=torch.int64, device=device)
+    f = torch.stack([local[k][0] if k in local else empty_f for k in keys]) if keys else empty_f[:0].reshape(0, 5)
+    i = torch.stack([local[k][1] if k in local else empty_i for k in keys]) if keys else empty_i[:0].reshape(0, -1)
+    if world > 1 and keys:
+        gathered = torch.empty(world * f.numel(), dtype=f.dtype, device=device)  # flat: gloo takes no stack form
+        _all_gather_single(gathered, f.reshape(-1), group=group)
+        dist.all_reduce(i, op=dist.ReduceOp.SUM, group=group)
+        gathered = gathered.view((world,) + f.shape)
+        f = gathered[0]
+        for r in range(1, world):
+            f = chan_merge_rows(f, gathered[r])
+    return Reduced(monitor.cfg, keys, f, i, world)
+
+
+def _order(k):
+    phase, key = k
+    return phase, key.id

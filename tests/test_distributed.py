@@ -1,0 +1,253 @@
+"""Monitor.reduce() across 2 and 4 gloo processes against float64 NumPy oracles over the union of the
+data, and hookstats attached to DDP and FSDP2 (fully_shard) training against single-process training.
+One spawn per world size runs every scenario; the tests read what each rank saved."""
+import os
+import socket
+import time
+from datetime import timedelta
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+import hookstats
+from hookstats import layout
+from hookstats.distributed import Reduced, reduce
+from hookstats.monitor import TargetKey
+from hookstats.stats import merge_states
+from helpers import oracle
+
+CFG = dict(nbins=16, lo=-2.0, hi=2.0, eps=0.05)
+STEPS, BATCH, LR = 3, 4, 0.1
+SPAWN_TIMEOUT_S = 240
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
+
+
+def train_batch(step, rank, world):
+    g = torch.Generator().manual_seed(1000 + step * world + rank)
+    return torch.randn(BATCH, 6, generator=g), torch.randn(BATCH, 3, generator=g)
+
+
+def capture(model, into, names):
+    """Keeps a copy of every output of the named modules (the data the oracle sees)."""
+    mods = dict(model.named_modules())
+    return [mods[n].register_forward_hook(lambda m, a, o, n=n: into.setdefault(n, []).append(o.detach().clone()))
+            for n in names]
+
+
+def raw(states):
+    return {(ph, k.id): (f.cpu().numpy().copy(), i.cpu().numpy().copy()) for (ph, k), (f, i) in states.items()}
+
+
+def local_raw(mon):
+    return {(ph, k.id): (st.fstate.numpy().copy(), st.istate.numpy().copy()) for (ph, k, _), st in mon._states.items()}
+
+
+# ---------------- what each rank runs ----------------
+def scenario_reduce(rank, world):
+    model = mlp()
+    mon = hookstats.attach(model, modules=["0", "1", "2"], eval=True, **CFG)
+    seen = {}
+    capture(model, seen, ["0", "1", "2"])
+    g = torch.Generator().manual_seed(100 + rank)
+    x = torch.randn(3 + 2 * rank, 6, generator=g) * (1 + rank)
+    if rank == 1:
+        x[0, 0], x[1, 2], x[2, 3] = float("nan"), float("inf"), -float("inf")
+    model(x)
+    model(x[:2] * 3)
+    extra = None
+    if rank == 0:  # an eval-phase target (lazily created ReLU state) that only rank 0 has
+        model.eval()
+        model(x[:2])
+        model.train()
+    if rank == world - 1:  # a target only the last rank has
+        extra = torch.linspace(-3, 3, 7, dtype=torch.float64)
+        mon.measure(TargetKey("extra", "output"), extra)
+    before = local_raw(mon)
+    red = mon.reduce()
+    return {"seen": seen, "extra": extra, "local": before, "local_after": local_raw(mon), "reduced": raw(red.states()),
+            "stats": red.stats(), "eval_stats": red.stats(phase="eval"), "world": red.world_size}
+
+
+def scenario_bad_config(rank, world):
+    mon = hookstats.attach(mlp(), nbins=8 + rank)
+    try:
+        reduce(mon)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def train(model, mon_model, rank, world):
+    mon = hookstats.attach(mon_model, **CFG)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for step in range(STEPS):
+        x, y = train_batch(step, rank, world)
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+    return mon
+
+
+def scenario_ddp(rank, world):
+    ddp = nn.parallel.DistributedDataParallel(mlp())
+    return train(ddp, ddp, rank, world).reduce().stats()
+
+
+def scenario_fsdp2(rank, world):
+    from torch.distributed.fsdp import fully_shard
+    model = mlp()
+    fully_shard(model[0])
+    fully_shard(model[2])
+    fully_shard(model)
+    return train(model, model, rank, world).reduce().stats()
+
+
+def worker(rank, world, port, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    try:
+        res = {name: fn(rank, world) for name, fn in [("reduce", scenario_reduce), ("bad_config", scenario_bad_config),
+                                                      ("ddp", scenario_ddp), ("fsdp2", scenario_fsdp2)]}
+        torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda w: f"world{w}")
+def ranks(request, tmp_path_factory):
+    world = request.param
+    out = tmp_path_factory.mktemp(f"world{world}")
+    ctx = mp.start_processes(worker, args=(world, free_port(), str(out)), nprocs=world, join=False,
+                             start_method="spawn")
+    deadline = time.monotonic() + SPAWN_TIMEOUT_S
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail(f"{world} gloo processes did not finish within {SPAWN_TIMEOUT_S} s")
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
+
+
+# ---------------- checks ----------------
+def assert_state_matches_oracle(f, i, data, cfg):
+    fo, io = oracle(data, cfg)
+    np.testing.assert_array_equal(i, io)  # counts, near-zero, NaN/Inf, both histograms: exact
+    assert f[layout.N_FINITE] == fo[layout.N_FINITE]
+    # the op's own float32 accuracy (tests/test_ops.py); the merge itself is checked bitwise below
+    std = np.sqrt(fo[layout.M2] / fo[layout.N_FINITE])
+    assert abs(f[layout.MEAN] - fo[layout.MEAN]) <= 1e-7 * (abs(fo[layout.MEAN]) + std)
+    np.testing.assert_allclose(f[layout.M2], fo[layout.M2], rtol=1e-6)
+    np.testing.assert_array_equal(f[layout.MIN:], fo[layout.MIN:])
+
+
+def test_reduce_equals_oracle_over_union_of_ranks(ranks):
+    cfg = hookstats.StatsConfig(**CFG)
+    res = [r["reduce"] for r in ranks]
+    reduced = res[0]["reduced"]
+    expect = {("train", f"{n}:output") for n in "012"} | {("eval", f"{n}:output") for n in "012"} \
+        | {("train", "extra:output")}
+    assert set(reduced) == expect  # targets present on one rank only are merged too
+    for phase in ("train", "eval"):
+        for name in "012":
+            # train: the two forwards of every rank, in rank order; eval: rank 0's third forward
+            parts = [t for r in res for t in r["seen"][name][:2]] if phase == "train" else [res[0]["seen"][name][2]]
+            data = torch.cat([t.reshape(-1) for t in parts])
+            assert_state_matches_oracle(*reduced[(phase, f"{name}:output")], data, cfg)
+    assert_state_matches_oracle(*reduced[("train", "extra:output")], res[-1]["extra"], cfg)
+    assert reduced[("train", "1:output")][1][layout.nan_slot(cfg.nbins)] > 0  # rank 1's NaN got through
+    assert all(r["world"] == len(ranks) for r in res)
+
+
+def test_reduce_is_chan_merge_in_rank_order_on_every_rank(ranks):
+    res = [r["reduce"] for r in ranks]
+    for key, (f, i) in res[0]["reduced"].items():
+        parts = [r["local"][key] for r in res if key in r["local"]]
+        fm, im = merge_states(parts)
+        np.testing.assert_array_equal(f, fm)  # bitwise: same formula, same order as the host-side merge
+        np.testing.assert_array_equal(i, im)
+        for r in res[1:]:
+            np.testing.assert_array_equal(r["reduced"][key][0], f)
+            np.testing.assert_array_equal(r["reduced"][key][1], i)
+
+
+def test_reduce_leaves_local_state_and_stats_read_it(ranks):
+    for r in ranks:
+        res = r["reduce"]
+        assert res["local"].keys() == res["local_after"].keys()
+        for k, (f, i) in res["local"].items():
+            np.testing.assert_array_equal(res["local_after"][k][0], f)
+            np.testing.assert_array_equal(res["local_after"][k][1], i)
+    stats = ranks[0]["reduce"]["stats"]
+    f, i = ranks[0]["reduce"]["reduced"][("train", "2:output")]
+    assert stats["2:output"]["count"] == i[layout.COUNT]
+    assert stats["2:output"]["mean"] == f[layout.MEAN]
+    assert set(ranks[0]["reduce"]["eval_stats"]) == {"0:output", "1:output", "2:output"}
+
+
+def test_reduce_rejects_different_configs_on_every_rank(ranks):
+    for r in ranks:
+        assert r["bad_config"] is not None and "StatsConfig differs between ranks" in r["bad_config"]
+
+
+def single_process_training(world, names):
+    """The oracle of DDP/FSDP: one process trains on the union of the ranks' batches (same mean loss)."""
+    model = mlp()
+    seen = {}
+    capture(model, seen, names)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for step in range(STEPS):
+        xs, ys = zip(*(train_batch(step, r, world) for r in range(world)))
+        nn.functional.mse_loss(model(torch.cat(xs)), torch.cat(ys)).backward()
+        opt.step()
+        opt.zero_grad()
+    return {n: torch.cat([t.reshape(-1) for t in ts]) for n, ts in seen.items()}
+
+
+@pytest.mark.parametrize("mode,prefix", [("ddp", "module."), ("fsdp2", "")])
+def test_data_parallel_training_matches_single_process(ranks, mode, prefix):
+    cfg = hookstats.StatsConfig(**CFG)
+    data = single_process_training(len(ranks), ["0", "2"])
+    stats = ranks[0][mode]
+    assert set(stats) == {f"{prefix}0:output", f"{prefix}2:output"}
+    for name, x in data.items():
+        st = stats[f"{prefix}{name}:output"]
+        fo, io = oracle(x, cfg)
+        assert st["count"] == io[layout.COUNT]
+        # weights after a data-parallel step differ from single-process ones by float32 rounding only
+        np.testing.assert_allclose(st["mean"], fo[layout.MEAN], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(st["var"], fo[layout.M2] / (fo[layout.N_FINITE] - 1), rtol=1e-5)
+        np.testing.assert_allclose([st["min"], st["max"]], fo[layout.MIN:], rtol=1e-5)
+        lin = io[layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(cfg.nbins)]
+        assert np.abs(st["hist"] - lin[1: cfg.nbins + 1]).sum() <= 2
+    for r in ranks[1:]:
+        assert r[mode].keys() == stats.keys()
+        for k in stats:
+            assert r[mode][k]["mean"] == stats[k]["mean"] and r[mode][k]["count"] == stats[k]["count"]
+
+
+def test_reduce_without_process_group_is_the_local_state():
+    model = mlp()
+    with hookstats.attach(model, **CFG) as mon:
+        model(torch.randn(5, 6))
+    red = mon.reduce()
+    assert isinstance(red, Reduced) and red.world_size == 1
+    local, merged = mon.stats(), red.stats()
+    assert local.keys() == merged.keys()
+    for k in local:
+        np.testing.assert_array_equal(merged[k]["hist"], local[k]["hist"])
+        assert merged[k]["mean"] == local[k]["mean"] and merged[k]["std"] == local[k]["std"]
