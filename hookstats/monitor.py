@@ -279,6 +279,12 @@ class Monitor:
         for st in self._states.values():
             st.reset()
 
+    def reduce(self, group=None):
+        """Every target's state merged over the ranks of `group` (all ranks must call it), as a snapshot
+        with .stats(); the local state is left as it is. See hookstats.distributed."""
+        from . import distributed
+        return distributed.reduce(self, group)
+
     # ---- lifetime ----
     def remove(self):
         """Removes every hook; safe to call twice. The statistics stay readable."""
