@@ -285,12 +285,43 @@ class Monitor:
         from . import distributed
         return distributed.reduce(self, group)
 
+    # ---- per-step history, sinks, alerts (the logic is in hookstats/history.py) ----
+    _history = None
+
+    def history(self):
+        """Per-step statistics kept on the host: a pandas DataFrame (step, target, kind, stat, value), or a
+        dict of plain lists without pandas. Needs attach(..., history=True) or sinks=[...]."""
+        if self._history is None:
+            raise RuntimeError("this monitor keeps no history: attach(model, history=True) or sinks=[...]")
+        return self._history.frame()
+
+    def histogram(self, target, phase="train"):
+        """The running linear and log2 histograms of one target id."""
+        from .history import histogram
+        return histogram(self, target, phase)
+
+    def memory(self):
+        """Bytes held by the monitor: running state, history ring and host staging buffers."""
+        from .history import memory
+        return memory(self)
+
+    def flush(self):
+        """Sends the recorded steps to the sinks now (one packed device-to-host copy per device)."""
+        if self._history is not None:
+            self._history.flush()
+
+    @property
+    def alerts(self):
+        return list(self._history.alerts) if self._history is not None else []
+
     # ---- lifetime ----
     def remove(self):
         """Removes every hook; safe to call twice. The statistics stay readable."""
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        if self._history is not None:
+            self._history.close()  # records the open step, flushes and closes the sinks
 
     @property
     def attached(self):
@@ -309,7 +340,8 @@ class Monitor:
 
 
 def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
-           steps="forward", inputs=False, outputs=True, config=None, **config_kwargs):
+           steps="forward", inputs=False, outputs=True, history=False, log_every=10, sinks=None, alerts=True,
+           config=None, **config_kwargs):
     """Hooks `model` and returns a Monitor (also a context manager that removes the hooks on exit).
 
     modules/types/exclude select what is hooked (default: every module with parameters of its own);
@@ -317,6 +349,8 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     steps="manual" lets mon.step() end each step (gradient accumulation); eval=True also measures eval-mode forwards, kept apart from train;
     inputs=True measures module inputs; config (a StatsConfig) or its fields as keywords (nbins, lo, hi,
     eps, near_zero, linear_hist, log_hist) set what is measured.
+    history=True (or an int: the device ring's capacity in steps) keeps per-step statistics, drained
+    every log_every steps to mon.history() and to `sinks`; alerts (True, False or hookstats.AlertRules).
     """
     if config is not None and config_kwargs:
         raise ValueError("pass either config= or its fields as keywords, not both")
@@ -326,4 +360,13 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
             raise ValueError(f"unknown argument(s) to attach: {sorted(unknown)}")
         config = StatsConfig(**config_kwargs)
     selected = select_modules(model, modules, types, exclude, include_paramless)
-    return Monitor(model, config, selected, every=every, eval=eval, inputs=inputs, outputs=outputs, steps=steps)
+    mon = Monitor(model, config, selected, every=every, eval=eval, inputs=inputs, outputs=outputs, steps=steps)
+    if history is not False or sinks:
+        from .history import History
+        try:
+            mon._history = History(mon, log_every=log_every, capacity=None if isinstance(history, bool) else history,
+                                   sinks=sinks, alerts=alerts)
+        except Exception:
+            mon.remove()
+            raise
+    return mon

@@ -1,0 +1,127 @@
+"""Alerts evaluated on the device at each recorded step and read at flush time: NaN/Inf seen, dead units
+(near-zero fraction above a threshold for K steps), std exploding or vanishing against the target's own
+running average. Each alert fires once per target and kind."""
+import dataclasses
+
+import numpy as np
+import torch
+
+from . import layout
+
+F = layout.FSTATE_SIZE
+# columns of the alert row (one row per target); float columns are float64 bits in the int64 buffer
+NONFINITE, DEAD_RUN, DEAD, EXPLODE, VANISH, EMA, EMA_N, EXPLODE_STD, EXPLODE_REF, VANISH_STD, VANISH_REF = range(11)
+FIRST_STEP_COLS = (NONFINITE, DEAD, EXPLODE, VANISH)
+
+
+class AlertWarning(UserWarning):
+    """A training problem seen in the statistics (NaN/Inf, dead units, exploding or vanishing std)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AlertRules:
+    """dead_fraction/dead_steps: a target whose near-zero fraction is above dead_fraction for dead_steps
+    recorded steps in a row is dead. std_factor: a step std above factor x (or below 1/factor x) the
+    target's exponential average of past step stds (weight `ema` per step, after `warmup` steps)."""
+
+    enabled: bool = True
+    nonfinite: bool = True
+    dead_fraction: float = 0.95
+    dead_steps: int = 10
+    std_factor: float = 10.0
+    warmup: int = 10
+    ema: float = 0.1
+    warning = AlertWarning
+
+    def __post_init__(self):
+        if not 0 <= self.dead_fraction <= 1:
+            raise ValueError(f"dead_fraction must be in [0, 1], got {self.dead_fraction!r}")
+        for name in ("dead_steps", "warmup"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if not self.std_factor > 1:
+            raise ValueError(f"std_factor must be > 1, got {self.std_factor!r}")
+        if not 0 < self.ema <= 1:
+            raise ValueError(f"ema must be in (0, 1], got {self.ema!r}")
+
+    def init_row(self, row):
+        row.zero_()
+        row[:, list(FIRST_STEP_COLS)] = -1
+
+    def update(self, arow, srow, step):
+        """arow: [T, W] alert state; srow: [T, F + istate] the step's statistics. Device ops only."""
+        if not self.enabled:
+            return
+        af, sf = arow.view(torch.float64), srow.view(torch.float64)
+        count = srow[:, F + layout.COUNT]
+        seen = count > 0
+        nbins = srow.shape[1] - F - layout.LOG_SLOTS - layout.LIN_BASE - layout.LIN_EXTRA
+        nonfin_at = F + layout.nan_slot(nbins)
+        if self.nonfinite:
+            bad = srow[:, nonfin_at: nonfin_at + 3].sum(1) > 0
+            _first(arow[:, NONFINITE], bad, step)
+
+        frac = srow[:, F + layout.NEAR_ZERO].double() / count.clamp(min=1).double()
+        dead_now = seen & (frac > self.dead_fraction)
+        run = arow[:, DEAD_RUN]
+        run.copy_(torch.where(dead_now, run + 1, torch.where(seen, 0, run)))
+        _first(arow[:, DEAD], run >= self.dead_steps, step)
+
+        n = sf[:, layout.N_FINITE]
+        std = (sf[:, layout.M2] / (n - 1).clamp(min=1)).sqrt()
+        valid = (n > 1) & torch.isfinite(std)
+        ema, ema_n = af[:, EMA], arow[:, EMA_N]
+        ready = valid & (ema_n >= self.warmup)
+        explode = ready & (std > self.std_factor * ema)
+        vanish = ready & (std * self.std_factor < ema)
+        for mask, col, std_col, ref_col in ((explode, EXPLODE, EXPLODE_STD, EXPLODE_REF),
+                                            (vanish, VANISH, VANISH_STD, VANISH_REF)):
+            new = mask & (arow[:, col] < 0)
+            af[:, std_col].copy_(torch.where(new, std, af[:, std_col]))
+            af[:, ref_col].copy_(torch.where(new, ema, af[:, ref_col]))
+            _first(arow[:, col], mask, step)
+        ema.copy_(torch.where(valid, torch.where(ema_n == 0, std, ema + self.ema * (std - ema)), ema))
+        ema_n.add_(valid.long())
+
+    def read(self, row, keys, reported):
+        """New alerts from a host copy of the alert row, in step order then forward order. `reported`
+        (a set) remembers what was already raised."""
+        if not self.enabled:
+            return []
+        rf = np.asarray(row).view(np.float64)
+        nonfinite_before = any(kind == "nonfinite" for _, kind in reported)
+        out = []
+        for t, key in enumerate(keys):
+            for col, kind in ((NONFINITE, "nonfinite"), (DEAD, "dead"), (EXPLODE, "exploding_std"),
+                              (VANISH, "vanishing_std")):
+                step = int(row[t, col])
+                if step < 0 or (key.id, kind) in reported:
+                    continue
+                reported.add((key.id, kind))
+                out.append(self._alert(kind, key.id, step, t, rf))
+        out.sort(key=lambda a: a["step"])  # stable: forward order within a step
+        first = next((a for a in out if a["kind"] == "nonfinite"), None)
+        if first is not None and not nonfinite_before:
+            first["message"] += " (the first target in forward order to see one)"
+            first["first"] = True
+        return out
+
+    def _alert(self, kind, target, step, t, rf):
+        if kind == "nonfinite":
+            msg = f"NaN/Inf in {target} at step {step}"
+        elif kind == "dead":
+            msg = (f"{target} looks dead: near-zero fraction above {self.dead_fraction:g} for {self.dead_steps} "
+                   f"steps (through step {step})")
+        else:
+            std_col, ref_col = (EXPLODE_STD, EXPLODE_REF) if kind == "exploding_std" else (VANISH_STD, VANISH_REF)
+            std, ref = float(rf[t, std_col]), float(rf[t, ref_col])
+            word = "exploding" if kind == "exploding_std" else "vanishing"
+            msg = f"{target} std {word} at step {step}: {std:.3g} against its running average {ref:.3g}"
+            return {"kind": kind, "target": target, "step": step, "message": msg, "std": std, "reference": ref}
+        return {"kind": kind, "target": target, "step": step, "message": msg}
+
+
+def _first(col, mask, step):
+    """col <- step where mask holds and nothing was recorded yet (col < 0)."""
+    col.copy_(torch.where(mask & (col < 0), step, col))

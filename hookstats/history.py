@@ -1,0 +1,289 @@
+"""Per-step history: at each step end the step's own statistics (running state minus the previous snapshot)
+go into a preallocated device ring buffer with device ops only; every `log_every` steps the ring goes to
+the host in one packed transfer (pinned + non_blocking on CUDA) and on to the sinks and the alert checks."""
+import math
+import warnings
+
+import numpy as np
+import torch
+
+from . import layout
+from .alerts import AlertRules
+from .sinks.memory import MemorySink
+from .stats import finalize, new_fstate_values
+
+F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits) then the istate deltas
+
+
+class HistoryWarning(RuntimeWarning):
+    """The history or a sink failed; the training step goes on without it."""
+
+
+def _step_moments(prev_f, cur_f):
+    """(n, mean, M2) of the values added between two running states: Chan's merge solved for its second
+    part, in float64. prev_f/cur_f: [T, 5]. Returns three [T] tensors."""
+    na, ma, m2a = prev_f[:, 0], prev_f[:, 1], prev_f[:, 2]
+    n, mc, m2c = cur_f[:, 0], cur_f[:, 1], cur_f[:, 2]
+    nb = n - na
+    has = nb > 0
+    mb = ma + (mc - ma) * (n / nb.clamp(min=1))
+    d = mb - ma
+    m2b = (m2c - m2a - d * d * na * (nb / n.clamp(min=1))).clamp(min=0)
+    zero = torch.zeros((), dtype=torch.float64, device=nb.device)
+    return nb, torch.where(has, mb, zero), torch.where(has, m2b, zero)
+
+
+class _Ring:
+    """The ring of one device: `capacity` slots of [T, F + istate] int64 plus one alert row, all in one
+    buffer so a flush is one transfer. Float64 columns are stored bit-for-bit through an int64 view."""
+
+    def __init__(self, device, states, capacity, cfg, rules, old=None):
+        self.device, self.states, self.capacity = device, list(states), capacity
+        self.keys = [s.key for s in self.states]
+        t, isz = len(self.states), cfg.istate_size
+        self.width = F + isz
+        self.buf = torch.zeros(capacity + 1, t, self.width, dtype=torch.int64, device=device)
+        self.cur_f = torch.zeros(t, F, dtype=torch.float64, device=device)
+        self.cur_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
+        self.prev_f = torch.tensor([new_fstate_values()] * t, dtype=torch.float64, device=device).reshape(t, F)
+        self.prev_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
+        rules.init_row(self.buf[capacity])
+        if old is not None:  # a target appeared: keep what the old ring knew of the others
+            idx = [self.keys.index(k) for k in old.keys]
+            sel = torch.tensor(idx, device=device)
+            self.prev_f.index_copy_(0, sel, old.prev_f)
+            self.prev_i.index_copy_(0, sel, old.prev_i)
+            self.buf[capacity].index_copy_(0, sel, old.buf[old.capacity])
+        pinned = device.type == "cuda"
+        self.host = [torch.empty(self.buf.shape, dtype=torch.int64, pin_memory=pinned) for _ in range(2 if pinned else 1)]
+        self.which = 0
+        self.steps = []  # step number of each filled slot (host side: the step count is host-side)
+
+    def nbytes(self):
+        dev = sum(t.numel() * t.element_size() for t in (self.buf, self.cur_f, self.cur_i, self.prev_f, self.prev_i))
+        return dev, sum(h.numel() * h.element_size() for h in self.host)
+
+    def record(self, step, rules):
+        """Writes the step's statistics into the next slot: device ops only, no host read."""
+        torch.cat([s.fstate for s in self.states], out=self.cur_f.view(-1))
+        torch.cat([s.istate for s in self.states], out=self.cur_i.view(-1))
+        reset = self.cur_i[:, layout.COUNT] < self.prev_i[:, layout.COUNT]  # mon.reset() since the last step
+        self.prev_i.masked_fill_(reset[:, None], 0)
+        self.prev_f[:, : layout.MIN].masked_fill_(reset[:, None], 0.0)
+        row = self.buf[len(self.steps)]
+        torch.sub(self.cur_i, self.prev_i, out=row[:, F:])
+        nb, mb, m2b = _step_moments(self.prev_f, self.cur_f)
+        rf = row.view(torch.float64)
+        rf[:, layout.N_FINITE].copy_(nb)
+        rf[:, layout.MEAN].copy_(mb)
+        rf[:, layout.M2].copy_(m2b)
+        rf[:, layout.MIN:F].copy_(self.cur_f[:, layout.MIN:])  # min/max: running, not per step
+        self.prev_f.copy_(self.cur_f)
+        self.prev_i.copy_(self.cur_i)
+        rules.update(self.buf[self.capacity], row, step)
+        self.steps.append(step)
+
+    def start_copy(self):
+        """Starts the one device-to-host copy of the whole buffer; returns what finish() needs."""
+        host = self.host[self.which]
+        self.which = (self.which + 1) % len(self.host)
+        cuda = self.device.type == "cuda"
+        host.copy_(self.buf, non_blocking=cuda)
+        event = None
+        if cuda:
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(self.device))
+        pending = (host, list(self.steps), event, list(self.keys))
+        self.steps.clear()
+        return pending
+
+
+class History:
+    """Per-step statistics of every train-phase target, kept on the device and drained to sinks.
+
+    log_every: steps between flushes; capacity: ring slots (default log_every; a full ring flushes early);
+    keep: steps kept on the host for history() (the sinks get every step); sinks: objects with
+    write(step, records) and close(); alerts: an AlertRules, or False for none.
+    """
+
+    def __init__(self, monitor, log_every=10, capacity=None, sinks=(), alerts=True, keep=1000):
+        for name, v in (("log_every", log_every), ("keep", keep)) + ((("capacity", capacity),) if capacity is not None else ()):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if alerts is True:
+            alerts = AlertRules()
+        if alerts is not False and not isinstance(alerts, AlertRules):
+            raise ValueError(f"alerts must be True, False or an AlertRules, got {alerts!r}")
+        self.monitor, self.cfg = monitor, monitor.cfg
+        self.log_every, self.capacity = log_every, capacity or log_every
+        self.rules = alerts or AlertRules(enabled=False)
+        self.memory_sink = MemorySink(max_steps=keep)
+        self.sinks = [self.memory_sink] + check_sinks(sinks)
+        self.alerts = []  # every alert raised so far, oldest first
+        self._rings = {}  # device -> _Ring
+        self._pending = []
+        self._last_flush = 0
+        self._reported = set()
+        self._broken = self._closed = False
+        monitor.step_listeners.append(self._on_step_end)
+
+    # ---- recording ----
+    def _train_states(self):
+        by_dev = {}
+        for (phase, _, device), st in self.monitor._states.items():
+            if phase == "train":
+                by_dev.setdefault(device, []).append(st)
+        return by_dev
+
+    def _on_step_end(self, monitor, step):
+        if self._broken or self._closed or not monitor.sampled:
+            return
+        try:
+            self.record(step)
+            if step + 1 - self._last_flush >= self.log_every:
+                self.flush(wait=False)
+        except Exception as e:  # the user's training step must go on
+            self._broken = True
+            warnings.warn(f"hookstats: history stopped after an error at step {step}: {e!r}", HistoryWarning,
+                          stacklevel=2)
+
+    def record(self, step):
+        """Snapshots the statistics of `step` (measured since the previous snapshot) on the device."""
+        for device, states in self._train_states().items():
+            ring = self._rings.get(device)
+            if ring is None or len(ring.states) != len(states):
+                if ring is not None and ring.steps:
+                    self._start_copy(ring)
+                self._rings[device] = ring = _Ring(device, states, self.capacity, self.cfg, self.rules, old=ring)
+            elif len(ring.steps) == ring.capacity:
+                self._start_copy(ring)
+            ring.record(step, self.rules)
+
+    def _start_copy(self, ring):
+        # a host staging buffer is reused only after what it held went to the sinks
+        while sum(p[0] is ring for p in self._pending) >= len(ring.host):
+            first = next(i for i, p in enumerate(self._pending) if p[0] is ring)
+            self._finish(self._pending.pop(first))
+        self._pending.append((ring, *ring.start_copy()))
+
+    def _finish(self, pending):
+        _, host, steps, event, keys = pending
+        if event is not None:
+            event.synchronize()
+        self._deliver(host, steps, keys)
+
+    # ---- flushing ----
+    def flush(self, wait=True):
+        """Starts one packed copy per device of the filled slots and hands finished copies to the sinks.
+        wait=False (the step-end path) leaves an unfinished CUDA copy for a later flush."""
+        for ring in self._rings.values():
+            if ring.steps:
+                self._start_copy(ring)
+        self._last_flush = self.monitor.step_count
+        while self._pending:
+            event = self._pending[0][3]
+            if event is not None and not wait and not event.query():
+                break  # copies finish in order: the later ones are not done either
+            self._finish(self._pending.pop(0))
+
+    def _deliver(self, host, steps, keys):
+        buf = host.numpy()
+        fbuf = buf.view(np.float64)
+        for slot, step in enumerate(steps):
+            records = []
+            for t, key in enumerate(keys):
+                rec = step_record(key, fbuf[slot, t, :F], buf[slot, t, F:], self.cfg)
+                if rec is not None:
+                    records.append(rec)
+            if records:
+                self._write("write", step, records)
+        new = self.rules.read(buf[len(buf) - 1], keys, self._reported)
+        if new:
+            self.alerts.extend(new)
+            for a in new:
+                warnings.warn(f"hookstats alert: {a['message']}", self.rules.warning, stacklevel=4)
+            self._write("write_alerts", new[0]["step"], new)
+
+    def _write(self, method, step, payload):
+        for sink in list(self.sinks):
+            fn = getattr(sink, method, None)
+            if fn is None:
+                continue
+            try:
+                fn(step, payload)
+            except Exception as e:
+                self.sinks.remove(sink)
+                warnings.warn(f"hookstats: sink {type(sink).__name__} failed and was dropped: {e!r}",
+                              HistoryWarning, stacklevel=4)
+
+    def close(self):
+        """Records the step still open (if it measured anything), flushes and closes every sink."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._broken and self.monitor.sampled:
+            self.record(self.monitor.step_count)
+        self.flush(wait=True)
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as e:
+                warnings.warn(f"hookstats: closing sink {type(sink).__name__} failed: {e!r}", HistoryWarning,
+                              stacklevel=2)
+
+    # ---- reading ----
+    def frame(self):
+        """Flushes, then the kept steps in long format (step, target, kind, stat, value)."""
+        self.flush(wait=True)
+        return self.memory_sink.frame()
+
+    def nbytes(self):
+        """(device bytes, pinned/host staging bytes) of the rings."""
+        dev = host = 0
+        for r in self._rings.values():
+            d, h = r.nbytes()
+            dev, host = dev + d, host + h
+        return dev, host
+
+
+def step_record(key, fstate, istate, cfg):
+    """The record of one target for one step (None when nothing was measured). min/max are running
+    values: a per-step minimum cannot be recovered from running state."""
+    if istate[layout.COUNT] == 0:
+        return None
+    rec = finalize(fstate, istate, cfg)
+    rec["running_min"] = rec.pop("min")
+    rec["running_max"] = rec.pop("max")
+    if math.isnan(rec["running_min"]):
+        rec["running_min"] = rec["running_max"] = math.nan
+    return {"target": key.id, "module": key.module, "kind": key.kind, "leaf": key.leaf, **rec}
+
+
+def check_sinks(sinks):
+    if sinks is None:
+        return []
+    if not isinstance(sinks, (list, tuple)):
+        sinks = [sinks]
+    for s in sinks:
+        if not (callable(getattr(s, "write", None)) and callable(getattr(s, "close", None))):
+            raise ValueError(f"a sink needs write(step, records) and close() methods, got {type(s).__name__}")
+    return list(sinks)
+
+
+def histogram(monitor, target, phase="train"):
+    """The running histograms of one target: linear (edges, counts, under/overflow) and log2."""
+    stats = monitor.stats(phase=phase)
+    if target not in stats:
+        raise KeyError(f"no target {target!r}; targets are {sorted(stats)[:10]}")
+    r = stats[target]
+    return {k: r[k] for k in ("hist", "hist_edges", "underflow", "overflow", "log2_hist", "nan", "posinf", "neginf")}
+
+
+def memory(monitor):
+    """Bytes the monitor holds: running state on the devices, the history rings and host staging buffers."""
+    states = sum(t.numel() * t.element_size() for st in monitor._states.values()
+                 for t in (st.fstate, st.istate, st.scratch))
+    states += sum(f.numel() * f.element_size() for f in monitor._flags.values())
+    hist = getattr(monitor, "_history", None)
+    dev, host = hist.nbytes() if hist is not None else (0, 0)
+    return {"state_bytes": states, "history_bytes": dev, "host_staging_bytes": host, "device_bytes": states + dev}

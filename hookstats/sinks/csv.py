@@ -1,0 +1,69 @@
+"""CSVSink: the long table (step, target, module, kind, leaf, stat, value), one row per scalar statistic;
+alerts go to a sibling file <stem>_alerts.csv. read_csv() loads the table back for `hookstats report`."""
+import csv
+import math
+from pathlib import Path
+
+from .base import open_parent, scalar_items
+
+COLUMNS = ("step", "target", "module", "kind", "leaf", "stat", "value")
+ALERT_COLUMNS = ("step", "target", "kind", "message")
+
+
+class CSVSink:
+    def __init__(self, path):
+        self.path = Path(path)
+        self.alerts_path = self.path.with_name(self.path.stem + "_alerts.csv")
+        self._file = self._alerts = None
+
+    def write(self, step, records):
+        if self._file is None:
+            self._file = open_parent(self.path, "w")
+            self._writer = csv.writer(self._file)
+            self._writer.writerow(COLUMNS)
+        for rec in records:
+            for stat, v in scalar_items(rec):
+                self._writer.writerow((step, rec["target"], rec["module"], rec["kind"], rec["leaf"], stat, repr(v)))
+        self._file.flush()
+
+    def write_alerts(self, step, alerts):
+        if self._alerts is None:
+            self._alerts = open_parent(self.alerts_path, "w")
+            self._alert_writer = csv.writer(self._alerts)
+            self._alert_writer.writerow(ALERT_COLUMNS)
+        for a in alerts:
+            self._alert_writer.writerow((a["step"], a["target"], a["kind"], a["message"]))
+        self._alerts.flush()
+
+    def close(self):
+        for f in (self._file, self._alerts):
+            if f is not None:
+                f.close()
+        self._file = self._alerts = None
+
+
+def read_csv(path):
+    """(step, record) pairs with the scalar statistics of a CSVSink file, in file order, and its alerts."""
+    path = Path(path)
+    recs = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None or tuple(reader.fieldnames) != COLUMNS:
+            raise ValueError(f"{path} is not a hookstats CSV: expected columns {','.join(COLUMNS)}")
+        for row in reader:
+            step = int(row["step"])
+            rec = recs.get((step, row["target"]))
+            if rec is None:
+                rec = recs[(step, row["target"])] = {k: row[k] for k in ("target", "module", "kind", "leaf")}
+            rec[row["stat"]] = float(row["value"])
+    alerts = []
+    alerts_path = path.with_name(path.stem + "_alerts.csv")
+    if alerts_path.exists():
+        with open(alerts_path, newline="", encoding="utf-8") as f:
+            alerts = [{**a, "step": int(a["step"])} for a in csv.DictReader(f)]
+    items = [(step, rec) for (step, _), rec in recs.items()]
+    for _, rec in items:
+        for k in ("count", "finite", "nan", "posinf", "neginf"):
+            if k in rec and math.isfinite(rec[k]):
+                rec[k] = int(rec[k])
+    return items, alerts

@@ -1,0 +1,81 @@
+"""JSONLSink: one JSON line per step and target with the scalars and both histograms (log2 slots stored
+sparsely), and one line per alert. read_jsonl() loads it back for `hookstats report`."""
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .. import layout
+from .base import json_number, open_parent, scalar_items
+
+
+class JSONLSink:
+    def __init__(self, path):
+        self.path = Path(path)
+        self._file = None
+
+    def _out(self):
+        if self._file is None:
+            self._file = open_parent(self.path, "w")
+        return self._file
+
+    def write(self, step, records):
+        f = self._out()
+        for rec in records:
+            line = {"type": "stats", "step": step, "target": rec["target"], "module": rec["module"],
+                    "kind": rec["kind"], "leaf": rec["leaf"]}
+            line.update((k, json_number(v)) for k, v in scalar_items(rec))
+            if rec.get("hist") is not None:
+                line["hist"] = [int(c) for c in rec["hist"]]
+                line["hist_range"] = [float(rec["hist_edges"][0]), float(rec["hist_edges"][-1])]
+            if rec.get("log2_hist") is not None:
+                nz = np.flatnonzero(rec["log2_hist"])
+                line["log2_hist"] = {str(int(k)): int(rec["log2_hist"][k]) for k in nz}
+            f.write(json.dumps(line, allow_nan=False) + "\n")
+        f.flush()
+
+    def write_alerts(self, step, alerts):
+        f = self._out()
+        for a in alerts:
+            f.write(json.dumps({"type": "alert", **{k: json_number(v) if isinstance(v, float) else v
+                                                     for k, v in a.items()}}, allow_nan=False) + "\n")
+        f.flush()
+
+    def close(self):
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def read_jsonl(path):
+    """(step, record) pairs (histograms back as NumPy arrays, null back to NaN) and the alerts."""
+    items, alerts = [], []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+            kind = obj.pop("type", None) if isinstance(obj, dict) else None
+            if kind == "alert":
+                alerts.append(obj)
+                continue
+            if kind != "stats" or "step" not in obj or "target" not in obj:
+                raise ValueError(f"{path}:{n}: not a hookstats JSONL record")
+            step = obj.pop("step")
+            for k, v in obj.items():
+                if v is None:
+                    obj[k] = float("nan")
+            if "hist" in obj:
+                obj["hist"] = np.asarray(obj["hist"], dtype=np.int64)
+                lo, hi = obj.pop("hist_range")
+                obj["hist_edges"] = np.linspace(lo, hi, len(obj["hist"]) + 1)
+            if "log2_hist" in obj:
+                lg = np.zeros(layout.LOG_SLOTS, dtype=np.int64)
+                for k, c in obj["log2_hist"].items():
+                    lg[int(k)] = c
+                obj["log2_hist"] = lg
+            items.append((step, obj))
+    return items, alerts

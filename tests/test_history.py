@@ -1,0 +1,250 @@
+"""History: per-step statistics from the device ring against a float64 NumPy oracle of each step's
+tensors; ring wrap, every=N, reset, late targets, no host read in the step, bounded memory, sink failures."""
+import sys
+
+import numpy as np
+import pytest
+import torch
+from helpers import no_host_sync, oracle
+from torch import nn
+
+import hookstats
+from hookstats.history import HistoryWarning, _step_moments
+from hookstats.sinks import MemorySink
+from hookstats.stats import finalize, merge_states, new_fstate_values
+
+pytestmark = pytest.mark.filterwarnings("error::hookstats.history.HistoryWarning")
+
+
+class Recorder(nn.Module):
+    """Linear layers that keep each step's outputs so the test can compute the oracle."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(6, 12), nn.Linear(12, 3)
+        self.seen = []
+
+    def forward(self, x):
+        h = self.a(x)
+        y = self.b(torch.relu(h))
+        self.seen.append({"a:output": h.detach().clone(), "b:output": y.detach().clone()})
+        return y
+
+
+def run(model, mon, steps, scale=None, manual=False):
+    for s in range(steps):
+        x = torch.randn(4, 6) * (scale(s) if scale else 1.0)
+        model(x).square().mean().backward()
+        if manual:
+            mon.step()
+
+
+def check_step(rec, tensors, cfg):
+    """One history record against the oracle of the tensors measured in that step."""
+    parts = [oracle(t, cfg) for t in tensors]
+    f, i = merge_states(parts) if len(parts) > 1 else parts[0]
+    want = finalize(f, i, cfg)
+    assert rec["count"] == want["count"] and rec["nan"] == want["nan"]
+    np.testing.assert_allclose(rec["mean"], want["mean"], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(rec["std"], want["std"], rtol=1e-6)
+    assert rec["near_zero"] == want["near_zero"]
+    np.testing.assert_array_equal(rec["hist"], want["hist"])
+    np.testing.assert_array_equal(rec["log2_hist"], want["log2_hist"])
+    assert (rec["underflow"], rec["overflow"]) == (want["underflow"], want["overflow"])
+
+
+def by_step(mon):
+    return {(step, rec["target"]): rec for step, rec in mon._history.memory_sink.items()}
+
+
+@pytest.mark.parametrize("log_every, capacity", [(3, None), (10, 4), (1, None)])
+def test_each_step_matches_the_oracle_of_that_steps_tensors(log_every, capacity):
+    model = Recorder()
+    mon = hookstats.attach(model, history=capacity or True, log_every=log_every, nbins=8, lo=-2, hi=2)
+    run(model, mon, 11)
+    mon.remove()  # records the open last step
+    got = by_step(mon)
+    assert sorted({s for s, _ in got}) == list(range(11))
+    for step, seen in enumerate(model.seen):
+        for target, t in seen.items():
+            check_step(got[(step, target)], [t], mon.cfg)
+    # the running min/max are those of everything so far
+    allb = torch.cat([s["b:output"].reshape(-1) for s in model.seen]).double()
+    assert got[(10, "b:output")]["running_max"] == pytest.approx(allb.max().item())
+
+
+def test_every_n_records_only_sampled_steps_and_manual_steps_work():
+    model = Recorder()
+    mon = hookstats.attach(model, history=True, log_every=4, every=3, steps="manual")
+    run(model, mon, 10, manual=True)
+    mon.remove()
+    got = by_step(mon)
+    assert sorted({s for s, _ in got}) == [0, 3, 6, 9]
+    for step in (0, 3, 6, 9):
+        check_step(got[(step, "a:output")], [model.seen[step]["a:output"]], mon.cfg)
+
+
+def test_reset_between_steps_starts_the_next_step_afresh():
+    model = Recorder()
+    mon = hookstats.attach(model, history=True, log_every=2, steps="manual")
+    run(model, mon, 3, manual=True)
+    mon.reset()
+    run(model, mon, 2, manual=True)
+    mon.remove()
+    got = by_step(mon)
+    for step in range(5):
+        check_step(got[(step, "b:output")], [model.seen[step]["b:output"]], mon.cfg)
+
+
+def test_several_forwards_in_one_step_and_a_target_that_appears_later():
+    class Late(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(1)
+            self.a, self.late = nn.Linear(4, 4), nn.Linear(4, 4)
+            self.use_late = False
+
+        def forward(self, x):
+            h = self.a(x)
+            return self.late(h) if self.use_late else h
+
+    model = Late()
+    mon = hookstats.attach(model, history=True, log_every=3, steps="manual", modules=["a", "late"])
+    # `late` has parameters, so its state exists from the start; measure a leaf target added later
+    outs = {}
+    for step in range(6):
+        model.use_late = step >= 2
+        xs = [torch.randn(3, 4) for _ in range(2)]
+        outs[step] = [nn.functional.linear(x, model.a.weight, model.a.bias).detach() for x in xs]
+        for x in xs:
+            model(x)
+        if step >= 4:
+            mon.measure(hookstats.TargetKey("extra", "output"), torch.full((5,), float(step)))
+        mon.step()
+    mon.remove()
+    got = by_step(mon)
+    for step in range(6):
+        check_step(got[(step, "a:output")], outs[step], mon.cfg)
+    assert (1, "late:output") not in got and (2, "late:output") in got
+    assert [got[(s, "extra:output")]["mean"] for s in (4, 5)] == [4.0, 5.0]
+    assert (3, "extra:output") not in got
+
+
+def test_no_host_read_inside_training_steps():
+    model = Recorder()
+    mon = hookstats.attach(model, history=True, log_every=1000)
+    run(model, mon, 2)  # states exist
+    with no_host_sync() as ops:
+        run(model, mon, 5)
+    assert any("sub" in op for op in ops)  # the ring was written inside the guarded steps
+    mon.remove()
+    assert len({s for s, _ in mon._history.memory_sink.items()}) == 7
+
+
+def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monkeypatch):
+    from hookstats import history as hist_mod
+    copies = []
+    orig = hist_mod._Ring.start_copy
+    monkeypatch.setattr(hist_mod._Ring, "start_copy", lambda self: copies.append(1) or orig(self))
+    model = Recorder()
+    mon = hookstats.attach(model, history=True, log_every=5)
+    run(model, mon, 6)
+    first = mon.memory()
+    run(model, mon, 40)
+    assert mon.memory() == first
+    assert first["history_bytes"] > 0 and first["state_bytes"] > 0
+    assert len(copies) == 9  # steps 0..44 ended: flushes after steps 4, 9, ..., 44
+    mon.remove()
+
+
+def test_history_without_pandas_is_plain_lists(monkeypatch):
+    model = Recorder()
+    mon = hookstats.attach(model, history=True)
+    run(model, mon, 3)
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    cols = mon.history()
+    assert set(cols) == {"step", "target", "kind", "stat", "value"}
+    assert len({len(v) for v in cols.values()}) == 1
+    rows = list(zip(cols["step"], cols["target"], cols["stat"]))
+    i = rows.index((1, "a:output", "mean"))
+    assert cols["value"][i] == pytest.approx(model.seen[1]["a:output"].double().mean().item(), rel=1e-6)
+
+
+def test_history_frame_is_long_format():
+    model = Recorder()
+    mon = hookstats.attach(model, history=True)
+    run(model, mon, 3)
+    df = mon.history()
+    assert list(df.columns) == ["step", "target", "kind", "stat", "value"]
+    assert sorted(df.step.unique()) == [0, 1]  # step 2 is still open
+    v = df[(df.step == 1) & (df.target == "b:output") & (df.stat == "std")].value.item()
+    assert v == pytest.approx(model.seen[1]["b:output"].double().std().item(), rel=1e-6)
+
+
+def test_keep_bounds_the_host_copy_but_sinks_get_every_step():
+    model = Recorder()
+    extra = MemorySink()
+    mon = hookstats.attach(model, history=True, log_every=2, sinks=[extra])
+    mon._history.memory_sink.steps = type(mon._history.memory_sink.steps)(maxlen=3)
+    run(model, mon, 9)
+    mon.remove()
+    assert [s for s, _ in mon._history.memory_sink.steps] == [6, 7, 8]
+    assert [s for s, _ in extra.steps] == list(range(9))
+
+
+def test_step_moments_inverts_chans_merge():
+    rng = np.random.default_rng(0)
+    prev, cur = [], []
+    state = np.array(new_fstate_values())
+    parts = [rng.normal(3.0, 2.0, n) for n in (5, 1, 1000, 2)]
+    for p in parts:
+        step = np.array([p.size, p.mean(), ((p - p.mean()) ** 2).sum(), p.min(), p.max()])
+        prev.append(state.copy())
+        state, _ = merge_states([(state, np.zeros(1)), (step, np.zeros(1))])
+        cur.append(state.copy())
+    nb, mb, m2b = _step_moments(torch.tensor(np.array(prev)), torch.tensor(np.array(cur)))
+    for k, p in enumerate(parts):
+        assert nb[k].item() == p.size
+        assert mb[k].item() == pytest.approx(p.mean(), rel=1e-12)
+        assert m2b[k].item() == pytest.approx(((p - p.mean()) ** 2).sum(), rel=1e-9, abs=1e-12)
+    empty = torch.tensor([new_fstate_values()], dtype=torch.float64)
+    assert [v.item() for v in _step_moments(empty, empty)] == [0.0, 0.0, 0.0]
+
+
+def test_a_failing_sink_is_dropped_with_a_warning_and_training_goes_on():
+    class Broken:
+        def write(self, step, records):
+            raise OSError("disk full")
+
+        def close(self):
+            pass
+
+    model = Recorder()
+    good = MemorySink()
+    mon = hookstats.attach(model, history=True, log_every=2, sinks=[Broken(), good])
+    with pytest.warns(HistoryWarning, match="Broken failed and was dropped.*disk full"):
+        run(model, mon, 5)
+    mon.remove()
+    assert [s for s, _ in good.steps] == list(range(5))
+
+
+def test_histogram_and_bad_arguments():
+    model = Recorder()
+    mon = hookstats.attach(model)
+    run(model, mon, 2)
+    h = mon.histogram("a:output")
+    want = finalize(*merge_states([oracle(s["a:output"], mon.cfg) for s in model.seen]), mon.cfg)
+    np.testing.assert_array_equal(h["hist"], want["hist"])
+    np.testing.assert_array_equal(h["log2_hist"], want["log2_hist"])
+    with pytest.raises(KeyError, match="no target 'nope'"):
+        mon.histogram("nope")
+    with pytest.raises(RuntimeError, match="history=True"):
+        mon.history()
+    for kwargs, match in (({"history": True, "log_every": 0}, "log_every must be an int >= 1"),
+                          ({"history": 0}, "capacity must be an int >= 1"),
+                          ({"sinks": [object()]}, "write\\(step, records\\) and close\\(\\)"),
+                          ({"history": True, "alerts": "yes"}, "alerts must be")):
+        with pytest.raises(ValueError, match=match):
+            hookstats.attach(model, **kwargs)
+    assert len(model.b._forward_hooks) == 1  # only `mon`'s: the failed attaches removed theirs
