@@ -1,0 +1,402 @@
+// stats_kernel.cuh -- the CUDA kernels of hookstats (one read pass, every statistic), with no ATen.
+// Compiled by nvcc (stats_kernels.cu) and, unchanged, as C++ on CPU threads by the emulation tests
+// (tests/cuda_emu/cuda_emu.h defines HS_CPU_EMULATION and the CUDA built-ins this file uses).
+#pragma once
+#include <cuda/atomic>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "../accumulator.h"
+
+#if defined(HS_CPU_EMULATION)
+#define HS_SHARED(T, name) T& name = ::cuda_emu::block_shared<T>()
+#define HS_DYN_SMEM(T, name) T* name = static_cast<T*>(::cuda_emu::dynamic_smem())
+#define HS_LDG16(p) (*(p))
+#else
+#define HS_SHARED(T, name) __shared__ T name
+#define HS_DYN_SMEM(T, name) extern __shared__ T name[]
+#define HS_LDG16(p) __ldg(p)
+#endif
+
+// Planted bugs for the emulation tests (tests/test_cuda_emulation.py), never defined in a real build.
+#if defined(HS_BUG_RELAXED_TICKET)
+#define HS_TICKET_ORDER cuda::memory_order_relaxed
+#else
+#define HS_TICKET_ORDER cuda::memory_order_acq_rel
+#endif
+
+namespace hookstats {
+namespace cuda_kernel {
+
+constexpr int kWarp = 32;
+constexpr int kThreads = 512;       // block size on the GPU; the kernels read blockDim (tests use 64-128)
+constexpr int kMaxWarps = kThreads / kWarp;
+constexpr int kBlocksPerSM = 2;     // persistent grid: kBlocksPerSM x SMs blocks at most per tensor
+constexpr int kUnroll = 2;          // 16-byte loads in flight per thread before they are consumed
+constexpr int kMinIters = 4;        // a block gets >= kMinIters full iterations per thread, else fewer blocks
+constexpr int kMaxTargets = 32;     // tensors per multi-tensor launch (a table in the kernel arguments)
+constexpr int kMaxDims = 8;         // strided path: dims after coalescing
+constexpr int kStridedChunk = 4;    // strided path: logical elements a thread consumes together
+
+// scratch (uint8, zeroed once at creation): ticket | BlockPartial per block of the grid.
+struct BlockPartial {
+  double n, mean, m2, mn, mx;
+};
+constexpr int64_t kTicketBytes = 64;
+HS_HD int64_t scratch_bytes_for(int max_blocks) {
+  return kTicketBytes + static_cast<int64_t>(max_blocks) * static_cast<int64_t>(sizeof(BlockPartial));
+}
+
+// One tensor of a launch: head scalars up to 16-byte alignment, nvec 16-byte vectors, then a scalar tail.
+struct Target {
+  const void* x;
+  int64_t n, head, nvec;
+  double* fs;
+  unsigned long long* is;
+  unsigned char* scratch;
+};
+// Blocks [block_start[i], block_start[i+1]) of the launch work on t[i].
+struct Batch {
+  int count;
+  int block_start[kMaxTargets + 1];
+  Target t[kMaxTargets];
+};
+// A view that is not dense: coalesced sizes/strides in elements, innermost last.
+struct Strided {
+  int ndim;
+  int64_t sizes[kMaxDims], strides[kMaxDims];
+};
+
+// ---- host-side planning (shared by the launcher and the emulation driver) ----
+HS_HD int values_per_vec(int elem_bytes) { return 16 / elem_bytes; }
+
+HS_HD int blocks_for(int64_t n, int elem_bytes, int threads, int max_blocks) {
+  const int64_t per_block = static_cast<int64_t>(threads) * values_per_vec(elem_bytes) * kUnroll * kMinIters;
+  const int64_t b = (n + per_block - 1) / per_block;
+  return b < 1 ? 1 : (b > max_blocks ? max_blocks : static_cast<int>(b));
+}
+
+inline Target make_target(const void* x, int64_t n, int elem_bytes, double* fs, int64_t* is, void* scratch) {
+  const auto a = reinterpret_cast<uintptr_t>(x);
+  int64_t head = a % elem_bytes ? n : static_cast<int64_t>((16 - a % 16) % 16) / elem_bytes;
+  if (head > n) head = n;
+  const int64_t nvec = (n - head) / values_per_vec(elem_bytes);
+  return Target{x, n, head, nvec, fs, reinterpret_cast<unsigned long long*>(is),
+                static_cast<unsigned char*>(scratch)};
+}
+
+// Bytes of dynamic shared memory: one 32-bit histogram (linear slots, then log2 slots) per warp.
+HS_HD int hist_stride(const Params& p) {
+  return static_cast<int>(lin_slots(p.nbins)) + ((p.flags & kLogHist) ? kLogSlots : 0);
+}
+HS_HD int dyn_smem_bytes(const Params& p, int threads) {
+  return (threads / kWarp) * hist_stride(p) * static_cast<int>(sizeof(unsigned));
+}
+
+// ---- element logic ----
+template <typename T> struct Acc { using type = float; };
+template <> struct Acc<double> { using type = double; };
+
+template <typename T> HS_HD typename Acc<T>::type to_acc(T v) { return static_cast<typename Acc<T>::type>(v); }
+template <> HS_HD float to_acc<__half>(__half v) { return __half2float(v); }
+template <> HS_HD float to_acc<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+HS_HD bool finite_acc(float v) { return __builtin_fabsf(v) < __builtin_huge_valf(); }
+HS_HD bool finite_acc(double v) { return __builtin_fabs(v) < __builtin_huge_val(); }
+HS_HD float min_acc(float a, float b) { return fminf(a, b); }  // IEEE minNum: NaN (empty) is ignored
+HS_HD float max_acc(float a, float b) { return fmaxf(a, b); }
+HS_HD double min_acc(double a, double b) { return fmin(a, b); }
+HS_HD double max_acc(double a, double b) { return fmax(a, b); }
+HS_HD float nan_acc(float) { return __builtin_nanf(""); }
+HS_HD double nan_acc(double) { return __builtin_nan(""); }
+// K only has to lie near the chunk's values: the fast division is fine on the GPU.
+HS_HD float approx_div(float s, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fdividef(s, c);
+#else
+  return s / c;
+#endif
+}
+HS_HD double approx_div(double s, double c) { return s / c; }
+
+// Shared-memory counter: ATOMS.POPC.INC on the GPU (lanes hitting one slot are combined).
+__device__ __forceinline__ void shared_inc(unsigned* p) { atomicAdd(p, 1u); }
+
+// Per-thread running state: integer counts plus fp64 sums shifted by K (this thread's first chunk mean).
+template <typename A>
+struct ThreadStats {
+  double n = 0, K = 0, s1 = 0, s2 = 0;
+  A mn, mx;
+  unsigned nz = 0;
+};
+
+// Consumes M values as one chunk: integer statistics per value; moments in the input precision about
+// the chunk's own mean Kc (so fp32 never sums far-off values), then folded into fp64 sums about K.
+template <int M, typename A>
+__device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], const Params& p, bool lin, bool lg,
+                                       int lin_n, unsigned* hist) {
+  const bool signed_nz = p.flags & kSignedNearZero;
+  A s = 0;
+  int c = 0;
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    const bool fin = finite_acc(v[i]);
+    s += fin ? v[i] : A(0);
+    c += fin;
+    const A vm = fin ? v[i] : nan_acc(A(0));
+    t.mn = min_acc(t.mn, vm);
+    t.mx = max_acc(t.mx, vm);
+    const float f = bin_value(v[i]);
+    t.nz += near_zero(f, p.eps, signed_nz);
+    const int nonfinite = f != f ? p.nbins + 2 : (f > 0.0f ? p.nbins + 3 : p.nbins + 4);
+    if (lin || !fin) shared_inc(&hist[fin ? lin_slot_finite(f, p.lo, p.inv_w, p.nbins) : nonfinite]);
+    if (lg && fin) shared_inc(&hist[lin_n + log_slot(f)]);
+  }
+  const A Kc = approx_div(s, static_cast<A>(c > 0 ? c : 1));
+  A c1 = 0, c2 = 0;
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    const A d = finite_acc(v[i]) ? v[i] - Kc : A(0);
+    c1 += d;
+    c2 += d * d;
+  }
+  if (t.n == 0) t.K = static_cast<double>(Kc);
+  const double dc = static_cast<double>(c), delta = static_cast<double>(Kc) - t.K, e1 = static_cast<double>(c1);
+  t.s1 += e1 + dc * delta;
+  t.s2 += static_cast<double>(c2) + delta * (2.0 * e1 + dc * delta);
+  t.n += dc;
+}
+
+// ---- reductions ----
+__device__ __forceinline__ void warp_merge(Partial& a, unsigned& nz) {
+  const int lane = threadIdx.x % kWarp;
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o >>= 1) {  // tree in lane order: the same result on every run
+    Partial b;
+    b.n = __shfl_down_sync(0xffffffffu, a.n, o);
+    b.mean = __shfl_down_sync(0xffffffffu, a.mean, o);
+    b.m2 = __shfl_down_sync(0xffffffffu, a.m2, o);
+    b.mn = __shfl_down_sync(0xffffffffu, a.mn, o);
+    b.mx = __shfl_down_sync(0xffffffffu, a.mx, o);
+    const unsigned z = __shfl_down_sync(0xffffffffu, nz, o);
+    if (lane + o < kWarp) {
+      merge_partial(a, b);
+      nz += z;
+    }
+  }
+}
+
+// Plain arrays: a __shared__ variable cannot have constructors.
+struct BlockShared {
+  double n[kMaxWarps], mean[kMaxWarps], m2[kMaxWarps], mn[kMaxWarps], mx[kMaxWarps];
+  unsigned nz[kMaxWarps];
+  int last;
+};
+
+__device__ __forceinline__ void zero_hist(unsigned* hist, int words) {
+  for (int i = threadIdx.x; i < words; i += blockDim.x) hist[i] = 0u;
+#if !defined(HS_BUG_NO_SYNC)
+  __syncthreads();
+#endif
+}
+
+// Thread -> warp -> block partials; integer statistics to global atomics (exact, order-free); float
+// moments: one block merges straight into fstate, else a last-block-done step merges the per-block
+// partials in block order and re-arms the ticket, so nothing needs zeroing before the next launch.
+template <typename A>
+__device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid, int nblk, int stride,
+                             const unsigned* hist, BlockShared& sm) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
+  Partial p;
+  shifted_to_partial(p, t.n, t.K, t.s1, t.s2);
+  p.mn = static_cast<double>(t.mn);
+  p.mx = static_cast<double>(t.mx);
+  unsigned nz = t.nz;
+  warp_merge(p, nz);
+  if (lane == 0) {
+    sm.n[warp] = p.n;
+    sm.mean[warp] = p.mean;
+    sm.m2[warp] = p.m2;
+    sm.mn[warp] = p.mn;
+    sm.mx[warp] = p.mx;
+    sm.nz[warp] = nz;
+  }
+  __syncthreads();
+  for (int s = threadIdx.x; s < stride; s += blockDim.x) {
+    unsigned long long sum = 0;
+    for (int w = 0; w < nwarps; ++w) sum += hist[w * stride + s];
+    if (sum) atomicAdd(&tg.is[kLinBase + s], sum);
+  }
+  if (warp == 0) {
+    Partial b;
+    unsigned bz = 0;
+    if (lane < nwarps) {
+      b.n = sm.n[lane];
+      b.mean = sm.mean[lane];
+      b.m2 = sm.m2[lane];
+      b.mn = sm.mn[lane];
+      b.mx = sm.mx[lane];
+      bz = sm.nz[lane];
+    }
+    warp_merge(b, bz);
+    if (lane == 0) {
+      atomicAdd(&tg.is[kNearZero], static_cast<unsigned long long>(bz));
+      if (nblk == 1) {
+        merge_into_state(tg.fs, b);
+        atomicAdd(&tg.is[kCount], static_cast<unsigned long long>(tg.n));
+        sm.last = 0;
+      } else {
+        BlockPartial* ws = reinterpret_cast<BlockPartial*>(tg.scratch + kTicketBytes);
+        ws[bid] = BlockPartial{b.n, b.mean, b.m2, b.mn, b.mx};
+        cuda::atomic_ref<unsigned, cuda::thread_scope_device> ticket(*reinterpret_cast<unsigned*>(tg.scratch));
+        sm.last = ticket.fetch_add(1u, HS_TICKET_ORDER) == static_cast<unsigned>(nblk - 1);
+      }
+    }
+  }
+  __syncthreads();
+  if (!sm.last || warp != 0) return;
+  // The last block: lane l merges blocks l, l+32, ... in order, then the lanes merge in lane order.
+  const BlockPartial* ws = reinterpret_cast<const BlockPartial*>(tg.scratch + kTicketBytes);
+  Partial g;
+  for (int b = lane; b < nblk; b += kWarp) {
+    Partial q;
+    q.n = ws[b].n;
+    q.mean = ws[b].mean;
+    q.m2 = ws[b].m2;
+    q.mn = ws[b].mn;
+    q.mx = ws[b].mx;
+    merge_partial(g, q);
+  }
+  unsigned unused = 0;
+  warp_merge(g, unused);
+  if (lane == 0) {
+    merge_into_state(tg.fs, g);
+    atomicAdd(&tg.is[kCount], static_cast<unsigned long long>(tg.n));
+    cuda::atomic_ref<unsigned, cuda::thread_scope_device>(*reinterpret_cast<unsigned*>(tg.scratch))
+        .store(0u, cuda::memory_order_relaxed);
+  }
+}
+
+// The 1-element enabled flag (bool/uint8/int32/int64): read on the device, so no host sync.
+__device__ __forceinline__ bool flag_on(const unsigned char* enabled, int bytes) {
+  unsigned char any = 0;
+  for (int k = 0; k < bytes; ++k) any |= enabled[k];
+  return any != 0;
+}
+
+template <typename T, bool kLin, bool kLog>
+__device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, const Params& p) {
+  using A = typename Acc<T>::type;
+  constexpr int V = 16 / sizeof(T);
+  constexpr int U = V == 2 ? 1 : kUnroll;            // fp64: one load in flight (else it spills at 64 registers)
+  constexpr int kChunkVecs = V == 4 ? kUnroll : 1;  // fp32: chunks of 2 vectors; else 1
+  static_assert(U % kChunkVecs == 0, "chunks must tile the unrolled loads");
+  HS_DYN_SMEM(unsigned, hist_all);
+  HS_SHARED(BlockShared, sm);
+  const int stride = hist_stride(p), lin_n = static_cast<int>(lin_slots(p.nbins));
+  zero_hist(hist_all, (blockDim.x / kWarp) * stride);
+  unsigned* hist = hist_all + (threadIdx.x / kWarp) * stride;
+  ThreadStats<A> t;
+  t.mn = t.mx = nan_acc(A(0));
+
+  const T* x = static_cast<const T*>(tg.x);
+  const int64_t gtid = static_cast<int64_t>(bid) * blockDim.x + threadIdx.x;
+  const int64_t gstride = static_cast<int64_t>(nblk) * blockDim.x;
+  for (int64_t i = gtid; i < tg.head; i += gstride) {
+    const A v[1] = {to_acc(x[i])};
+    consume<1>(t, v, p, kLin, kLog, lin_n, hist);
+  }
+  const uint4* xv = reinterpret_cast<const uint4*>(x + tg.head);
+  int64_t j = gtid;
+  for (; j + (U - 1) * gstride < tg.nvec; j += U * gstride) {
+    uint4 r[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) r[u] = HS_LDG16(xv + j + u * gstride);  // all loads first
+#pragma unroll
+    for (int g = 0; g < U; g += kChunkVecs) {  // chunks of 8 values (2 for fp64)
+      A v[kChunkVecs * V];
+#pragma unroll
+      for (int u = 0; u < kChunkVecs; ++u) {
+        T e[V];
+        memcpy(e, &r[g + u], 16);
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[u * V + k] = to_acc(e[k]);
+      }
+      consume<kChunkVecs * V>(t, v, p, kLin, kLog, lin_n, hist);
+    }
+  }
+  for (; j < tg.nvec; j += gstride) {
+    const uint4 r = HS_LDG16(xv + j);
+    T e[V];
+    memcpy(e, &r, 16);
+    A v[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = to_acc(e[k]);
+    consume<V>(t, v, p, kLin, kLog, lin_n, hist);
+  }
+  for (int64_t i = tg.head + tg.nvec * V + gtid; i < tg.n; i += gstride) {
+    const A v[1] = {to_acc(x[i])};
+    consume<1>(t, v, p, kLin, kLog, lin_n, hist);
+  }
+  __syncthreads();
+  finish_block(t, tg, bid, nblk, stride, hist_all, sm);
+}
+
+// Dense tensors (contiguous, channels_last, permuted: read as flat memory), one or many per launch.
+template <typename T, bool kLin, bool kLog>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSM)
+    dense_kernel(const Batch b, const Params p, const unsigned char* enabled, int enabled_bytes) {
+  if (!flag_on(enabled, enabled_bytes)) return;
+  int ti = 0;
+  while (ti + 1 < b.count && static_cast<int>(blockIdx.x) >= b.block_start[ti + 1]) ++ti;
+  const int bid = static_cast<int>(blockIdx.x) - b.block_start[ti];
+  dense_body<T, kLin, kLog>(b.t[ti], bid, b.block_start[ti + 1] - b.block_start[ti], p);
+}
+
+// Any other view, read in place through its strides (logical elements, as torch reductions count).
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSM)
+    strided_kernel(const Target tg, const Strided st, const Params p, const unsigned char* enabled,
+                   int enabled_bytes) {
+  using A = typename Acc<T>::type;
+  if (!flag_on(enabled, enabled_bytes)) return;
+  HS_DYN_SMEM(unsigned, hist_all);
+  HS_SHARED(BlockShared, sm);
+  const bool lin = p.flags & kLinearHist, lg = p.flags & kLogHist;
+  const int stride = hist_stride(p), lin_n = static_cast<int>(lin_slots(p.nbins));
+  zero_hist(hist_all, (blockDim.x / kWarp) * stride);
+  unsigned* hist = hist_all + (threadIdx.x / kWarp) * stride;
+  ThreadStats<A> t;
+  t.mn = t.mx = nan_acc(A(0));
+  const T* x = static_cast<const T*>(tg.x);
+  const auto offset = [&](int64_t i) {
+    int64_t off = 0;
+    for (int d = st.ndim - 1; d >= 0; --d) {
+      off += (i % st.sizes[d]) * st.strides[d];
+      i /= st.sizes[d];
+    }
+    return off;
+  };
+  const int bid = blockIdx.x, nblk = gridDim.x;
+  const int64_t gtid = static_cast<int64_t>(bid) * blockDim.x + threadIdx.x;
+  const int64_t gstride = static_cast<int64_t>(nblk) * blockDim.x;
+  const int64_t nchunks = tg.n / kStridedChunk;
+  for (int64_t c = gtid; c < nchunks; c += gstride) {
+    A v[kStridedChunk];
+#pragma unroll
+    for (int k = 0; k < kStridedChunk; ++k) v[k] = to_acc(x[offset(c * kStridedChunk + k)]);
+    consume<kStridedChunk>(t, v, p, lin, lg, lin_n, hist);
+  }
+  for (int64_t i = nchunks * kStridedChunk + gtid; i < tg.n; i += gstride) {
+    const A v[1] = {to_acc(x[offset(i)])};
+    consume<1>(t, v, p, lin, lg, lin_n, hist);
+  }
+  __syncthreads();
+  finish_block(t, tg, bid, nblk, stride, hist_all, sm);
+}
+
+}  // namespace cuda_kernel
+}  // namespace hookstats

@@ -1,0 +1,27 @@
+// stats_kernels.h -- what the ATen launcher (stats_cuda.cu) needs from the kernels: the argument
+// structures (stats_kernel.cuh, plain structs) and two launch functions defined in stats_kernels.cu.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include "stats_kernel.cuh"
+
+namespace hookstats {
+namespace cuda_kernel {
+
+enum class DType { kFloat, kDouble, kHalf, kBFloat16 };
+
+struct LaunchConfig {
+  int threads;
+  cudaStream_t stream;
+  const unsigned char* enabled;  // the 1-element enabled tensor on the device
+  int enabled_bytes;
+};
+
+// Dense targets of one dtype; the grid is b.block_start[b.count] blocks.
+cudaError_t launch_dense(DType d, const Batch& b, const Params& p, const LaunchConfig& c);
+// One strided view over `grid` blocks.
+cudaError_t launch_strided(DType d, const Target& t, const Strided& s, int grid, const Params& p,
+                           const LaunchConfig& c);
+
+}  // namespace cuda_kernel
+}  // namespace hookstats

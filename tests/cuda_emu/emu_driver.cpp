@@ -1,0 +1,147 @@
+// emu_driver.cpp -- runs the real CUDA kernels (csrc/cuda/stats_kernel.cuh) on CPU threads through
+// cuda_emu.h and writes the resulting states; tests/test_cuda_emulation.py feeds it and checks them.
+// usage: emu_driver IN OUT dtype nbins lo inv_w eps flags threads LAUNCHES mode ARGS...
+//   LAUNCHES: "E" or "E:D": E launches with enabled=1, then D with enabled=0 (must change nothing)
+//   mode dense   MISALIGN GRID            one tensor, MISALIGN elements past a 16-byte boundary
+//   mode many    N1,N2,..  G1,G2,..       consecutive segments of IN, each with its own state
+//   mode strided GRID S1,S2,.. T1,T2,..   one view of IN with these sizes and element strides
+#include "cuda_emu.h"
+#include "cuda/stats_kernel.cuh"
+
+#include <fstream>
+#include <string>
+
+using namespace hookstats;
+using namespace hookstats::cuda_kernel;
+
+namespace {
+
+std::vector<int64_t> ints(const std::string& s) {
+  std::vector<int64_t> v;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t comma = s.find(',', pos);
+    v.push_back(std::stoll(s.substr(pos, comma - pos)));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return v;
+}
+
+struct State {
+  std::vector<double> fs;
+  std::vector<int64_t> is;
+  std::vector<unsigned char> scratch;
+  State(int nbins, int max_blocks)
+      : fs{0, 0, 0, __builtin_nan(""), __builtin_nan("")}, is(istate_size(nbins), 0),
+        scratch(scratch_bytes_for(max_blocks), 0) {}
+};
+
+template <typename T>
+void launch_dense(const Batch& b, const Params& p, int threads, const unsigned char* enabled) {
+  const bool lin = p.flags & kLinearHist, lg = p.flags & kLogHist;
+  const unsigned grid = b.block_start[b.count];
+  const size_t smem = dyn_smem_bytes(p, threads);
+  if (lin && lg) cuda_emu::launch(grid, threads, smem, dense_kernel<T, true, true>, b, p, enabled, 1);
+  else if (lin) cuda_emu::launch(grid, threads, smem, dense_kernel<T, true, false>, b, p, enabled, 1);
+  else if (lg) cuda_emu::launch(grid, threads, smem, dense_kernel<T, false, true>, b, p, enabled, 1);
+  else cuda_emu::launch(grid, threads, smem, dense_kernel<T, false, false>, b, p, enabled, 1);
+}
+
+template <typename T>
+int run(char** argv, const std::vector<unsigned char>& raw, const Params& p, int threads, int launches, int disabled,
+        std::vector<State>& states) {
+  const std::string mode = argv[11];
+  const int64_t total = static_cast<int64_t>(raw.size() / sizeof(T));
+  const unsigned char enabled_1 = 1, enabled_0 = 0;
+  if (mode == "dense" || mode == "many") {
+    std::vector<int64_t> sizes{total}, grids;
+    int64_t misalign = 0;
+    if (mode == "dense") {
+      misalign = std::stoll(argv[12]);
+      grids = {std::stoll(argv[13])};
+    } else {
+      sizes = ints(argv[12]);
+      grids = ints(argv[13]);
+    }
+    if (sizes.size() != grids.size() || sizes.size() > static_cast<size_t>(kMaxTargets)) return 2;
+    // 16-byte aligned copy of the input, shifted by `misalign` elements (ASan sees the exact bounds)
+    std::vector<T*> bufs;
+    Batch b{};
+    b.count = static_cast<int>(sizes.size());
+    int64_t off = 0;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      states.emplace_back(p.nbins, static_cast<int>(grids[k]));
+      auto* base = static_cast<unsigned char*>(std::aligned_alloc(16, ((misalign + sizes[k]) * sizeof(T) + 15) / 16 * 16 + 16));
+      T* x = reinterpret_cast<T*>(base) + misalign;
+      std::memcpy(x, raw.data() + off * sizeof(T), sizes[k] * sizeof(T));
+      bufs.push_back(reinterpret_cast<T*>(base));
+      off += sizes[k];
+      b.block_start[k + 1] = b.block_start[k] + static_cast<int>(grids[k]);
+    }
+    for (size_t k = 0; k < sizes.size(); ++k)
+      b.t[k] = make_target(bufs[k] + misalign, sizes[k], sizeof(T), states[k].fs.data(), states[k].is.data(),
+                           states[k].scratch.data());
+    for (int l = 0; l < launches + disabled; ++l) launch_dense<T>(b, p, threads, l < launches ? &enabled_1 : &enabled_0);
+    for (T* q : bufs) std::free(q);
+    return 0;
+  }
+  if (mode == "strided") {
+    const int grid = std::stoi(argv[12]);
+    const auto sz = ints(argv[13]), st = ints(argv[14]);
+    Strided s{};
+    s.ndim = static_cast<int>(sz.size());
+    int64_t n = 1;
+    for (int d = 0; d < s.ndim; ++d) {
+      s.sizes[d] = sz[d];
+      s.strides[d] = st[d];
+      n *= sz[d];
+    }
+    states.emplace_back(p.nbins, grid);
+    std::vector<T> x(total);
+    std::memcpy(x.data(), raw.data(), raw.size());
+    const Target t = make_target(x.data(), n, sizeof(T), states[0].fs.data(), states[0].is.data(), states[0].scratch.data());
+    for (int l = 0; l < launches + disabled; ++l)
+      cuda_emu::launch(grid, threads, dyn_smem_bytes(p, threads), strided_kernel<T>, t, s, p, l < launches ? &enabled_1 : &enabled_0, 1);
+    return 0;
+  }
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 13) {
+    std::fprintf(stderr, "usage: emu_driver IN OUT dtype nbins lo inv_w eps flags threads launches mode ARGS...\n");
+    return 2;
+  }
+  std::ifstream in(argv[1], std::ios::binary);
+  std::vector<unsigned char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string dtype = argv[3];
+  const Params p{std::stof(argv[5]), std::stof(argv[6]), std::stof(argv[7]), std::stoi(argv[4]), std::stoi(argv[8])};
+  const std::string ls = argv[10];
+  const size_t colon = ls.find(':');
+  const int threads = std::stoi(argv[9]), launches = std::stoi(ls.substr(0, colon));
+  const int disabled = colon == std::string::npos ? 0 : std::stoi(ls.substr(colon + 1));
+  std::vector<State> states;
+  states.reserve(kMaxTargets);
+  int rc = 2;
+  if (dtype == "float32") rc = run<float>(argv, raw, p, threads, launches, disabled, states);
+  else if (dtype == "float64") rc = run<double>(argv, raw, p, threads, launches, disabled, states);
+  else if (dtype == "float16") rc = run<__half>(argv, raw, p, threads, launches, disabled, states);
+  else if (dtype == "bfloat16") rc = run<__nv_bfloat16>(argv, raw, p, threads, launches, disabled, states);
+  if (rc != 0) {
+    std::fprintf(stderr, "emu_driver: bad arguments\n");
+    return rc;
+  }
+  std::ofstream out(argv[2], std::ios::binary);
+  for (const State& s : states) {  // per target: fstate | istate | ticket
+    unsigned ticket;
+    std::memcpy(&ticket, s.scratch.data(), sizeof(ticket));
+    const int64_t t64 = ticket;
+    out.write(reinterpret_cast<const char*>(s.fs.data()), s.fs.size() * sizeof(double));
+    out.write(reinterpret_cast<const char*>(s.is.data()), s.is.size() * sizeof(int64_t));
+    out.write(reinterpret_cast<const char*>(&t64), sizeof(t64));
+  }
+  return 0;
+}
