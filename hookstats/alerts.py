@@ -22,7 +22,8 @@ class AlertWarning(UserWarning):
 class AlertRules:
     """dead_fraction/dead_steps: a target whose near-zero fraction is above dead_fraction for dead_steps
     recorded steps in a row is dead. std_factor: a step std above factor x (or below 1/factor x) the
-    target's exponential average of past step stds (weight `ema` per step, after `warmup` steps)."""
+    target's exponential average of past step stds (weight `ema` per step, after `warmup` steps; flagged
+    steps are left out of the average)."""
 
     enabled: bool = True
     nonfinite: bool = True
@@ -81,8 +82,9 @@ class AlertRules:
             af[:, std_col].copy_(torch.where(new, std, af[:, std_col]))
             af[:, ref_col].copy_(torch.where(new, ema, af[:, ref_col]))
             _first(arow[:, col], mask, step)
-        ema.copy_(torch.where(valid, torch.where(ema_n == 0, std, ema + self.ema * (std - ema)), ema))
-        ema_n.add_(valid.long())
+        calm = valid & ~explode & ~vanish  # a flagged step does not move the reference
+        ema.copy_(torch.where(calm, torch.where(ema_n == 0, std, ema + self.ema * (std - ema)), ema))
+        ema_n.add_(calm.long())
 
     def read(self, row, keys, reported):
         """New alerts from a host copy of the alert row, in step order then forward order. `reported`
