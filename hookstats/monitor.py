@@ -2,11 +2,12 @@
 device-resident state lives. Hooks only call the fused op; the host reads state only in stats()."""
 import dataclasses
 import fnmatch
+import warnings
 
 import torch
 from torch import nn
 
-from . import _ops
+from . import _ops, targets
 from .config import StatsConfig
 from .stats import finalize, merge_states, new_fstate_values
 
@@ -15,24 +16,28 @@ PHASES = ("train", "eval")
 
 @dataclasses.dataclass(frozen=True)
 class TargetKey:
-    """What one state measures: `module` (module or tensor name), `kind` (output, input, grad_output, ...)
-    and `leaf` (the path of the tensor inside a tuple/dict output, "" for a plain tensor)."""
+    """What one state measures: `module` (module, parameter or watched tensor name), `kind` (output,
+    grad_output, input, grad_input, param_grad, watch, watch_grad), `leaf` (the path of the tensor inside a
+    tuple/dict output, "" for a plain tensor) and `call` (the call's index in the step with
+    separate_calls=True, else None: every call of a module goes to one state)."""
     module: str
     kind: str
     leaf: str = ""
+    call: int = None
 
     @property
     def id(self):
-        return f"{self.module}:{self.kind}{self.leaf}"
+        return f"{self.module}:{self.kind}{self.leaf}" + ("" if self.call is None else f"@{self.call}")
 
 
 class TargetState:
     """The running state of one target in one phase on one device. Allocated once, updated in place."""
 
-    __slots__ = ("key", "phase", "fstate", "istate", "scratch")
+    __slots__ = ("key", "phase", "fstate", "istate", "scratch", "reached")
 
     def __init__(self, key, phase, device, cfg):
         self.key, self.phase = key, phase
+        self.reached = False  # preallocated states no hook ever reached are left out of stats()
         self.fstate = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
         self.istate = torch.zeros(cfg.istate_size, dtype=torch.int64, device=device)
         self.scratch = torch.zeros(scratch_bytes(device), dtype=torch.uint8, device=device)
@@ -124,7 +129,8 @@ class Monitor:
     steps="manual" or once mon.step() has been called, what the caller ends with mon.step(). Step k is measured when k % every == 0 (step 0 is measured).
     """
 
-    def __init__(self, model, cfg, modules, every=1, eval=False, inputs=False, outputs=True, steps="forward"):
+    def __init__(self, model, cfg, modules, every=1, eval=False, inputs=False, outputs=True, steps="forward",
+                 grads=True, input_grads=False, param_grads=False, separate_calls=False):
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -139,24 +145,53 @@ class Monitor:
         self._manual = steps == "manual"
         self._paused = False
         self._phase = "train"
-        self._active = True
+        self._active = True  # this step is sampled and its phase is measured: the eager hooks' fast check
+        self._sampled = True  # this step is sampled (not paused, step % every == 0): what the device flags hold
         self._states = {}  # (phase, TargetKey, device) -> TargetState
-        self._flags = {}  # device -> 1-element bool tensor: the device-side copy of _active
+        self._flags = {}  # device -> 1-element bool tensor: the device-side copy of _sampled
         self._handles = []
         self.step_listeners = []  # callables(monitor, finished_step), run when a step ends
         self._op_args = cfg.op_args()
+        self._leaves = tensor_leaves
+        self.separate_calls = separate_calls
+        self._calls = {}  # (name, kind) -> calls so far in this forward (separate_calls=True)
+        self._late = set()  # (phase, key, device) first reached inside compiled code, allocated at the next eager point
+        self._compiled = False  # a hook ran inside torch.compile
+        self._told = set()  # one-time warnings already given
+        self._input_grads = input_grads
+        self._param_grads = None
+        for dev in {t.device for t in (*model.parameters(), *model.buffers())} or {torch.device("cpu")}:
+            self._flag(dev)  # compiled code cannot allocate them
         self._handles.append(model.register_forward_pre_hook(self._on_root_forward))
         for name, m in modules.items():
+            if outputs or grads:
+                self._handles.append(m.register_forward_hook(targets.output_hook(self, name, outputs, grads)))
             if outputs:
-                self._handles.append(m.register_forward_hook(self._make_hook(name, "output", output=True)))
                 self._preallocate(name, "output", m)
+            if grads and any(p.requires_grad for p in m.parameters(recurse=False)):
+                self._preallocate(name, "grad_output", m, phases=PHASES[:1])
             if inputs:
-                self._handles.append(m.register_forward_pre_hook(self._make_hook(name, "input", output=False)))
+                self._handles.append(m.register_forward_pre_hook(targets.input_hook(self, name)))
                 self._preallocate(name, "input", m)
+            if input_grads:
+                self._handles.append(m.register_full_backward_hook(targets.input_grad_hook(self, name)))
+        if param_grads:
+            named = [(f"{name}.{pn}" if name else pn, p) for name, m in modules.items()
+                     for pn, p in m.named_parameters(recurse=False)]
+            self._param_grads = targets.ParamGrads(self, named)
 
     # ---- steps and phases ----
     def _on_root_forward(self, module, args):
         self._phase = "train" if module.training else "eval"
+        self._calls.clear()
+        if torch.compiler.is_compiling():
+            # Counting steps here would put a Python branch on the step into the compiled graph and
+            # recompile every step: compiled models count steps with mon.step(), called outside.
+            self._compiled = True
+            return None
+        if targets.in_recompute():
+            return None  # a checkpointed root recomputed in backward is not a new step
+        self._eager_point()
         if not self._manual and module.training:
             if self._forwards > 0:
                 self._end_step()
@@ -166,6 +201,9 @@ class Monitor:
     def step(self):
         """Ends the current step. Once called, root forwards no longer count steps."""
         self._manual = True
+        self._eager_point()
+        if self._param_grads is not None:
+            self._param_grads.flush()  # loops without a torch.optim optimizer
         self._end_step()
         self._update_active()
 
@@ -176,12 +214,15 @@ class Monitor:
             f(self, finished)
 
     def _update_active(self):
-        active = (not self._paused and self.step_count % self.every == 0
-                  and (self._phase == "train" or self.track_eval))
-        if active != self._active:
-            self._active = active
+        sampled = not self._paused and self.step_count % self.every == 0
+        self._active = sampled and self._measures_phase()
+        if sampled != self._sampled:
+            self._sampled = sampled
             for flag in self._flags.values():
-                flag.fill_(active)
+                flag.fill_(sampled)
+
+    def _measures_phase(self):
+        return self._phase == "train" or self.track_eval
 
     def pause(self):
         self._paused = True
@@ -200,7 +241,7 @@ class Monitor:
     def _flag(self, device):
         flag = self._flags.get(device)
         if flag is None:
-            flag = self._flags[device] = torch.tensor([self._active], dtype=torch.bool, device=device)
+            flag = self._flags[device] = torch.tensor([self._sampled], dtype=torch.bool, device=device)
             mark_static(flag)
         return flag
 
@@ -212,41 +253,96 @@ class Monitor:
             st = self._states[k] = TargetState(key, phase, device, self.cfg)
         return st
 
-    def _preallocate(self, name, kind, m):
+    def _preallocate(self, name, kind, m, phases=None):
         p = next(m.parameters(recurse=False), None)
         if p is not None and p.is_floating_point():
-            for phase in PHASES if self.track_eval else PHASES[:1]:
-                self.state(TargetKey(name, kind), p.device, phase)
+            for phase in phases or (PHASES if self.track_eval else PHASES[:1]):
+                self.state(self._key(name, kind, "", 0 if self.separate_calls else None), p.device, phase)
+
+    def _key(self, module, kind, leaf, call):
+        return TargetKey(module, kind, leaf, call)
+
+    def _next_call(self, name, kind="output"):
+        """The index of this call of `name` in the current forward, or None when calls share one state."""
+        if not self.separate_calls:
+            return None
+        k = (name, kind)
+        n = self._calls.get(k, 0)
+        self._calls[k] = n + 1
+        return n
+
+    def _resolve(self, key, device, phase, reach=True):
+        """(state, flag) of key, or None inside compiled code when they do not exist yet: compiled code
+        cannot allocate them, so they are allocated at the next eager point (one recompile, then measured).
+        reach=False leaves marking the state as reached (listed by stats()) to the caller."""
+        k = (phase, key, device)
+        st = self._states.get(k)
+        flag = self._flags.get(device)
+        if st is None or flag is None:
+            if torch.compiler.is_compiling():
+                self._late.add(k)
+                return None
+            st = self.state(key, device, phase)
+            flag = self._flag(device)
+        if reach:
+            st.reached = True
+        return st, flag
+
+    def _accumulate(self, t, st, flag):
+        _ops.accumulate_(t, st.fstate, st.istate, st.scratch, flag, *self._op_args)
+
+    def _accumulate_many(self, ts, sts, device):
+        _ops.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],
+                              self._flag(device), *self._op_args)
+
+    def _measure_in(self, key, t, phase):
+        if is_measurable(t):
+            target = self._resolve(key, t.device, phase)
+            if target is not None:
+                self._accumulate(t, *target)
 
     def measure(self, key, t):
         """Feeds tensor t to the state of `key` in the current phase (skips non-float tensors)."""
-        if not is_measurable(t):
-            return
-        st = self.state(key, t.device)
-        _ops.accumulate_(t, st.fstate, st.istate, st.scratch, self._flag(t.device), *self._op_args)
+        self._measure_in(key, t, self._phase)
 
-    def _make_hook(self, name, kind, output):
-        def hook(module, args, out=None):
-            if not self._active:
-                return None
-            obj = out if output else args
-            if isinstance(obj, torch.Tensor):
-                self.measure(TargetKey(name, kind), obj)
-            else:
-                if not output and isinstance(obj, tuple) and len(obj) == 1:
-                    obj = obj[0]  # a single positional input is named like a plain tensor
-                for leaf, t in tensor_leaves(obj):
-                    self.measure(TargetKey(name, kind, leaf), t)
-            return None
-        return hook
+    def watch(self, name, tensor):
+        """Call inside a forward: measures `tensor` ("name:watch") and, if it requires grad, its gradient
+        ("name:watch_grad"). Returns the tensor unchanged, so `x = mon.watch("attn", x)` also works."""
+        return targets.watch(self, name, tensor)
+
+    def _eager_point(self):
+        """Runs outside compiled code (root forward, step, optimizer step, stats): allocates what compiled
+        code reached first, and says once what torch.compile changes."""
+        if self._late:
+            late, self._late = sorted(self._late, key=lambda k: (k[0], k[1].id)), set()
+            for phase, key, device in late:
+                self.state(key, device, phase)
+                self._flag(device)
+            self._tell("late", f"hookstats: {len(late)} target(s) ({', '.join(k[1].id for k in late[:4])}"
+                               f"{', ...' if len(late) > 4 else ''}) were first reached inside torch.compile, "
+                               "where their state cannot be allocated; they are allocated now and measured from "
+                               "the next call on (one recompile). Run one eager step before compiling to "
+                               "measure them from the start.")
+        if self._compiled and not self._manual:
+            self._tell("steps", "hookstats: under torch.compile root forwards are not counted as steps; call "
+                                "mon.step() after each step (outside the compiled function) for every=N and history.")
+        if self._compiled and self._input_grads:
+            self._tell("input_grads", "hookstats: input_grads=True uses full backward hooks, which torch.compile "
+                                      "cannot trace (a graph break per hooked module); they still run eagerly.")
+
+    def _tell(self, what, msg):
+        if what not in self._told:
+            self._told.add(what)
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
     # ---- reading ----
     def stats(self, phase="train", kind=None):
         """{target id: record} of running totals since attach or reset(). The one place that reads the device."""
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+        self._eager_point()
         chosen = [st for (ph, key, _), st in self._states.items()
-                  if ph == phase and (kind is None or key.kind == kind)]
+                  if ph == phase and (kind is None or key.kind == kind) and getattr(st, "reached", True)]
         host = self._to_host(chosen)
         grouped = {}
         for st in chosen:
@@ -258,7 +354,8 @@ class Monitor:
             if rec["count"] == 0 and key.leaf == "" and any(k.module == key.module and k.kind == key.kind and k.leaf
                                                          for k in grouped):
                 continue  # preallocated plain-tensor state of a module whose outputs turned out to be tuples
-            out[key.id] = {"module": key.module, "kind": key.kind, "leaf": key.leaf, "phase": phase, **rec}
+            out[key.id] = {"module": key.module, "kind": key.kind, "leaf": key.leaf, "call": key.call,
+                           "phase": phase, **rec}
         return out
 
     @staticmethod
@@ -278,6 +375,8 @@ class Monitor:
     def reset(self):
         for st in self._states.values():
             st.reset()
+        if self._param_grads is not None:
+            self._param_grads.clear()
 
     def reduce(self, group=None):
         """Every target's state merged over the ranks of `group` (all ranks must call it), as a snapshot
@@ -320,6 +419,8 @@ class Monitor:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        if self._param_grads is not None:
+            self._param_grads.remove()
         if self._history is not None:
             self._history.close()  # records the open step, flushes and closes the sinks
 
@@ -340,14 +441,19 @@ class Monitor:
 
 
 def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
-           steps="forward", inputs=False, outputs=True, history=False, log_every=10, sinks=None, alerts=True,
+           steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
+           separate_calls=False, history=False, log_every=10, sinks=None, alerts=True,
            config=None, **config_kwargs):
     """Hooks `model` and returns a Monitor (also a context manager that removes the hooks on exit).
 
     modules/types/exclude select what is hooked (default: every module with parameters of its own);
     every=N measures one step in N; steps="forward" counts a step per root forward in training mode,
     steps="manual" lets mon.step() end each step (gradient accumulation); eval=True also measures eval-mode forwards, kept apart from train;
-    inputs=True measures module inputs; config (a StatsConfig) or its fields as keywords (nbins, lo, hi,
+    inputs=True measures module inputs; grads (default on) the gradients flowing back into the outputs;
+    input_grads=True the gradients w.r.t. module inputs (full backward hooks; no in-place ops on the
+    outputs, graph breaks under torch.compile); param_grads=True each parameter's gradient once per
+    optimizer step; separate_calls=True keeps each call of a module in a step apart ("fc:output@1").
+    config (a StatsConfig) or its fields as keywords (nbins, lo, hi,
     eps, near_zero, linear_hist, log_hist) set what is measured.
     history=True (or an int: the device ring's capacity in steps) keeps per-step statistics, drained
     every log_every steps to mon.history() and to `sinks`; alerts (True, False or hookstats.AlertRules).
@@ -360,7 +466,8 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
             raise ValueError(f"unknown argument(s) to attach: {sorted(unknown)}")
         config = StatsConfig(**config_kwargs)
     selected = select_modules(model, modules, types, exclude, include_paramless)
-    mon = Monitor(model, config, selected, every=every, eval=eval, inputs=inputs, outputs=outputs, steps=steps)
+    mon = Monitor(model, config, selected, every=every, eval=eval, inputs=inputs, outputs=outputs, steps=steps,
+                  grads=grads, input_grads=input_grads, param_grads=param_grads, separate_calls=separate_calls)
     if history is not False or sinks:
         from .history import History
         try:

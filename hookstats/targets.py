@@ -1,0 +1,171 @@
+"""Where hooks attach: module outputs and the gradients flowing back into them, module inputs, gradients
+w.r.t. module inputs, parameter gradients once per optimizer step, and any tensor (mon.watch). Each hook
+only resolves a preallocated state and calls the fused op; none of them changes what it observes."""
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+
+def in_recompute():
+    """True while a forward runs inside backward: activation checkpointing recomputing its segment."""
+    return torch._C._current_graph_task_id() != -1
+
+
+def skip_now(mon):
+    """Eager fast path: skip unsampled steps. Compiled code never branches on the step (that would
+    recompile each step); there the device-side flag masks the op instead."""
+    return not torch.compiler.is_compiling() and not mon._active
+
+
+def recomputing():
+    return not torch.compiler.is_compiling() and in_recompute()
+
+
+def named_leaves(obj, leaves):
+    if isinstance(obj, torch.Tensor):
+        return [("", obj)]
+    return list(leaves(obj))
+
+
+# The gradient "tap" is Tensor.register_hook on the observed tensor, not an autograd.Function returning
+# x.view_as(x): PyTorch forbids in-place ops on a custom Function's view output (ReLU(inplace=True) after a
+# hooked layer raises, eager and compiled), and a tap would replace the module's output object. Dynamo
+# traces tensor hooks on intermediates into the compiled backward with no graph break (tests/test_compile.py).
+def tap_grad(mon, key, t, phase):
+    """Measures the gradient of the loss w.r.t. t (the value t had here, before any later in-place op)."""
+    if not (t.requires_grad and t.is_floating_point()):
+        return
+    # eager: listed once a gradient arrives; compiled: once tapped (a backward hook cannot mutate Python state)
+    target = mon._resolve(key, t.device, phase, reach=torch.compiler.is_compiling())
+    if target is None:
+        return
+    st, flag = target
+
+    def on_grad(g):
+        if torch.compiler.is_compiling():
+            mon._accumulate(g, st, flag)
+        elif mon.attached:
+            st.reached = True
+            mon._accumulate(g, st, flag)
+        return None
+
+    t.register_hook(on_grad)
+
+
+def output_hook(mon, name, values=True, grads=True):
+    """Forward hook: each floating leaf of the output, and (grads) the gradient flowing back into it."""
+    def hook(module, args, out):
+        # a recomputed forward (checkpointing) was measured the first time; with use_reentrant=True
+        # its gradients flow through the recomputed graph only, so they are tapped there
+        recompute = recomputing()
+        if not mon._measures_phase() or skip_now(mon) or recompute and not grads:
+            return None
+        call = mon._next_call(name)
+        phase = mon._phase
+        for leaf, t in named_leaves(out, mon._leaves):
+            key = mon._key(name, "output", leaf, call)
+            if values and not recompute:
+                mon._measure_in(key, t, phase)
+            if grads:
+                tap_grad(mon, mon._key(name, "grad_output", leaf, call), t, phase)
+        return None
+    return hook
+
+
+def input_hook(mon, name):
+    """Forward pre-hook: each floating leaf of the positional inputs (a single input is named like a tensor)."""
+    def hook(module, args):
+        if not mon._measures_phase() or skip_now(mon) or recomputing():
+            return None
+        obj = args[0] if len(args) == 1 else args
+        call = mon._next_call(name, "input")
+        for leaf, t in named_leaves(obj, mon._leaves):
+            mon._measure_in(mon._key(name, "input", leaf, call), t, mon._phase)
+        return None
+    return hook
+
+
+def input_grad_hook(mon, name):
+    """Full backward hook (register_full_backward_hook): gradients w.r.t. the module's inputs, through the
+    module only. PyTorch wraps the module's outputs for it, so it forbids in-place ops on those outputs
+    and breaks the graph under torch.compile; it is therefore an option (input_grads=True)."""
+    def hook(module, grad_input, grad_output):
+        if not mon._measures_phase() or skip_now(mon):
+            return None
+        obj = grad_input[0] if len(grad_input) == 1 else grad_input
+        for leaf, g in named_leaves(obj, mon._leaves):
+            mon._measure_in(mon._key(name, "grad_input", leaf, None), g, mon._phase)
+        return None
+    return hook
+
+
+def watch(mon, name, t):
+    """mon.watch(name, t): measures t now and, if it requires grad, its gradient. Returns t unchanged."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"watch: name must be a non-empty string, got {name!r}")
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        raise ValueError(f"watch({name!r}, ...): expected a floating-point tensor, got "
+                         f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
+    if not mon.attached or not mon._measures_phase() or skip_now(mon):
+        return t
+    call = mon._next_call(name, "watch")
+    phase = mon._phase
+    if not recomputing():
+        mon._measure_in(mon._key(name, "watch", "", call), t, phase)
+    tap_grad(mon, mon._key(name, "watch_grad", "", call), t, phase)
+    return t
+
+
+class ParamGrads:
+    """Parameter gradients after accumulation, one state per parameter, measured once per optimizer step.
+
+    A post-accumulate-grad hook only marks the parameter as fresh (no device work per micro-batch); the
+    fresh gradients are measured with one multi-tensor op per device just before any torch.optim
+    optimizer steps (a global step pre-hook, so no optimizer has to be passed), or at mon.step() for
+    loops without a torch.optim optimizer. Frozen parameters (requires_grad=False) get no hook and no state.
+    """
+
+    def __init__(self, mon, named_params):
+        self.mon = mon
+        self.params = {}  # id(param) -> (key, param)
+        for name, p in named_params:
+            if p.requires_grad and p.is_floating_point() and id(p) not in self.params:
+                self.params[id(p)] = (mon._key(name, "param_grad", "", None), p)
+        self.fresh = {}
+        self.handles = [p.register_post_accumulate_grad_hook(self._mark) for _, p in self.params.values()]
+        self.handles.append(register_optimizer_step_pre_hook(self._on_optimizer_step))
+        for key, p in self.params.values():
+            mon._resolve(key, p.device, "train", reach=False)
+
+    def _mark(self, p):
+        self.fresh[id(p)] = p
+
+    def _on_optimizer_step(self, optimizer, args, kwargs):
+        self.mon._eager_point()
+        ids = [id(p) for group in optimizer.param_groups for p in group["params"]]
+        self.flush(ids)
+
+    def flush(self, ids=None):
+        """Measures the fresh gradients (of `ids`, default all) and forgets them."""
+        ids = list(self.fresh) if ids is None else [i for i in ids if i in self.fresh]
+        if not ids:
+            return
+        by_dev = {}
+        for i in ids:
+            p = self.fresh.pop(i)
+            g = p.grad
+            if g is None or g.layout != torch.strided or not self.mon._sampled:
+                continue
+            target = self.mon._resolve(self.params[i][0], g.device, "train")
+            if target is not None:
+                by_dev.setdefault(g.device, []).append((g, target[0]))
+        for dev, items in by_dev.items():
+            self.mon._accumulate_many([g for g, _ in items], [st for _, st in items], dev)
+
+    def clear(self):
+        self.fresh.clear()
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+        self.fresh.clear()
