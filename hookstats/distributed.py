@@ -64,7 +64,8 @@ class Reduced:
             rec = finalize(f[r], i[r], self.cfg)
             if rec["count"] == 0 and not key.leaf and (key.module, key.kind) in leafy:
                 continue  # preallocated plain-tensor state of a module whose outputs turned out to be tuples
-            out[key.id] = {"module": key.module, "kind": key.kind, "leaf": key.leaf, "phase": phase, **rec}
+            out[key.id] = {"module": key.module, "kind": key.kind, "leaf": key.leaf, "call": getattr(key, "call", None),
+                           "phase": phase, **rec}
         return out
 
     def __repr__(self):
@@ -78,9 +79,11 @@ def _comm_device(devices, group):
 
 
 def _local_rows(monitor, device):
-    """(phase, TargetKey) -> (fstate, istate) on `device`, one row per target (devices of a rank merged)."""
+    """(phase, TargetKey) -> (fstate, istate) on `device`, one row per target (devices of a rank merged).
+    Preallocated states no hook ever reached are left out, as in Monitor.stats()."""
     rows = {}
-    for (phase, key, dev), st in sorted(monitor._states.items(), key=lambda kv: (kv[0][0], kv[0][1].id, str(kv[0][2]))):
+    reached = [kv for kv in monitor._states.items() if getattr(kv[1], "reached", True)]
+    for (phase, key, dev), st in sorted(reached, key=lambda kv: (kv[0][0], kv[0][1].id, str(kv[0][2]))):
         f, i = st.fstate.to(device), st.istate.to(device)
         prev = rows.get((phase, key))
         rows[(phase, key)] = (f, i) if prev is None else (chan_merge_rows(prev[0], f), prev[1] + i)
@@ -97,6 +100,8 @@ def _check_same_config(configs):
 def reduce(monitor, group=None):
     """Merges `monitor`'s state over the ranks of `group` (default: the whole world); every rank of the group
     must call it. Without an initialized process group it returns the local state as a world of one."""
+    if hasattr(monitor, "_eager_point"):
+        monitor._eager_point()  # allocates states first reached inside compiled code
     devices = {st.fstate.device for st in monitor._states.values()} or {torch.device("cpu")}
     if not is_initialized():
         world = 1

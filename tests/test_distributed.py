@@ -53,7 +53,7 @@ def local_raw(mon):
 # ---------------- what each rank runs ----------------
 def scenario_reduce(rank, world):
     model = mlp()
-    mon = hookstats.attach(model, modules=["0", "1", "2"], eval=True, **CFG)
+    mon = hookstats.attach(model, modules=["0", "1", "2"], eval=True, grads=False, **CFG)
     seen = {}
     capture(model, seen, ["0", "1", "2"])
     g = torch.Generator().manual_seed(100 + rank)
@@ -77,7 +77,7 @@ def scenario_reduce(rank, world):
 
 
 def scenario_bad_config(rank, world):
-    mon = hookstats.attach(mlp(), nbins=8 + rank)
+    mon = hookstats.attach(mlp(), grads=False, nbins=8 + rank)
     try:
         reduce(mon)
     except ValueError as e:
@@ -85,8 +85,8 @@ def scenario_bad_config(rank, world):
     return None
 
 
-def train(model, mon_model, rank, world):
-    mon = hookstats.attach(mon_model, **CFG)
+def train(model, mon_model, rank, world, **kw):
+    mon = hookstats.attach(mon_model, **kw, **CFG)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     for step in range(STEPS):
         x, y = train_batch(step, rank, world)
@@ -98,7 +98,8 @@ def train(model, mon_model, rank, world):
 
 def scenario_ddp(rank, world):
     ddp = nn.parallel.DistributedDataParallel(mlp())
-    return train(ddp, ddp, rank, world).reduce().stats()
+    mon = train(ddp, ddp, rank, world, param_grads=True)
+    return {"reduced": mon.reduce().stats(), "local": mon.stats()}
 
 
 def scenario_fsdp2(rank, world):
@@ -107,7 +108,8 @@ def scenario_fsdp2(rank, world):
     fully_shard(model[0])
     fully_shard(model[2])
     fully_shard(model)
-    return train(model, model, rank, world).reduce().stats()
+    # param_grads=True is left out: p.grad is a sharded DTensor there (see the report of issue 6)
+    return {"reduced": train(model, model, rank, world).reduce().stats()}
 
 
 def worker(rank, world, port, out_dir):
@@ -204,50 +206,81 @@ def test_reduce_rejects_different_configs_on_every_rank(ranks):
         assert r["bad_config"] is not None and "StatsConfig differs between ranks" in r["bad_config"]
 
 
-def single_process_training(world, names):
-    """The oracle of DDP/FSDP: one process trains on the union of the ranks' batches (same mean loss)."""
+def single_process_training(world):
+    """The oracle of DDP/FSDP: one process trains on the union of the ranks' batches (equal batches: the
+    same mean loss). A rank's output gradient is `world` times the single-process one (its loss is the
+    mean over its own batch); its parameter gradient after DDP's all-reduce is the single-process one."""
     model = mlp()
     seen = {}
-    capture(model, seen, names)
+    capture(model, seen, ["0", "2"])
+    def grad_tap(name):
+        def hook(module, args, out):
+            out.register_hook(lambda g: seen.setdefault(f"{name}:grad_output", []).append(g * world))
+        return hook
+
+    for n in ("0", "2"):
+        model.get_submodule(n).register_forward_hook(grad_tap(n))
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     for step in range(STEPS):
         xs, ys = zip(*(train_batch(step, r, world) for r in range(world)))
         nn.functional.mse_loss(model(torch.cat(xs)), torch.cat(ys)).backward()
+        for pn, p in model.named_parameters():
+            seen.setdefault(f"{pn}:param_grad", []).append(p.grad.clone())
         opt.step()
         opt.zero_grad()
-    return {n: torch.cat([t.reshape(-1) for t in ts]) for n, ts in seen.items()}
+    return {(n if ":" in n else f"{n}:output"): torch.cat([t.reshape(-1) for t in ts]) for n, ts in seen.items()}
+
+
+def assert_close_to_oracle(st, x, cfg, copies=1):
+    """Statistics of data-parallel training vs the oracle: weights after a data-parallel step differ from
+    single-process ones by float32 rounding only, so values match closely and bins up to a value or two."""
+    fo, io = oracle(x.repeat(copies), cfg)
+    assert st["count"] == io[layout.COUNT]
+    np.testing.assert_allclose(st["mean"], fo[layout.MEAN], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(st["var"], fo[layout.M2] / (fo[layout.N_FINITE] - 1), rtol=1e-5)
+    np.testing.assert_allclose([st["min"], st["max"]], fo[layout.MIN:], rtol=1e-5)
+    lin = io[layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(cfg.nbins)]
+    assert np.abs(st["hist"] - lin[1: cfg.nbins + 1]).sum() <= 2 * copies
 
 
 @pytest.mark.parametrize("mode,prefix", [("ddp", "module."), ("fsdp2", "")])
 def test_data_parallel_training_matches_single_process(ranks, mode, prefix):
     cfg = hookstats.StatsConfig(**CFG)
-    data = single_process_training(len(ranks), ["0", "2"])
-    stats = ranks[0][mode]
-    assert set(stats) == {f"{prefix}0:output", f"{prefix}2:output"}
-    for name, x in data.items():
-        st = stats[f"{prefix}{name}:output"]
-        fo, io = oracle(x, cfg)
-        assert st["count"] == io[layout.COUNT]
-        # weights after a data-parallel step differ from single-process ones by float32 rounding only
-        np.testing.assert_allclose(st["mean"], fo[layout.MEAN], rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(st["var"], fo[layout.M2] / (fo[layout.N_FINITE] - 1), rtol=1e-5)
-        np.testing.assert_allclose([st["min"], st["max"]], fo[layout.MIN:], rtol=1e-5)
-        lin = io[layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(cfg.nbins)]
-        assert np.abs(st["hist"] - lin[1: cfg.nbins + 1]).sum() <= 2
+    world = len(ranks)
+    data = single_process_training(world)
+    stats = ranks[0][mode]["reduced"]
+    expect = {f"{n}:{k}" for n in "02" for k in ("output", "grad_output")}
+    if mode == "ddp":
+        expect |= {f"{n}.{w}:param_grad" for n in "02" for w in ("weight", "bias")}
+    assert set(stats) == {prefix + k for k in expect}
+    for k in expect:
+        # every rank measured the same synchronized parameter gradients: the merge holds `world` copies
+        assert_close_to_oracle(stats[prefix + k], data[k], cfg, copies=world if k.endswith("param_grad") else 1)
     for r in ranks[1:]:
-        assert r[mode].keys() == stats.keys()
+        assert r[mode]["reduced"].keys() == stats.keys()
         for k in stats:
-            assert r[mode][k]["mean"] == stats[k]["mean"] and r[mode][k]["count"] == stats[k]["count"]
+            assert r[mode]["reduced"][k]["mean"] == stats[k]["mean"] and r[mode]["reduced"][k]["count"] == stats[k]["count"]
+
+
+def test_ddp_param_grad_stats_measure_the_synchronized_gradients(ranks):
+    cfg = hookstats.StatsConfig(**CFG)
+    data = single_process_training(len(ranks))
+    for r in ranks:
+        local = r["ddp"]["local"]
+        for k in (f"{n}.{w}:param_grad" for n in "02" for w in ("weight", "bias")):
+            assert_close_to_oracle(local["module." + k], data[k], cfg)
 
 
 def test_reduce_without_process_group_is_the_local_state():
     model = mlp()
-    with hookstats.attach(model, **CFG) as mon:
-        model(torch.randn(5, 6))
+    with hookstats.attach(model, param_grads=True, **CFG) as mon:
+        model(torch.randn(5, 6)).sum().backward()
+        mon.step()
     red = mon.reduce()
     assert isinstance(red, Reduced) and red.world_size == 1
     local, merged = mon.stats(), red.stats()
     assert local.keys() == merged.keys()
     for k in local:
-        np.testing.assert_array_equal(merged[k]["hist"], local[k]["hist"])
-        assert merged[k]["mean"] == local[k]["mean"] and merged[k]["std"] == local[k]["std"]
+        assert local[k].keys() == merged[k].keys()
+        for field, v in local[k].items():
+            np.testing.assert_array_equal(merged[k][field], v, err_msg=f"{k} {field}")  # NaN == NaN here
