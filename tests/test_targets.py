@@ -1,0 +1,478 @@
+"""Every hook target (output grads, inputs, input grads, parameter grads, watch) against the float64 oracle
+on tensors captured from an unhooked twin model, gradients from torch.autograd.grad; the cases real models
+hit (in-place, reuse, containers, checkpointing, frozen params); pass-through and no host sync in backward."""
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import HostSyncError, no_host_sync, oracle
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import hookstats
+from hookstats.monitor import tensor_leaves
+from hookstats.stats import finalize
+
+ALL = dict(inputs=True, grads=True, input_grads=True, param_grads=True)
+
+
+def assert_matches(rec, t, cfg):
+    """rec (a stats() record) holds exactly the statistics of tensor t, by the independent oracle."""
+    exp = finalize(*oracle(t.detach().reshape(-1), cfg), cfg)
+    assert rec["count"] == exp["count"] == t.numel()
+    np.testing.assert_array_equal(rec["hist"], exp["hist"])
+    np.testing.assert_array_equal(rec["log2_hist"], exp["log2_hist"])
+    assert rec["near_zero_count"] == exp["near_zero_count"]
+    assert (rec["min"], rec["max"]) == (exp["min"], exp["max"])
+    spread = exp["std"] if exp["std"] > 0 else 1e-3  # the fused op sums in float32 chunks
+    assert rec["mean"] == pytest.approx(exp["mean"], rel=1e-6, abs=1e-6 * spread)
+    assert rec["std"] == pytest.approx(exp["std"], rel=1e-5, nan_ok=True)
+
+
+def cat(ts):
+    return torch.cat([t.detach().reshape(-1) for t in ts])
+
+
+def capture(model, x, loss_fn, names, steps=1):
+    """{target id: tensor} of an unhooked model: outputs/inputs by our own forward hooks, their gradients
+    by torch.autograd.grad of the same loss, parameter gradients from .grad (summed over `steps` backwards)."""
+    mods = dict(model.named_modules())
+    seen = {}
+
+    def keep(tid, t):
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            seen.setdefault(tid, []).append(t)
+
+    def fwd(name):
+        def hook(m, args, out):
+            for leaf, t in tensor_leaves(out):
+                keep(f"{name}:output{leaf}", t)
+            for leaf, t in tensor_leaves(args[0] if len(args) == 1 else args):
+                keep(f"{name}:input{leaf}", t)
+        return hook
+
+    hs = [mods[n].register_forward_hook(fwd(n)) for n in names]
+    model.zero_grad(set_to_none=True)
+    grads = {}
+    for _ in range(steps):
+        seen_before = {k: len(v) for k, v in seen.items()}
+        loss = loss_fn(model(x))
+        new = [(k, t) for k, v in seen.items() for t in v[seen_before.get(k, 0):] if t.requires_grad]
+        gs = torch.autograd.grad(loss, [t for _, t in new], retain_graph=True, allow_unused=True)
+        for (k, _), g in zip(new, gs):
+            if g is not None:
+                grads.setdefault(k.replace(":output", ":grad_output").replace(":input", ":grad_input"), []).append(g)
+        loss.backward()
+    for h in hs:
+        h.remove()
+    out = {k: cat(v) for k, v in {**seen, **grads}.items()}
+    for n in names:
+        for pn, p in mods[n].named_parameters(recurse=False):
+            if p.grad is not None:
+                out[f"{n + '.' if n else ''}{pn}:param_grad"] = p.grad.detach().clone().reshape(-1)
+    return out
+
+
+def twins(make):
+    torch.manual_seed(0)
+    a = make()
+    b = make()
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 3))
+
+
+def cnn():
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2),
+                         nn.ReLU(), nn.Flatten(), nn.Linear(8 * 2 * 2, 4))
+
+
+def block():
+    return nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True)
+
+
+def run(model, x, loss_fn, steps=1, **kw):
+    mon = hookstats.attach(model, **kw)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: param grads are measured at each step
+    for _ in range(steps):
+        loss_fn(model(x)).backward()
+        opt.step()
+        opt.zero_grad()
+    mon.remove()
+    return mon
+
+
+@pytest.mark.parametrize("make, shape, checks", [
+    (mlp, (32, 8), None),
+    (cnn, (4, 3, 6, 6), None),
+    # grad_input by autograd.grad is the total gradient of the input: equal to "through the module"
+    # only for inputs with one consumer, so the residual-fed sublayers' grad_input are not compared
+    (block, (2, 5, 16), {"self_attn:grad_input[0]", "norm1:grad_input", "linear1:grad_input",
+                         "norm2:grad_input"}),
+], ids=["mlp", "cnn", "transformer"])
+def test_every_target_matches_the_oracle_on_captured_tensors(make, shape, checks):
+    model, ref = twins(make)
+    x = torch.randn(*shape)
+    loss_fn = lambda y: y.square().mean()  # noqa: E731
+    mon = run(model, x, loss_fn, **ALL)
+    names = list(mon.modules)
+    want = capture(ref, x, loss_fn, names)
+    got = mon.stats()
+    kinds = {r["kind"] for r in got.values()}
+    assert kinds == {"output", "input", "grad_output", "grad_input", "param_grad"}
+    compared = 0
+    for tid, rec in got.items():
+        if checks and tid in checks:
+            continue
+        if rec["kind"] == "grad_input" and tid not in want:
+            continue  # e.g. the first layer: x does not require grad
+        assert tid in want, tid
+        assert_matches(rec, want[tid], mon.cfg)
+        compared += 1
+    assert compared >= len(names) * 4
+
+
+def test_output_gradients_equal_autograd_grad_over_several_steps():
+    model, ref = twins(mlp)
+    x = torch.randn(16, 8)
+    loss_fn = lambda y: F.cross_entropy(y, torch.arange(16) % 3)  # noqa: E731
+    mon = run(model, x, loss_fn, steps=3)
+    want = capture(ref, x, loss_fn, ["0", "2", "4"], steps=3)
+    got = mon.stats(kind="grad_output")
+    assert set(got) == {"0:grad_output", "2:grad_output", "4:grad_output"}
+    for tid, rec in got.items():
+        assert_matches(rec, want[tid], mon.cfg)
+
+
+def test_in_place_activation_after_the_hooked_layer():
+    """Gradient of the layer's own output (before the in-place ReLU), the same as without in-place."""
+    torch.manual_seed(0)
+    lin = nn.Linear(8, 32)
+    model = nn.Sequential(lin, nn.ReLU(inplace=True), nn.Linear(32, 2))
+    ref = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 2))
+    ref.load_state_dict(model.state_dict())
+    x = torch.randn(64, 8)
+    mon = run(model, x, lambda y: y.sum(), param_grads=True)
+    want = capture(ref, x, lambda y: y.sum(), ["0", "2"])
+    got = mon.stats()
+    assert got["0:output"]["min"] < 0
+    for tid in ("0:output", "0:grad_output", "2:grad_output", "0.weight:param_grad"):
+        assert_matches(got[tid], want[tid], mon.cfg)
+
+
+class Twice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(torch.tanh(self.lin(x)))
+
+
+def test_a_module_called_twice_counts_both_calls_or_keeps_them_apart():
+    model, ref = twins(Twice)
+    x = torch.randn(3, 4)
+    merged = run(model, x, lambda y: y.square().sum()).stats()
+    apart = run(model, x, lambda y: y.square().sum(), separate_calls=True).stats()
+    seen = []
+    h = ref.lin.register_forward_hook(lambda m, a, o: seen.append(o))
+    y = ref(x)
+    h.remove()
+    g = torch.autograd.grad(y.square().sum(), seen)
+    cfg = hookstats.StatsConfig()
+    assert_matches(merged["lin:output"], cat(seen), cfg)
+    assert_matches(merged["lin:grad_output"], cat(g), cfg)
+    for k in (0, 1):
+        assert_matches(apart[f"lin:output@{k}"], seen[k], cfg)
+        assert_matches(apart[f"lin:grad_output@{k}"], g[k], cfg)
+        assert apart[f"lin:output@{k}"]["call"] == k
+    assert "lin:output" not in apart
+
+
+@dataclasses.dataclass
+class Out:
+    logits: torch.Tensor
+    aux: tuple
+    ids: torch.Tensor = None
+
+
+class Containers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y, z = self.a(x), self.b(x)
+        return Out(y, (z * 2, {"z": torch.sigmoid(z), "none": None}), y.argmax(-1))
+
+
+def test_dataclass_tuple_dict_outputs_name_each_float_leaf_for_values_and_gradients():
+    model = Containers()
+    head = nn.Sequential(model)
+    with hookstats.attach(head, modules=["0"]) as mon:
+        o = head(torch.randn(5, 4))
+        (o.logits.sum() + o.aux[0].square().sum() + o.aux[1]["z"].sum()).backward()
+    got = mon.stats()
+    leaves = {".logits", ".aux[0]", ".aux[1]['z']"}
+    assert set(got) == {f"0:{k}{leaf}" for k in ("output", "grad_output") for leaf in leaves}
+    cfg = mon.cfg
+    assert_matches(got["0:grad_output.logits"], torch.ones(5, 4), cfg)
+    assert_matches(got["0:grad_output.aux[0]"], 2 * o.aux[0].detach(), cfg)
+    assert_matches(got["0:output.aux[1]['z']"], o.aux[1]["z"], cfg)
+    assert_matches(got["0:grad_output.aux[1]['z']"], torch.ones(5, 4), cfg)
+
+
+def test_hf_model_output_leaves():
+    from transformers.modeling_outputs import BaseModelOutput
+
+    class Enc(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = self.lin(x)
+            return BaseModelOutput(last_hidden_state=h, hidden_states=(x, h))
+
+    model = Enc()
+    x = torch.randn(3, 4)
+    with hookstats.attach(model, modules=[""]) as mon:
+        out = model(x)
+        out.last_hidden_state.sum().backward()
+    got = mon.stats()
+    assert {":output['last_hidden_state']", ":output['hidden_states'][0]", ":output['hidden_states'][1]",
+            ":grad_output['last_hidden_state']"} <= set(got)
+    assert_matches(got[":grad_output['last_hidden_state']"], torch.ones(3, 4), mon.cfg)
+
+
+class Watched(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(8, 8)
+        self.mon = None
+
+    def forward(self, x):
+        scores = self.q(x) @ x.transpose(-1, -2) / 8 ** 0.5
+        if self.mon is not None:
+            scores = self.mon.watch("attn_scores", scores)
+        return torch.softmax(scores, -1) @ x
+
+
+def test_watch_measures_a_tensor_and_its_gradient():
+    model, ref = twins(Watched)
+    x = torch.randn(2, 6, 8)
+    mon = hookstats.attach(model, outputs=False, grads=False)
+    model.mon = mon
+    for _ in range(2):
+        model(x).square().sum().backward()
+    mon.remove()
+    seen = []
+    ref.mon = type("Spy", (), {"watch": lambda self, n, t: seen.append(t) or t})()
+    ys = [ref(x).square().sum() for _ in range(2)]
+    gs = [torch.autograd.grad(y, s)[0] for y, s in zip(ys, seen)]
+    got = mon.stats()
+    assert set(got) == {"attn_scores:watch", "attn_scores:watch_grad"}
+    assert_matches(got["attn_scores:watch"], cat(seen), mon.cfg)
+    assert_matches(got["attn_scores:watch_grad"], cat(gs), mon.cfg)
+    model(x)  # after remove(): watch is a no-op that returns the tensor
+    assert mon.stats()["attn_scores:watch"]["count"] == 2 * 2 * 6 * 6
+
+
+def test_watch_rejects_bad_input_clearly():
+    mon = hookstats.attach(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="name"):
+        mon.watch("", torch.ones(2))
+    with pytest.raises(ValueError, match="floating-point tensor"):
+        mon.watch("ids", torch.arange(3))
+    with pytest.raises(ValueError, match="floating-point tensor"):
+        mon.watch("x", [1.0])
+    mon.remove()
+
+
+def test_param_grads_once_per_optimizer_step_with_gradient_accumulation_and_frozen_params():
+    model, ref = twins(mlp)
+    model[2].weight.requires_grad_(False)
+    ref[2].weight.requires_grad_(False)
+    xs = [torch.randn(8, 8) for _ in range(3)]
+    mon = hookstats.attach(model, param_grads=True, steps="manual")
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    for _ in range(2):
+        for x in xs:  # three micro-batches, one optimizer step
+            model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+        mon.step()
+    mon.remove()
+    ropt = torch.optim.SGD([p for p in ref.parameters() if p.requires_grad], lr=0.1)
+    want = {}
+    for _ in range(2):
+        for x in xs:
+            ref(x).square().mean().backward()
+        for n, p in ref.named_parameters():
+            if p.grad is not None:
+                want.setdefault(n, []).append(p.grad.clone())
+        ropt.step()
+        ropt.zero_grad()
+    got = mon.stats(kind="param_grad")
+    assert set(got) == {f"{n}:param_grad" for n in want}
+    assert "2.weight:param_grad" not in got  # frozen: no hook, no state
+    for n, gs in want.items():
+        assert_matches(got[f"{n}:param_grad"], cat(gs), mon.cfg)
+
+
+def test_param_grads_without_an_optimizer_are_measured_at_step():
+    model = nn.Linear(4, 2)
+    mon = hookstats.attach(model, param_grads=True, steps="manual")
+    x = torch.randn(3, 4)
+    model(x).sum().backward()
+    model(x).sum().backward()
+    want = model.weight.grad.clone()
+    mon.step()
+    model.zero_grad()
+    mon.remove()
+    assert_matches(mon.stats()["weight:param_grad"], want, mon.cfg)
+
+
+def test_param_grads_follow_every_n():
+    model = nn.Linear(4, 2)
+    mon = hookstats.attach(model, param_grads=True, every=2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(5):  # steps 0, 2, 4 measured
+        model(torch.randn(3, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    mon.remove()
+    assert mon.stats()["weight:param_grad"]["count"] == 3 * 8
+
+
+class Checkpointed(nn.Module):
+    def __init__(self, reentrant):
+        super().__init__()
+        self.reentrant = reentrant
+        self.inner = nn.Sequential(nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 8))
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        if self.reentrant is None:
+            return self.head(self.inner(x))
+        return self.head(checkpoint(self.inner, x, use_reentrant=self.reentrant))
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
+def test_activation_checkpointing_is_not_counted_twice(reentrant):
+    torch.manual_seed(0)
+    plain = Checkpointed(None)
+    ckpt = Checkpointed(reentrant)
+    ckpt.load_state_dict(plain.state_dict())
+    x = torch.randn(16, 8, requires_grad=True)
+    kw = dict(inputs=True, param_grads=True)
+    a = run(plain, x, lambda y: y.square().sum(), steps=2, **kw).stats()
+    b = run(ckpt, x, lambda y: y.square().sum(), steps=2, **kw).stats()
+    assert set(a) == set(b) and len(a) >= 15
+    for tid, rec in a.items():
+        assert b[tid]["count"] == rec["count"], tid
+        np.testing.assert_array_equal(b[tid]["hist"], rec["hist"])
+        assert b[tid]["mean"] == pytest.approx(rec["mean"], rel=1e-6, abs=1e-9)
+
+
+def test_training_with_every_target_is_bit_exact():
+    """Hooks never change what they observe: identical parameters after training with and without them."""
+    def train(model, hooked):
+        mon = hookstats.attach(model, include_paramless=True, **ALL) if hooked else None
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        torch.manual_seed(1)
+        for _ in range(4):
+            x = torch.randn(4, 3, 6, 6)
+            loss = F.cross_entropy(model(x), torch.arange(4))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        if mon is not None:
+            assert mon.stats()["0:grad_output"]["count"] > 0
+            mon.remove()
+        return [p.detach().clone() for p in model.parameters()]
+
+    model, ref = twins(cnn)
+    for p, q in zip(train(model, True), train(ref, False)):
+        assert torch.equal(p, q)
+
+
+def test_eval_forwards_are_apart_and_grads_follow_their_phase():
+    model = mlp()
+    x = torch.randn(4, 8)
+    with hookstats.attach(model, eval=True) as mon:
+        model(x).sum().backward()
+        model.eval()
+        model(x).sum().backward()  # e.g. saliency in eval mode
+        with torch.no_grad():
+            model(x)
+    train, ev = mon.stats(), mon.stats(phase="eval")
+    assert train["0:grad_output"]["count"] == 64
+    assert ev["0:grad_output"]["count"] == 64 and ev["0:output"]["count"] == 128
+
+
+def test_pause_resume_and_reset_cover_gradients():
+    model = mlp()
+    x = torch.randn(4, 8)
+    mon = hookstats.attach(model, param_grads=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    for paused in (False, True, False):
+        (mon.pause if paused else mon.resume)()
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    got = mon.stats()
+    assert got["0:grad_output"]["count"] == 2 * 64 and got["0.weight:param_grad"]["count"] == 2 * 128
+    mon.reset()
+    assert mon.stats()["0:grad_output"]["count"] == 0
+    mon.remove()
+
+
+def all_hooks(model):
+    n = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
+            + len(m._backward_pre_hooks) for m in model.modules())
+    return n + sum(len(p._post_accumulate_grad_hooks or {}) for p in model.parameters())
+
+
+def test_remove_leaves_zero_hooks_of_any_kind():
+    from torch.optim.optimizer import _global_optimizer_pre_hooks
+    model = cnn()
+    before = len(_global_optimizer_pre_hooks)
+    mon = hookstats.attach(model, include_paramless=True, **ALL)
+    assert all_hooks(model) > 0 and len(_global_optimizer_pre_hooks) == before + 1
+    model(torch.randn(2, 3, 6, 6)).sum().backward()
+    mon.remove()
+    mon.remove()
+    assert all_hooks(model) == 0 and len(_global_optimizer_pre_hooks) == before
+
+
+def test_backward_and_optimizer_step_run_without_host_sync():
+    model = cnn()
+    x = torch.randn(4, 3, 6, 6)
+    mon = hookstats.attach(model, **ALL)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(x).sum().backward()  # first step allocates lazily created states
+    opt.step()
+    opt.zero_grad()
+    with no_host_sync() as ops:
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    assert sum("hookstats.accumulate_many_" in o for o in ops) == 1
+    assert sum("hookstats.accumulate_." in o for o in ops) >= 3 * 4  # outputs, inputs, grads...
+    mon.remove()
+
+
+def test_the_host_sync_guard_sees_backward():
+    x = torch.randn(3, requires_grad=True)
+    y = x * 2
+    y.register_hook(lambda g: g.sum().item() and None)
+    with pytest.raises(HostSyncError):
+        with no_host_sync():
+            y.sum().backward()
