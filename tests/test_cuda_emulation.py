@@ -1,0 +1,212 @@
+"""The real CUDA kernel source (csrc/cuda/stats_kernel.cuh) run on CPU threads through tests/cuda_emu/,
+under ThreadSanitizer and under Address/UndefinedBehaviorSanitizer, checked against the CPU kernel
+(integer statistics exactly) and a float64 NumPy oracle (moments); planted bugs must be caught."""
+import concurrent.futures
+import glob
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import oracle
+from hookstats import layout
+from hookstats.config import StatsConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EMU = os.path.join(ROOT, "tests", "cuda_emu")
+CFG = StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3)
+SANITIZERS = {
+    "tsan": ["-fsanitize=thread"],
+    "asan": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"],
+    "bug_nosync": ["-fsanitize=thread", "-DHS_BUG_NO_SYNC", "-DHS_EMU_FLOAT_ONLY"],
+    "bug_relaxed": ["-fsanitize=thread", "-DHS_BUG_RELAXED_TICKET", "-DHS_EMU_FLOAT_ONLY"],
+}
+# TSan reports races and exits 66; ASan/UBSan abort. halt_on_error=0: report every race of a run.
+ENV = dict(os.environ, TSAN_OPTIONS="halt_on_error=0 exitcode=66 report_signal_unsafe=0",
+           ASAN_OPTIONS="detect_leaks=1", UBSAN_OPTIONS="print_stacktrace=1")
+
+
+def cuda_include():
+    """The toolkit's include folder (cuda_fp16.h, libcu++); the nvcc on PATH may be a wrapper script."""
+    homes = [os.environ.get("CUDA_HOME", "")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        with open(nvcc, "rb") as f:
+            head = f.read(4096).decode(errors="ignore")
+        homes += [os.path.dirname(os.path.dirname(w)) for w in head.split() if w.endswith("/bin/nvcc")]
+        homes.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    homes += ["/usr/local/cuda"] + sorted(glob.glob("/usr/local/cuda-*"), reverse=True)
+    for h in homes:
+        if h and os.path.exists(os.path.join(h, "include", "cuda_fp16.h")):
+            return os.path.join(h, "include")
+    return None
+
+
+@pytest.fixture(scope="session")
+def drivers(tmp_path_factory):
+    """The driver built once per sanitizer setup, the builds running side by side."""
+    inc = cuda_include()
+    if inc is None:
+        if os.environ.get("HOOKSTATS_SKIP_CUDA_EMU") == "1":
+            pytest.skip("HOOKSTATS_SKIP_CUDA_EMU=1 and no CUDA toolkit headers")
+        pytest.fail("CUDA toolkit headers (cuda_fp16.h) not found: set CUDA_HOME, or HOOKSTATS_SKIP_CUDA_EMU=1")
+    out = tmp_path_factory.mktemp("cuda_emu")
+    cxx = os.environ.get("CXX", "g++")
+    base = [cxx, "-std=c++20", "-O1", "-g", "-pthread", f"-I{inc}", f"-I{os.path.join(inc, 'cccl')}",
+            f"-I{os.path.join(ROOT, 'csrc')}", os.path.join(EMU, "emu_driver.cpp")]
+
+    def build(name):
+        exe = str(out / name)
+        r = subprocess.run(base + SANITIZERS[name] + ["-o", exe], capture_output=True, text=True)
+        assert r.returncode == 0, f"building the {name} emulation driver failed:\n{r.stderr[-4000:]}"
+        return name, exe
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(build, SANITIZERS))
+
+
+def adversarial(n, dtype, seed):
+    """N(3, 2) with zeros, tiny and subnormal values, exact bin edges, outliers, NaN and +-Inf."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g, dtype=torch.float64) * 2 + 3
+    x[::97] = 0.0
+    x[1::101] = 1e-7
+    x[2::103] = -1e-40 if dtype in (torch.float32, torch.float64) else -1e-6
+    edges = torch.tensor(CFG.edges())
+    x[3::89] = edges[torch.randint(len(edges), (len(x[3::89]),), generator=g)]
+    x[4::211] = 3e4
+    x[5::499] = float("nan")
+    x[6::503] = float("inf")
+    x[7::509] = -float("inf")
+    if dtype == torch.float64:
+        x[8::307] = -1e150  # beyond float32: binned as -FLT_MAX; its square still fits float64
+    return x.to(dtype)
+
+
+def run_driver(exe, x, mode_args, cfg=CFG, threads=64, launches="2", tmp=None):
+    """Runs the emulated kernel; returns [(fstate, istate, ticket)] per target and the completed process."""
+    src, dst = tmp / "in.bin", tmp / "out.bin"
+    src.write_bytes(x.contiguous().view(torch.uint8).numpy().tobytes())
+    args = [exe, str(src), str(dst), str(x.dtype).split(".")[1], str(cfg.nbins), repr(cfg.lo32), repr(cfg.inv_w),
+            repr(cfg.eps32), str(cfg.flags), str(threads), launches] + [str(a) for a in mode_args]
+    r = subprocess.run(args, capture_output=True, text=True, env=ENV, timeout=300)
+    states = []
+    if r.returncode == 0:
+        raw = np.fromfile(dst, dtype=np.uint8)
+        per = 8 * (layout.FSTATE_SIZE + cfg.istate_size + 1)
+        for k in range(len(raw) // per):
+            rec = raw[k * per:(k + 1) * per]
+            f = rec[:40].view(np.float64)
+            i = rec[40:40 + 8 * cfg.istate_size].view(np.int64)
+            states.append((f, i, int(rec[-8:].view(np.int64)[0])))
+    return states, r
+
+
+def cpu_state(x, launches, cfg=CFG):
+    f = torch.tensor([0.0, 0.0, 0.0, float("nan"), float("nan")], dtype=torch.float64)
+    i = torch.zeros(cfg.istate_size, dtype=torch.int64)
+    for _ in range(launches):
+        torch.ops.hookstats.accumulate_(x, f, i, torch.empty(0, dtype=torch.uint8), torch.tensor([True]),
+                                        *cfg.op_args())
+    return f.numpy(), i.numpy()
+
+
+def check(state, x, launches, cfg=CFG):
+    """Integers equal the CPU kernel's; moments match the float64 oracle; the ticket is re-armed."""
+    f, i, ticket = state
+    cf, ci = cpu_state(x, launches, cfg)
+    bad = np.nonzero(i != ci)[0]
+    assert bad.size == 0, f"istate slots {bad[:10].tolist()} differ: emulated {i[bad[:10]]} vs CPU {ci[bad[:10]]}"
+    assert ticket == 0, f"ticket not re-armed: {ticket}"
+    of, _ = oracle(x, cfg)
+    assert f[layout.N_FINITE] == launches * of[layout.N_FINITE] == cf[layout.N_FINITE]
+    assert np.array_equal(f[[layout.MIN, layout.MAX]], cf[[layout.MIN, layout.MAX]], equal_nan=True)
+    if of[layout.N_FINITE]:
+        std = np.sqrt(of[layout.M2] / of[layout.N_FINITE])
+        assert abs(f[layout.MEAN] - of[layout.MEAN]) <= 1e-7 * (abs(of[layout.MEAN]) + std), (f, of)
+        assert abs(f[layout.M2] - launches * of[layout.M2]) <= 1e-6 * launches * of[layout.M2], (f, of)
+
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+# (dtype, grid, misalign in elements, n): every dtype, grids 1..8, aligned/misaligned, tails
+DENSE = [(torch.float32, 1, 0, 10007), (torch.float32, 3, 1, 10007), (torch.float32, 8, 3, 9001),
+         (torch.float64, 2, 1, 8193), (torch.float64, 5, 0, 10007), (torch.float16, 4, 3, 10007),
+         (torch.float16, 7, 0, 6007), (torch.bfloat16, 6, 1, 10007), (torch.bfloat16, 8, 5, 8191)]
+
+
+@pytest.mark.parametrize("dtype,grid,misalign,n", DENSE, ids=lambda v: str(v).replace("torch.", ""))
+def test_dense_tsan(drivers, tmp_path, dtype, grid, misalign, n):
+    x = adversarial(n, dtype, seed=grid)
+    states, r = run_driver(drivers["tsan"], x, ["dense", misalign, grid], tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    check(states[0], x, launches=2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n,misalign", [(1, 1), (7, 3), (33, 1), (1000, 2), (4099, 1)])
+def test_tails_and_misalignment_asan(drivers, tmp_path, dtype, n, misalign):
+    x = adversarial(n, dtype, seed=n)
+    states, r = run_driver(drivers["asan"], x, ["dense", misalign, 3], tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    check(states[0], x, launches=2)
+
+
+@pytest.mark.parametrize("cfg", [StatsConfig(nbins=7, lo=-1, hi=1, linear_hist=False),
+                                 StatsConfig(nbins=256, lo=0, hi=10, log_hist=False, near_zero="le"),
+                                 StatsConfig(nbins=1, linear_hist=False, log_hist=False)], ids=["log", "lin256", "none"])
+def test_histogram_flags(drivers, tmp_path, cfg):
+    x = adversarial(5003, torch.float32, seed=7)
+    states, r = run_driver(drivers["tsan"], x, ["dense", 1, 3], cfg=cfg, tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    check(states[0], x, launches=2, cfg=cfg)
+
+
+@pytest.mark.parametrize("san", ["tsan", "asan"])
+def test_multi_tensor_launch(drivers, tmp_path, san):
+    sizes, grids = [3001, 1, 257, 4096, 17], [2, 1, 1, 4, 1]
+    x = adversarial(sum(sizes), torch.bfloat16, seed=3)
+    states, r = run_driver(drivers[san], x, ["many", ",".join(map(str, sizes)), ",".join(map(str, grids))],
+                           tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    assert len(states) == len(sizes)
+    for st, part in zip(states, torch.split(x, sizes)):
+        check(st, part, launches=2)
+
+
+@pytest.mark.parametrize("san,dtype", [("tsan", torch.float32), ("asan", torch.float16), ("asan", torch.float64)])
+def test_strided_view(drivers, tmp_path, san, dtype):
+    base = adversarial(60 * 70, dtype, seed=5)
+    sizes, strides = (23, 31), (1, 70)  # a transposed slice: neither contiguous nor dense
+    view = base.as_strided(sizes, strides, 2)
+    assert not view.is_contiguous() and not view.t().is_contiguous()
+    states, r = run_driver(drivers[san], base[2:], ["strided", 3, "23,31", "1,70"], tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    check(states[0], view, launches=2)
+
+
+def test_disabled_launches_change_nothing(drivers, tmp_path):
+    x = adversarial(3000, torch.float32, seed=11)
+    states, r = run_driver(drivers["tsan"], x, ["dense", 0, 3], launches="2:3", tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    check(states[0], x, launches=2)
+
+
+def test_bitwise_identical_runs(drivers, tmp_path):
+    """Thread interleavings differ between runs; the fixed merge order makes the state identical."""
+    x = adversarial(10007, torch.float32, seed=2)
+    a, ra = run_driver(drivers["tsan"], x, ["dense", 1, 5], tmp=tmp_path)
+    b, rb = run_driver(drivers["tsan"], x, ["dense", 1, 5], tmp=tmp_path)
+    assert ra.returncode == 0 and rb.returncode == 0, ra.stderr[-3000:] + rb.stderr[-3000:]
+    assert a[0][0].tobytes() == b[0][0].tobytes() and np.array_equal(a[0][1], b[0][1])
+
+
+@pytest.mark.parametrize("bug", ["bug_nosync", "bug_relaxed"])
+def test_planted_bug_is_caught(drivers, tmp_path, bug):
+    """A missing __syncthreads after zeroing shared memory, or a relaxed ticket, must fail the run."""
+    x = adversarial(10007, torch.float32, seed=1)
+    _, r = run_driver(drivers[bug], x, ["dense", 0, 4], tmp=tmp_path)
+    assert r.returncode != 0 and "WARNING: ThreadSanitizer: data race" in r.stderr, \
+        f"the planted bug {bug} went unnoticed (rc={r.returncode})"
