@@ -1,0 +1,38 @@
+"""What the Lightning and HF callbacks log: the window's statistics merged over ranks, as flat scalars
+named `<prefix><module>/<kind><leaf>/<stat>` (characters loggers such as MLflow reject become '_')."""
+import re
+
+from .. import distributed
+
+DEFAULT_STATS = ("mean", "std", "min", "max", "near_zero", "nan", "posinf", "neginf")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/ ]")
+
+
+def window_stats(monitor, phase="train"):
+    """The monitor's statistics over every rank (a collective when torch.distributed is initialized:
+    every rank must call it), then a reset so the next window starts empty."""
+    stats = distributed.reduce(monitor).stats(phase=phase) if distributed.world_size() > 1 else monitor.stats(phase=phase)
+    monitor.reset()
+    return stats
+
+
+def flat_metrics(stats, prefix="hookstats/", fields=DEFAULT_STATS):
+    """{name: float} for the loggers; targets that saw nothing in the window are left out."""
+    out = {}
+    for tid, rec in stats.items():
+        if rec["count"] == 0:
+            continue
+        base = prefix + _UNSAFE.sub("_", f"{rec['module'] or 'model'}/{tid.split(':', 1)[1]}")
+        for f in fields:
+            if f not in rec:
+                raise ValueError(f"unknown statistic {f!r}; records have {sorted(k for k in rec if k != 'module')}")
+            v = rec[f]
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[f"{base}/{f}"] = float(v)
+    return out
+
+
+def check_every(name, v):
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+        raise ValueError(f"{name} must be None or an int >= 1, got {v!r}")
+    return v
