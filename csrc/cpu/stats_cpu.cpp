@@ -9,12 +9,15 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "../accumulator.h"
 #include "../check_args.h"
+#include "chunk_avx2.h"
 
 namespace hookstats {
 namespace {
@@ -24,7 +27,20 @@ constexpr int kLanes = 8;   // each lane sums kBlock / kLanes = 8 values in fp32
 constexpr int kSubHists = 4;  // private copies, so repeated bins do not serialise on one counter
 constexpr int64_t kMinChunk = int64_t(1) << 15;
 constexpr int64_t kMaxChunks = 1024;
-constexpr int kHistStride = kMaxBins + kLinExtra + kLogSlots + 1;  // +1: dummy log slot for non-finite
+constexpr int kMaxHistStride = kMaxBins + kLinExtra + kLogSlots + 1;  // +1: dummy log slot for non-finite
+
+int hist_stride(int nbins) { return static_cast<int>(lin_slots(nbins)) + kLogSlots + 1; }
+
+// The AVX2 kernel runs where the CPU has it; HOOKSTATS_CPU_KERNEL=portable forces the portable one.
+bool use_avx2() {
+  static const bool on = [] {
+    const char* env = std::getenv("HOOKSTATS_CPU_KERNEL");
+    if (env && std::string(env) == "portable") return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  }();
+  return on;
+}
 
 template <typename T>
 using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
@@ -49,8 +65,9 @@ template <typename T, bool kLin, bool kLog>
 struct ChunkKernel {
   using A = acc_t<T>;
   Params p;
+  int stride;  // of the sub-histograms in h
 
-  // Consumes x[0, n) (n < 2^31) into res and the chunk-local histograms h (kSubHists x kHistStride).
+  // Consumes x[0, n) (n < 2^31) into res and the chunk-local histograms h (kSubHists x stride).
   void run(const T* x, int64_t n, ChunkResult& res, uint32_t* h) const {
     A mn[kLanes], mx[kLanes];
     int32_t nz[kLanes] = {};
@@ -125,30 +142,49 @@ struct ChunkKernel {
       if (kLog) gs[i] = lin_n + (fin[i] ? log_slot(f) : kLogSlots);
     }
     for (int i = 0; i < m; ++i) {
-      uint32_t* hi = h + (i % kSubHists) * kHistStride;
+      uint32_t* hi = h + (i % kSubHists) * stride;
       if (kLin || !fin[i]) ++hi[ls[i]];
       if (kLog) ++hi[gs[i]];
     }
   }
 };
 
+// One chunk: the AVX2 kernel over its full blocks where it applies, the portable kernel for the rest.
+template <typename T, bool kLin, bool kLog>
+void run_chunk(const ChunkKernel<T, kLin, kLog>& kernel, bool avx2, const T* x, int64_t n, ChunkResult& res,
+               uint32_t* h) {
+  int64_t done = 0;
+  if constexpr (!std::is_same_v<T, double>) {
+    if (avx2) {
+      int64_t nonfin[3] = {0, 0, 0};  // NaN, +Inf, -Inf: the linear slots count them when kLin is off
+      done = avx2::run_blocks<T, kLin, kLog, kSubHists>(x, n, kernel.p, res.moments, res.near_zero, h,
+                                                         kernel.stride, nonfin);
+      const int nb = kernel.p.nbins;
+      for (int k = 0; k < 3; ++k) h[nb + 2 + k] += static_cast<uint32_t>(nonfin[k]);
+    }
+  }
+  if (done < n) kernel.run(x + done, n - done, res, h);
+}
+
 template <typename T, bool kLin, bool kLog>
 void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t* is) {
-  const int64_t chunk = std::max(kMinChunk, (n + kMaxChunks - 1) / kMaxChunks + kBlock - 1) / kBlock * kBlock;
+  constexpr int64_t align = avx2::kBlock;  // chunks hold whole AVX2 blocks: only the tensor's tail is left over
+  const int64_t chunk = std::max(kMinChunk, (n + kMaxChunks - 1) / kMaxChunks + align - 1) / align * align;
   const int64_t nchunks = (n + chunk - 1) / chunk;
   std::vector<ChunkResult> parts(nchunks);
-  const int lin_n = static_cast<int>(lin_slots(p.nbins));
-  const int used = lin_n + kLogSlots;
-  const ChunkKernel<T, kLin, kLog> kernel{p};
+  const int stride = hist_stride(p.nbins);
+  const int used = stride - 1;
+  const ChunkKernel<T, kLin, kLog> kernel{p, stride};
+  const bool avx2 = use_avx2();
   at::parallel_for(0, nchunks, 1, [&](int64_t begin, int64_t end) {
-    uint32_t h[kSubHists * kHistStride];
+    alignas(64) uint32_t h[kSubHists * kMaxHistStride];
     for (int64_t c = begin; c < end; ++c) {
-      std::fill(h, h + kSubHists * kHistStride, 0u);
+      std::fill(h, h + kSubHists * stride, 0u);
       const int64_t off = c * chunk;
-      kernel.run(x + off, std::min(chunk, n - off), parts[c], h);
+      run_chunk(kernel, avx2, x + off, std::min(chunk, n - off), parts[c], h);
       for (int s = 0; s < used; ++s) {
         uint64_t t = 0;
-        for (int k = 0; k < kSubHists; ++k) t += h[k * kHistStride + s];
+        for (int k = 0; k < kSubHists; ++k) t += h[k * stride + s];
         if (t) __atomic_fetch_add(&is[kLinBase + s], static_cast<int64_t>(t), __ATOMIC_RELAXED);
       }
     }
