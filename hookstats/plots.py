@@ -1,0 +1,243 @@
+"""Charts of the history with matplotlib (no pyplot state touched): layer stats over steps (fastai's
+plot_layer_stats), histogram heatmaps over steps (fastai's color_dim) for the linear and log2 bins, and a
+dynamic-range chart with the fp16/bf16/fp8 ranges and the share of values each would under/overflow."""
+import math
+
+import numpy as np
+import torch
+
+from . import layout
+
+FORMATS = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8 e4m3": torch.float8_e4m3fn,
+           "fp8 e5m2": torch.float8_e5m2}
+FORMAT_COLORS = {"fp16": "tab:red", "bf16": "tab:blue", "fp8 e4m3": "tab:green", "fp8 e5m2": "tab:orange"}
+
+
+def _figure(**kw):
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ImportError("hookstats charts need matplotlib: pip install 'hookstats[plots]'") from e
+    return Figure(**kw)
+
+
+# ---- data ----
+def collect(items):
+    """(step, record) pairs (a MemorySink's items(), read_jsonl, read_csv) -> {target: series}, where a
+    series holds NumPy arrays over steps: steps, mean, std, near_zero, and hist / log2_hist ([steps, bins],
+    None when the records have none), plus kind and hist_edges. Targets keep their first-seen order."""
+    rows = {}
+    for step, rec in items:
+        rows.setdefault(rec["target"], []).append((step, rec))
+    out = {}
+    for target, recs in rows.items():
+        recs.sort(key=lambda p: p[0])
+        s = {"target": target, "kind": recs[0][1].get("kind", ""), "steps": np.array([p[0] for p in recs])}
+        for stat in ("mean", "std", "near_zero"):
+            s[stat] = np.array([float(r.get(stat, math.nan)) for _, r in recs])
+        for h in ("hist", "log2_hist"):
+            ok = all(r.get(h) is not None for _, r in recs)
+            s[h] = np.stack([np.asarray(r[h], dtype=np.int64) for _, r in recs]) if ok else None
+        s["hist_edges"] = recs[0][1].get("hist_edges")
+        out[target] = s
+    return out
+
+
+def totals(series):
+    """{target: log2 histogram summed over the recorded steps}."""
+    return {t: s["log2_hist"].sum(0) for t, s in series.items() if s["log2_hist"] is not None}
+
+
+def _pick(series, targets, kind, max_targets):
+    if targets is None:
+        targets = [t for t, s in series.items() if kind is None or s["kind"] == kind][:max_targets]
+    missing = [t for t in targets if t not in series]
+    if missing:
+        raise KeyError(f"no history for {missing}; targets are {list(series)[:10]}")
+    return targets
+
+
+def _save(fig, path):
+    if path is not None:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+# ---- layer stats ----
+def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets=16):
+    """Mean, std and near-zero % of each target over steps, one line per target in forward order."""
+    targets = _pick(series, targets, kind, max_targets)
+    fig = _figure(figsize=(15, 4.6), layout="constrained")
+    axes = fig.subplots(1, 3)
+    cmap = _cmap("viridis")
+    for k, t in enumerate(targets):
+        s = series[t]
+        color = cmap(k / max(1, len(targets) - 1))
+        axes[0].plot(s["steps"], s["mean"], color=color, lw=1.2, label=t)
+        axes[1].plot(s["steps"], s["std"], color=color, lw=1.2)
+        axes[2].plot(s["steps"], 100 * s["near_zero"], color=color, lw=1.2)
+    for ax, title in zip(axes, ("mean", "std", "near zero (%)")):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    if any(np.nanmin(series[t]["std"], initial=np.inf) > 0 for t in targets):
+        axes[1].set_yscale("log")
+    axes[2].set_ylim(-2, 102)
+    fig.suptitle(f"layer stats over steps ({kind or 'all kinds'})")
+    if targets:
+        fig.legend(loc="outside right upper", fontsize=7, title="target (forward order)", title_fontsize=8)
+    return _save(fig, path)
+
+
+# ---- histogram heatmaps ----
+def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="output", max_targets=12, ncols=3):
+    """Per target, the histogram of each step as one column of log(1 + count) (fastai's color_dim).
+    hist="linear": the value bins; hist="log2": log2 |x| (zeros and below 2**-126 in the bottom row)."""
+    if hist not in ("linear", "log2"):
+        raise ValueError(f"hist must be 'linear' or 'log2', got {hist!r}")
+    key = "hist" if hist == "linear" else "log2_hist"
+    targets = [t for t in _pick(series, targets, kind, max_targets) if series[t][key] is not None]
+    nrows = max(1, math.ceil(len(targets) / ncols))
+    fig = _figure(figsize=(4.6 * ncols, 3.0 * nrows), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
+    for ax in axes[len(targets):]:
+        ax.set_visible(False)
+    for ax, t in zip(axes, targets):
+        s = series[t]
+        counts = s[key].astype(np.float64)
+        steps = s["steps"]
+        x0, x1 = steps[0] - 0.5, steps[-1] + 0.5
+        if hist == "linear":
+            edges = s["hist_edges"]
+            y0, y1, ylabel = edges[0], edges[-1], "value"
+        else:
+            used = np.flatnonzero(counts[:, 2:].sum(0))
+            lo, hi = (used[0], used[-1] + 1) if used.size else (0, 1)
+            zero_row = counts[:, :2].sum(1, keepdims=True)
+            counts = np.concatenate([zero_row, counts[:, 2 + lo: 2 + hi]], axis=1)
+            y0, y1, ylabel = lo + layout.LOG_EXP_MIN - 1, hi + layout.LOG_EXP_MIN, "log2 |x|  (bottom row: ~0)"
+        im = ax.imshow(np.log1p(counts.T), origin="lower", aspect="auto", cmap="viridis",
+                       extent=(x0, x1, y0, y1), interpolation="nearest")
+        if hist == "log2":
+            ax.axhline(y0 + 1, color="white", lw=0.8)
+        ax.set_title(t, fontsize=9)
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel, fontsize=8)
+        fig.colorbar(im, ax=ax, label="log(1 + count)", shrink=0.85)
+    fig.suptitle(f"{'linear' if hist == 'linear' else 'log2-magnitude'} histogram over steps ({kind or 'all kinds'})")
+    return _save(fig, path)
+
+
+# ---- dynamic range ----
+def format_ranges():
+    """{name: (smallest subnormal, smallest normal, max)} of each low-precision format, from torch.finfo."""
+    out = {}
+    for name, dt in FORMATS.items():
+        fi = torch.finfo(dt)
+        out[name] = (fi.smallest_normal * fi.eps, fi.smallest_normal, fi.max)
+    return out
+
+
+def range_shares(log2_hist):
+    """Share of the finite values (zeros included) that each format cannot hold, from the log2 bins:
+    underflow = nonzero |x| below its smallest subnormal (rounds to 0 or to that subnormal); subnormal =
+    |x| in [smallest subnormal, smallest normal) (precision lost); overflow = |x| >= 2**(e+1) above its
+    max 2**e * (2 - ulp), a lower bound (the bin holding max itself is counted as in range)."""
+    h = np.asarray(log2_hist, dtype=np.float64)
+    total = h.sum()
+    # upper edge (log2) of each slot: slot 1 -> -126, slot 2+k -> k-125
+    upper = np.concatenate([[-np.inf, layout.LOG_EXP_MIN], np.arange(layout.LOG_SLOTS - 2) + layout.LOG_EXP_MIN + 1])
+    lower = upper - 1
+    out = {}
+    for name, (sub, normal, mx) in format_ranges().items():
+        ls, ln, lm = math.log2(sub), math.log2(normal), math.floor(math.log2(mx)) + 1
+        nonzero = np.arange(layout.LOG_SLOTS) >= 1
+        under = h[nonzero & (upper <= ls)].sum()
+        subn = h[nonzero & (lower >= ls) & (upper <= ln)].sum()
+        over = h[lower >= lm].sum()
+        out[name] = {k: (v / total if total else math.nan) for k, v in
+                     (("underflow", under), ("subnormal", subn), ("overflow", over))}
+    return out
+
+
+def plot_dynamic_range(log2_by_target, path=None, max_targets=24):
+    """Left: each target's log2 |x| distribution (one row, forward order) with each format's range marked
+    (solid: smallest subnormal and max; dashed: smallest normal). Right: under/overflow % per format."""
+    targets = list(log2_by_target)[:max_targets]
+    hists = np.stack([np.asarray(log2_by_target[t], dtype=np.float64) for t in targets]) if targets \
+        else np.zeros((0, layout.LOG_SLOTS))
+    used = np.flatnonzero(hists[:, 2:].sum(0)) if len(targets) else np.array([], dtype=int)
+    lo = min((used[0] if used.size else 100) + layout.LOG_EXP_MIN, -26) - 2
+    hi = max((used[-1] + 1 if used.size else 100) + layout.LOG_EXP_MIN, 17) + 2
+    k0, k1 = lo - layout.LOG_EXP_MIN, hi - layout.LOG_EXP_MIN
+    strip = hists[:, 2 + k0: 2 + k1]
+    strip = strip / np.maximum(strip.max(1, keepdims=True), 1)
+    from matplotlib.lines import Line2D
+    fig = _figure(figsize=(16, 2.4 + 0.42 * max(len(targets), 4)), layout="constrained")
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    n = len(targets)
+    left.imshow(strip, aspect="auto", cmap="Greys", extent=(lo, hi, n - 0.5, -0.5), interpolation="nearest",
+                vmin=0, vmax=1)
+    handles = []
+    for name, (sub, normal, mx) in format_ranges().items():
+        c = FORMAT_COLORS[name]
+        shown = False
+        for v, style in ((sub, "-"), (mx, "-"), (normal, "--")):
+            if lo <= math.log2(v) <= hi:
+                left.axvline(math.log2(v), color=c, ls=style, lw=1.3, alpha=0.85)
+                shown = True
+        label = f"{name}: {sub:.3g} (2^{math.log2(sub):.0f}) .. {mx:.4g}" + ("" if shown else "  (beyond the axis)")
+        handles.append(Line2D([], [], color=c, lw=1.3, label=label))
+    left.set_yticks(range(n), targets, fontsize=7)
+    left.set_xlabel("log2 |x|   (grey: share of the target's values per power of two; solid: smallest subnormal "
+                    "and max, dashed: smallest normal)")
+    left.set_xlim(lo, hi)
+    left.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.16 * 6 / max(n, 4)), ncol=2, fontsize=8,
+                title="representable range", title_fontsize=8, frameon=False)
+    left.set_title("dynamic range per target")
+
+    shares = [range_shares(log2_by_target[t]) for t in targets]
+    cols = [(f, k) for f in FORMATS for k in ("underflow", "overflow")]
+    mat = np.array([[s[f][k] for f, k in cols] for s in shares]) * 100 if shares else np.zeros((0, len(cols)))
+    right.imshow(np.nan_to_num(mat), aspect="auto", cmap="Reds", vmin=0, vmax=max(1.0, np.nanmax(mat, initial=0)))
+    for i in range(mat.shape[0]):
+        for j in range(mat.shape[1]):
+            v = mat[i, j]
+            right.text(j, i, "-" if math.isnan(v) else (f"{v:.2g}" if v else "0"), ha="center", va="center",
+                       fontsize=7)
+    right.set_xticks(range(len(cols)), [f"{f}\n{'under' if k == 'underflow' else 'over'}" for f, k in cols],
+                     fontsize=7)
+    right.set_yticks(range(n), [""] * n)
+    right.set_title("% of values out of range (overflow: at least)")
+    return _save(fig, path)
+
+
+def _cmap(name):
+    from matplotlib import colormaps
+    return colormaps[name]
+
+
+def save_all(series, out_dir, run_totals=None):
+    """Every chart of a run as PNG files in out_dir; returns their paths. run_totals: {target: log2 hist}
+    of the whole run (default: summed from the recorded steps)."""
+    from pathlib import Path
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    kinds = list(dict.fromkeys(s["kind"] for s in series.values()))
+    for kind in kinds:
+        p = out / f"layer_stats_{kind}.png"
+        plot_layer_stats(series, p, kind=kind)
+        paths.append(p)
+        for hist in ("linear", "log2"):
+            if any(s["kind"] == kind and s["hist" if hist == "linear" else "log2_hist"] is not None
+                   for s in series.values()):
+                p = out / f"hist_{hist}_{kind}.png"
+                plot_hist_heatmap(series, p, hist=hist, kind=kind)
+                paths.append(p)
+    log2 = run_totals if run_totals is not None else totals(series)
+    if log2:
+        p = out / "dynamic_range.png"
+        plot_dynamic_range(log2, p)
+        paths.append(p)
+    return paths

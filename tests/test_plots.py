@@ -1,0 +1,110 @@
+"""Charts: each renders to a PNG and plots the numbers it was given (read back from the figure's artists);
+the fp16/bf16/fp8 under/overflow shares against NumPy counts over the raw values."""
+import numpy as np
+import pytest
+import torch
+from helpers import oracle
+from torch import nn
+
+import hookstats
+from hookstats import plots
+from hookstats.config import StatsConfig
+from hookstats.layout import log_base
+
+pytest.importorskip("matplotlib")
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def series():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mon = hookstats.attach(model, history=True, log_every=5)
+    for _ in range(12):
+        model(torch.randn(16, 8)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    mon.remove()
+    return plots.collect(mon._history.memory_sink.items()), mon
+
+
+def test_collect_keeps_every_step_in_forward_order(series):
+    s, mon = series
+    assert list(s)[:2] == ["0:output", "0:grad_output"]
+    df = mon.history()
+    want = df[(df.target == "2:output") & (df.stat == "std")].sort_values("step")
+    np.testing.assert_array_equal(s["2:output"]["steps"], want.step.to_numpy())
+    np.testing.assert_allclose(s["2:output"]["std"], want.value.to_numpy())
+    assert s["2:output"]["hist"].shape == (12, mon.cfg.nbins) and s["2:output"]["log2_hist"].shape == (12, 256)
+
+
+def test_layer_stats_chart_plots_the_series(series, tmp_path):
+    s, _ = series
+    fig = plots.plot_layer_stats(s, tmp_path / "ls.png")
+    assert (tmp_path / "ls.png").read_bytes()[:8] == PNG
+    mean_ax, std_ax, nz_ax = fig.axes[:3]
+    assert [line.get_label() for line in mean_ax.lines] == ["0:output", "2:output"]
+    np.testing.assert_allclose(std_ax.lines[1].get_ydata(), s["2:output"]["std"])
+    np.testing.assert_allclose(nz_ax.lines[0].get_ydata(), 100 * s["0:output"]["near_zero"])
+
+
+@pytest.mark.parametrize("hist", ["linear", "log2"])
+def test_heatmap_image_is_log_counts_per_step(series, tmp_path, hist):
+    s, _ = series
+    fig = plots.plot_hist_heatmap(s, tmp_path / "h.png", hist=hist, kind="grad_output")
+    assert (tmp_path / "h.png").read_bytes()[:8] == PNG
+    img = np.asarray(fig.axes[0].images[0].get_array())
+    counts = s["0:grad_output"]["hist" if hist == "linear" else "log2_hist"]
+    assert img.shape[1] == 12
+    if hist == "linear":
+        np.testing.assert_allclose(img, np.log1p(counts.T))
+    else:  # bottom row: zeros and values below 2**-126, then the occupied powers of two
+        np.testing.assert_allclose(img[0], np.log1p(counts[:, :2].sum(1)))
+        assert np.log1p(counts[:, 2:]).sum() == pytest.approx(img[1:].sum())
+
+
+def test_range_shares_against_numpy_counts_over_the_values():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.sign(rng.normal(size=4000)) * np.exp2(rng.uniform(-40, 30, 4000)),
+                        np.zeros(50), [1e-40, -3e-39]])  # float32 subnormals land in slot 1
+    cfg = StatsConfig()
+    t = torch.tensor(x, dtype=torch.float32)
+    log2 = oracle(t, cfg)[1][log_base(cfg.nbins):]
+    v = np.abs(t.double().numpy())
+    known = {"fp16": (2.0 ** -24, 2.0 ** -14, 65504.0), "bf16": (2.0 ** -133, 2.0 ** -126, 3.3895313892515355e38),
+             "fp8 e4m3": (2.0 ** -9, 2.0 ** -6, 448.0), "fp8 e5m2": (2.0 ** -16, 2.0 ** -14, 57344.0)}
+    got = plots.range_shares(log2)
+    for name, (sub, normal, mx) in known.items():
+        assert plots.format_ranges()[name] == pytest.approx((sub, normal, mx))
+        under = ((v > 0) & (v < sub)).mean()
+        over_bound = (v >= 2.0 ** (np.floor(np.log2(mx)) + 1)).mean()
+        if name != "bf16":  # bf16 reaches below 2**-126, where the log2 bins stop telling values apart
+            assert got[name]["underflow"] == pytest.approx(under)
+            assert got[name]["subnormal"] == pytest.approx(((v >= sub) & (v < normal)).mean())
+        assert got[name]["overflow"] == pytest.approx(over_bound)
+        assert got[name]["overflow"] <= (v > mx).mean()
+
+
+def test_dynamic_range_chart_shows_the_shares(series, tmp_path):
+    s, mon = series
+    totals = {t: r["log2_hist"] for t, r in mon.stats().items()}
+    fig = plots.plot_dynamic_range(totals, tmp_path / "dr.png")
+    assert (tmp_path / "dr.png").read_bytes()[:8] == PNG
+    table = np.asarray(fig.axes[1].images[0].get_array())
+    first = plots.range_shares(totals[next(iter(totals))])
+    np.testing.assert_allclose(table[0, :2], [100 * first["fp16"]["underflow"], 100 * first["fp16"]["overflow"]])
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == list(totals)
+
+
+def test_save_all_and_bad_arguments(series, tmp_path):
+    s, _ = series
+    paths = plots.save_all(s, tmp_path / "charts")
+    assert {p.name for p in paths} == {"layer_stats_output.png", "layer_stats_grad_output.png",
+                                       "hist_linear_output.png", "hist_log2_output.png",
+                                       "hist_linear_grad_output.png", "hist_log2_grad_output.png", "dynamic_range.png"}
+    assert all(p.read_bytes()[:8] == PNG for p in paths)
+    with pytest.raises(ValueError, match="hist must be 'linear' or 'log2'"):
+        plots.plot_hist_heatmap(s, hist="cubic")
+    with pytest.raises(KeyError, match="no history for \\['nope'\\]"):
+        plots.plot_layer_stats(s, targets=["nope"])
