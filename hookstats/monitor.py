@@ -150,12 +150,13 @@ class Monitor:
         self._states = {}  # (phase, TargetKey, device) -> TargetState
         self._flags = {}  # device -> 1-element bool tensor: the device-side copy of _sampled
         self._handles = []
+        self._attached = True  # a plain bool: compiled code (watch) can read it, not the list of handles
         self.step_listeners = []  # callables(monitor, finished_step), run when a step ends
         self._op_args = cfg.op_args()
         self._leaves = tensor_leaves
         self.separate_calls = separate_calls
         self._calls = {}  # (name, kind) -> calls so far in this forward (separate_calls=True)
-        self._late = set()  # (phase, key, device) first reached inside compiled code, allocated at the next eager point
+        self._late = set()  # (phase, *key fields, device) first reached inside compiled code, allocated at the next eager point
         self._compiled = False  # a hook ran inside torch.compile
         self._told = set()  # one-time warnings already given
         self._input_grads = input_grads
@@ -280,7 +281,8 @@ class Monitor:
         flag = self._flags.get(device)
         if st is None or flag is None:
             if torch.compiler.is_compiling():
-                self._late.add(k)
+                # plain values: Dynamo cannot rebuild a TargetKey made in compiled code outside the graph
+                self._late.add((phase, key.module, key.kind, key.leaf, key.call, device))
                 return None
             st = self.state(key, device, phase)
             flag = self._flag(device)
@@ -314,7 +316,9 @@ class Monitor:
         """Runs outside compiled code (root forward, step, optimizer step, stats): allocates what compiled
         code reached first, and says once what torch.compile changes."""
         if self._late:
-            late, self._late = sorted(self._late, key=lambda k: (k[0], k[1].id)), set()
+            late = sorted(((phase, TargetKey(*k), dev) for phase, *k, dev in self._late),
+                          key=lambda t: (t[0], t[1].id, str(t[2])))
+            self._late = set()
             for phase, key, device in late:
                 self.state(key, device, phase)
                 self._flag(device)
@@ -419,6 +423,7 @@ class Monitor:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        self._attached = False
         if self._param_grads is not None:
             self._param_grads.remove()
         if self._history is not None:
@@ -426,7 +431,7 @@ class Monitor:
 
     @property
     def attached(self):
-        return bool(self._handles)
+        return self._attached
 
     def __enter__(self):
         return self

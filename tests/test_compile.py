@@ -1,0 +1,104 @@
+"""torch.compile: a model compiled after attach() runs with zero graph breaks, measures forward values and
+gradients exactly as eager, and samples every=N through the device flag without recompiling."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch._dynamo.utils import counters
+
+import hookstats
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 32)
+        self.act = nn.ReLU(inplace=True)
+        self.fc2 = nn.Linear(32, 16)
+        self.norm = nn.LayerNorm(16)
+        self.mon = None
+
+    def forward(self, x):
+        h = self.act(self.fc1(x))
+        if self.mon is not None:
+            h = self.mon.watch("hidden", h)
+        return self.norm(self.fc2(h))
+
+
+def twins():
+    torch.manual_seed(0)
+    a, b = Net(), Net()
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+def train(model, mon, xs):
+    for x in xs:
+        model(x).square().mean().backward()
+        mon.step()
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+# aot_eager runs the traced graphs with eager kernels: statistics must be bit-identical to eager. Inductor
+# fuses the backward (LayerNorm, ReLU), so its gradients differ from eager's in the last bits: a few values
+# may move to a neighbouring bin, moments agree to rounding.
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_model_matches_eager_with_no_graph_break_and_no_recompile(fresh_dynamo, backend):
+    model, ref = twins()
+    xs = [torch.randn(16, 8) for _ in range(5)]
+    mon = hookstats.attach(model, every=2, steps="manual")
+    eager = hookstats.attach(ref, every=2, steps="manual")
+    train(torch.compile(model, fullgraph=True, backend=backend), mon, xs)  # steps 0..4: 0, 2 and 4 measured
+    train(ref, eager, xs)
+    assert dict(counters["graph_break"]) == {}
+    assert counters["stats"]["unique_graphs"] == 1  # the step changed 5 times: no recompilation
+    got, want = mon.stats(), eager.stats()
+    assert set(got) == set(want) == {f"{m}:{k}" for m in ("fc1", "fc2", "norm") for k in ("output", "grad_output")}
+    for tid, rec in want.items():
+        assert rec["count"] == 3 * xs[0].shape[0] * {"fc1": 32, "fc2": 16, "norm": 16}[rec["module"]]
+        g = got[tid]
+        assert (g["count"], g["nan"], g["posinf"], g["neginf"]) == (rec["count"], 0, 0, 0), tid
+        if backend == "aot_eager":
+            np.testing.assert_array_equal(g["hist"], rec["hist"])
+            np.testing.assert_array_equal(g["log2_hist"], rec["log2_hist"])
+            assert (g["min"], g["max"], g["near_zero_count"]) == (rec["min"], rec["max"], rec["near_zero_count"])
+            assert g["mean"] == pytest.approx(rec["mean"], rel=1e-12, abs=1e-12 * rec["std"])
+            assert g["std"] == pytest.approx(rec["std"], rel=1e-12)
+        else:
+            for h in ("hist", "log2_hist"):
+                assert np.abs(g[h] - rec[h]).sum() <= 0.01 * rec["count"], (tid, h)
+            assert g["mean"] == pytest.approx(rec["mean"], abs=1e-5 * rec["std"]), tid
+            assert g["std"] == pytest.approx(rec["std"], rel=1e-4), tid
+    # the in-place ReLU after fc1 did not change what fc1's output and gradient hooks saw
+    assert got["fc1:output"]["min"] < 0
+    mon.remove()
+    eager.remove()
+
+
+def test_targets_first_reached_inside_compile_are_allocated_late_and_said_once(fresh_dynamo):
+    model, _ = twins()
+    mon = hookstats.attach(model)  # steps="forward": compiled forwards are not counted, said once
+    model.mon = mon
+    cm = torch.compile(model, fullgraph=True)
+    x = torch.randn(4, 8)
+    cm(x).sum().backward()
+    with pytest.warns(RuntimeWarning) as record:
+        first = mon.stats()
+    text = " ".join(str(w.message) for w in record)
+    assert "hidden:watch" in text and "first reached inside torch.compile" in text and "mon.step()" in text
+    assert "hidden:watch" not in first
+    for _ in range(2):
+        cm(x).sum().backward()
+    got = mon.stats()
+    assert dict(counters["graph_break"]) == {}
+    assert counters["stats"]["unique_graphs"] == 2  # one recompile once the late states exist
+    assert got["hidden:watch"]["count"] == got["hidden:watch_grad"]["count"] == 2 * 4 * 32
+    assert got["fc1:output"]["count"] == 3 * 4 * 32
+    mon.remove()
