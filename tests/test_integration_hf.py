@@ -1,0 +1,97 @@
+"""HookStatsCallback with a real Hugging Face Trainer on CPU and a tiny GPT-2 built from a config (no
+download): logged windows vs a float64 NumPy oracle over the same forwards, TensorBoard receives them."""
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+transformers = pytest.importorskip("transformers", reason="the hf extra is not installed")
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
+
+from hookstats.integrations.hf import HookStatsCallback, add_to  # noqa: E402
+
+STEPS, ACCUM, LOG_EVERY = 6, 2, 2
+HOOKED = ["transformer.h.0.mlp.c_fc", "transformer.ln_f"]
+
+
+def tiny_gpt2():
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=2, n_head=2, resid_pdrop=0.0,
+                     embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    return GPT2LMHeadModel(cfg)
+
+
+def dataset(n=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 64, (n, 12), generator=g)
+    return [{"input_ids": x, "labels": x} for x in ids]
+
+
+def train(tmp_path, report_to, place, **cb_kwargs):
+    model = tiny_gpt2()
+    seen = {n: [] for n in HOOKED}  # training forwards only: the oracle's data
+    for n in HOOKED:
+        model.get_submodule(n).register_forward_hook(
+            lambda m, a, o, n=n: seen[n].append(o.detach().double().clone()) if m.training else None)
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=STEPS, per_device_train_batch_size=4,
+                             gradient_accumulation_steps=ACCUM, logging_steps=LOG_EVERY, report_to=report_to,
+                             save_strategy="no", use_cpu=True, disable_tqdm=True,
+                             eval_strategy="steps", eval_steps=3, per_device_eval_batch_size=4, seed=0)
+    cb = HookStatsCallback(modules=HOOKED, **cb_kwargs) if place == "callbacks" else None
+    trainer = Trainer(model=model, args=args, train_dataset=dataset(), eval_dataset=dataset(8, 1),
+                      callbacks=[cb] if cb else None)
+    if place == "add_to":
+        cb = add_to(trainer, modules=HOOKED, **cb_kwargs)
+    trainer.train()
+    return trainer, cb, seen
+
+
+def check_windows(history, seen):
+    logs = [h for h in history if "loss" in h]
+    assert [h["step"] for h in logs] == list(range(LOG_EVERY, STEPS + 1, LOG_EVERY))
+    per_window = LOG_EVERY * ACCUM  # forwards per window: one hookstats step per optimizer step
+    for n in HOOKED:
+        assert len(seen[n]) == STEPS * ACCUM
+    for w, h in enumerate(logs):
+        for n in HOOKED:
+            x = torch.cat([t.reshape(-1) for t in seen[n][w * per_window:(w + 1) * per_window]]).numpy()
+            base = f"hookstats/{n}/output/"
+            # the op's float32 accumulation: mean within 1e-6 of (|mean| + std), as in tests/test_ops.py
+            assert abs(h[base + "mean"] - x.mean()) <= 1e-6 * (abs(x.mean()) + x.std())
+            np.testing.assert_allclose(h[base + "std"], x.std(ddof=1), rtol=1e-6)
+            np.testing.assert_allclose([h[base + "min"], h[base + "max"]], [x.min(), x.max()], rtol=1e-6)
+    assert not any(k.startswith("hookstats/") for h in history if "eval_loss" in h for k in h)
+
+
+def test_hf_callback_in_callbacks_list_logs_windows_to_log_history(tmp_path):
+    trainer, cb, seen = train(tmp_path, [], "callbacks")
+    check_windows(trainer.state.log_history, seen)
+    assert not cb.monitor.attached
+
+
+def test_hf_add_to_reports_through_tensorboard(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    trainer, cb, seen = train(tmp_path, ["tensorboard"], "add_to", stats=("mean", "std", "min", "max"))
+    check_windows(trainer.state.log_history, seen)
+    event_dirs = {os.path.dirname(os.path.join(d, f)) for d, _, fs in os.walk(tmp_path) for f in fs
+                  if "tfevents" in f}
+    assert event_dirs, "no TensorBoard event file written"
+    tag = f"train/hookstats/{HOOKED[0]}/output/mean"
+    scalars = {}
+    for d in event_dirs:
+        acc = EventAccumulator(d)
+        acc.Reload()
+        if tag in acc.Tags()["scalars"]:
+            scalars = {e.step: e.value for e in acc.Scalars(tag)}
+    logged = {h["step"]: h[tag[len("train/"):]] for h in trainer.state.log_history if "loss" in h}
+    assert scalars.keys() == logged.keys()
+    np.testing.assert_allclose([scalars[s] for s in logged], list(logged.values()), rtol=1e-6)
+
+
+def test_hf_callback_rejects_steps():
+    with pytest.raises(ValueError, match="steps"):
+        HookStatsCallback(steps="forward")
