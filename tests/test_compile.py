@@ -102,3 +102,21 @@ def test_targets_first_reached_inside_compile_are_allocated_late_and_said_once(f
     assert got["hidden:watch"]["count"] == got["hidden:watch_grad"]["count"] == 2 * 4 * 32
     assert got["fc1:output"]["count"] == 3 * 4 * 32
     mon.remove()
+
+
+def test_what_compile_cannot_trace_is_said_once_and_still_measured(fresh_dynamo):
+    model, ref = twins()
+    # fc1 is left out: full backward hooks forbid the in-place ReLU on its output
+    mon = hookstats.attach(model, modules=["fc2", "norm"], input_grads=True, steps="manual")
+    eager = hookstats.attach(ref, modules=["fc2", "norm"], input_grads=True, steps="manual")
+    xs = [torch.randn(4, 8) for _ in range(2)]
+    with pytest.warns(RuntimeWarning, match="input_grads=True uses full backward hooks") as record:
+        train(torch.compile(model, backend="eager"), mon, xs)
+    assert len(record) == 1
+    train(ref, eager, xs)
+    got = mon.stats(kind="grad_input")
+    assert counters["graph_break"]  # PyTorch: "Module-level backwards hooks require compiled autograd"
+    want = eager.stats(kind="grad_input")
+    assert set(got) == set(want) == {"fc2:grad_input", "norm:grad_input"}
+    for tid, rec in want.items():
+        np.testing.assert_array_equal(got[tid]["hist"], rec["hist"])

@@ -476,3 +476,29 @@ def test_the_host_sync_guard_sees_backward():
     with pytest.raises(HostSyncError):
         with no_host_sync():
             y.sum().backward()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="model parallel needs a second device (CUDA)")
+def test_model_parallel_keeps_each_target_on_its_own_device(monkeypatch):
+    from hookstats import _ops, reference
+    if not _ops.has_cuda_kernel():
+        monkeypatch.setattr(_ops, "accumulate_", reference.accumulate_)
+        monkeypatch.setattr(_ops, "accumulate_many_", reference.accumulate_many_)
+
+    class Split(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(8, 8)
+            self.b = nn.Linear(8, 2).cuda()
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x)).cuda())
+
+    model, ref = twins(Split)
+    x = torch.randn(4, 8)
+    mon = run(model, x, lambda y: y.square().sum(), param_grads=True)
+    devices = {key.module: dev.type for (_, key, dev), st in mon._states.items() if st.reached}
+    assert devices["a"] == "cpu" and devices["b"] == "cuda" and devices["b.weight"] == "cuda"
+    want = capture(ref, x, lambda y: y.square().sum(), ["a", "b"])
+    for tid, rec in mon.stats().items():
+        assert_matches(rec, want[tid].cpu(), mon.cfg)
