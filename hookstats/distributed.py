@@ -26,6 +26,30 @@ def world_size(group=None):
     return dist.get_world_size(group) if is_initialized() else 1
 
 
+class MutedSink:
+    """A sink of a rank other than 0: never written, closed with the others."""
+
+    def __init__(self, sink):
+        self.sink = sink
+
+    def write(self, step, records):
+        pass
+
+    def close(self):
+        self.sink.close()
+
+    def __repr__(self):
+        return f"MutedSink({self.sink!r})"
+
+
+def rank_zero_sinks(sinks):
+    """attach()'s default: rank 0 (or a process without torch.distributed) keeps its sinks, the other
+    ranks get them muted. Decided at attach time: initialize the process group first."""
+    from .history import check_sinks
+    sinks = check_sinks(sinks)
+    return sinks if rank() == 0 else [MutedSink(s) for s in sinks]
+
+
 def chan_merge_rows(a, b):
     """Chan's merge of fstate rows b into a ([..., 5] float64 tensors), in the order of stats.merge_states,
     on the device: min/max by fmin/fmax (NaN = empty), rows with no finite values leave the other untouched."""

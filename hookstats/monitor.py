@@ -447,7 +447,7 @@ class Monitor:
 
 def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
            steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
-           separate_calls=False, history=False, log_every=10, sinks=None, alerts=True,
+           separate_calls=False, history=False, log_every=10, sinks=None, alerts=True, rank_zero_only=True,
            config=None, **config_kwargs):
     """Hooks `model` and returns a Monitor (also a context manager that removes the hooks on exit).
 
@@ -462,6 +462,8 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     eps, near_zero, linear_hist, log_hist) set what is measured.
     history=True (or an int: the device ring's capacity in steps) keeps per-step statistics, drained
     every log_every steps to mon.history() and to `sinks`; alerts (True, False or hookstats.AlertRules).
+    Under torch.distributed the sinks write on rank 0 only (each rank's own statistics; mon.reduce() merges
+    ranks); rank_zero_only=False lets every rank write (give each rank its own paths).
     """
     if config is not None and config_kwargs:
         raise ValueError("pass either config= or its fields as keywords, not both")
@@ -470,6 +472,9 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
         if unknown:
             raise ValueError(f"unknown argument(s) to attach: {sorted(unknown)}")
         config = StatsConfig(**config_kwargs)
+    if sinks and rank_zero_only:
+        from .distributed import rank_zero_sinks
+        sinks = rank_zero_sinks(sinks)
     selected = select_modules(model, modules, types, exclude, include_paramless)
     mon = Monitor(model, config, selected, every=every, eval=eval, inputs=inputs, outputs=outputs, steps=steps,
                   grads=grads, input_grads=input_grads, param_grads=param_grads, separate_calls=separate_calls)

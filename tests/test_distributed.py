@@ -85,6 +85,30 @@ def scenario_bad_config(rank, world):
     return None
 
 
+class RecordingSink:
+    def __init__(self):
+        self.steps, self.closed = [], False
+
+    def write(self, step, records):
+        self.steps.append(step)
+
+    def close(self):
+        self.closed = True
+
+
+def scenario_sinks(rank, world):
+    out = {}
+    for rank_zero_only in (True, False):
+        model, sink = mlp(), RecordingSink()
+        mon = hookstats.attach(model, grads=False, history=True, log_every=1, sinks=[sink],
+                               rank_zero_only=rank_zero_only, **CFG)
+        for _ in range(3):
+            model(torch.randn(2, 6))
+        mon.remove()
+        out[rank_zero_only] = (sink.steps, sink.closed)
+    return out
+
+
 def train(model, mon_model, rank, world, **kw):
     mon = hookstats.attach(mon_model, **kw, **CFG)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
@@ -118,7 +142,8 @@ def worker(rank, world, port, out_dir):
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
     try:
         res = {name: fn(rank, world) for name, fn in [("reduce", scenario_reduce), ("bad_config", scenario_bad_config),
-                                                      ("ddp", scenario_ddp), ("fsdp2", scenario_fsdp2)]}
+                                                      ("ddp", scenario_ddp), ("fsdp2", scenario_fsdp2),
+                                                      ("sinks", scenario_sinks)]}
         torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -204,6 +229,14 @@ def test_reduce_leaves_local_state_and_stats_read_it(ranks):
 def test_reduce_rejects_different_configs_on_every_rank(ranks):
     for r in ranks:
         assert r["bad_config"] is not None and "StatsConfig differs between ranks" in r["bad_config"]
+
+
+def test_sinks_write_on_rank_zero_only_unless_asked(ranks):
+    for r, res in enumerate(ranks):
+        steps, closed = res["sinks"][True]
+        assert closed and steps == ([0, 1, 2] if r == 0 else [])
+        steps, closed = res["sinks"][False]
+        assert closed and steps == [0, 1, 2]
 
 
 def single_process_training(world):
