@@ -98,3 +98,13 @@ def test_lightning_callback_rejects_bad_arguments():
         HookStatsCallback(log_every=0)
     with pytest.raises(ValueError, match="steps"):
         HookStatsCallback(steps="forward")
+
+
+def test_importing_hookstats_imports_no_integration_or_framework():
+    import subprocess
+    import sys
+    code = ("import sys, hookstats, hookstats.distributed; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('fastai', 'lightning', 'pytorch_lightning', "
+            "'transformers', 'accelerate') or m.startswith('hookstats.integrations')); print(bad); sys.exit(bool(bad))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
