@@ -37,7 +37,7 @@ def extensions():
 
     cuda = os.environ.get("HOOKSTATS_FORCE_CUDA") == "1" or (torch.version.cuda is not None and cuda_home)
     sources = ["csrc/ops.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
-    cxx = ["-O3", "-g0", "-ffp-contract=off", "-std=c++17"]
+    cxx = ["-O3", "-g0", "-ffp-contract=off"]  # no -std: torch adds the one its headers need (2.14: C++20)
     if cuda:
         sources += sorted(glob.glob("csrc/cuda/*.cu"))
         ext = CUDAExtension(
@@ -51,7 +51,7 @@ def extensions():
 
 
 def nvcc_flags():
-    return ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xptxas=-warn-spills,-warn-lmem-usage"]
+    return ["-O3", "--expt-relaxed-constexpr", "-Xptxas=-warn-spills,-warn-lmem-usage"]
 
 
 def cuda_include_dirs():

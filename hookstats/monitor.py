@@ -50,11 +50,13 @@ class TargetState:
 
 
 def scratch_bytes(device):
-    """Per-state scratch of the CUDA kernel (ticket + one partial per block); the CPU kernel needs none."""
-    if device.type != "cuda":
+    """Per-state scratch of the CUDA kernel (ticket + one partial per block of its grid), as the kernel
+    computes it (csrc/cuda/stats_cuda.cu); the CPU kernel and the reference path need none."""
+    device = torch.device(device)
+    if device.type != "cuda" or not _ops.has_cuda_kernel():
         return 0
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return 64 + 2 * sms * 64
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return torch.ops.hookstats.cuda_scratch_bytes(index)
 
 
 def mark_static(t):

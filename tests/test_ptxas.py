@@ -1,0 +1,101 @@
+"""ptxas gates on the CUDA kernels: every instantiation compiles for sm_80 and sm_90 with zero spills and
+zero local memory (-warn-spills,-warn-lmem-usage made fatal by -Werror). `python tests/test_ptxas.py`
+prints the register / shared-memory table (.ci/cuda_build.sh does)."""
+import concurrent.futures
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KERNELS = os.path.join(ROOT, "csrc", "cuda", "stats_kernels.cu")
+ARCHS = ("sm_80", "sm_90")
+# nvcc flags of the real build (setup.py nvcc_flags) plus the gates
+FLAGS = ["-O3", "-std=c++20", "--expt-relaxed-constexpr", "-Xptxas", "-v,-warn-spills,-warn-lmem-usage,-Werror"]
+
+
+def nvcc():
+    found = os.environ.get("CUDA_HOME") and os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
+    return found if found and os.path.exists(found) else shutil.which("nvcc")
+
+
+def compile_arch(arch, out_dir):
+    """(returncode, ptxas log) of compiling the kernels' translation unit for one architecture."""
+    cmd = [nvcc(), *FLAGS, f"-arch={arch}", f"-I{os.path.join(ROOT, 'csrc')}", "-c", KERNELS,
+           "-o", os.path.join(out_dir, f"stats_kernels_{arch}.o")]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+def parse(log):
+    """{kernel name: {"registers", "smem", "stack", "spill_stores", "spill_loads"}} from a ptxas -v log."""
+    out, name = {}, None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(\S+)'", line)
+        if m:
+            name = demangle(m.group(1))
+            out[name] = {}
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and name:
+            out[name].update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        m = re.search(r"Used (\d+) registers.*?(\d+) bytes smem", line)
+        if m and name:
+            out[name].update(registers=int(m.group(1)), smem=int(m.group(2)))
+    return out
+
+
+def demangle(sym):
+    """dense_kernel<float,1,1> style names (c++filt when present)."""
+    cf = shutil.which("c++filt")
+    if cf:
+        name = subprocess.run([cf, sym], capture_output=True, text=True).stdout.strip()
+        name = re.sub(r"hookstats::cuda_kernel::|\(.*$|void ", "", name)
+        return name.replace("__nv_bfloat16", "bf16").replace("__half", "f16").replace("true", "1").replace("false", "0")
+    return sym
+
+
+@pytest.fixture(scope="module")
+def ptxas_logs(tmp_path_factory):
+    if nvcc() is None:
+        if os.environ.get("HOOKSTATS_SKIP_PTXAS") == "1":
+            pytest.skip("HOOKSTATS_SKIP_PTXAS=1 and no nvcc")
+        pytest.fail("nvcc not found (set CUDA_HOME or put nvcc on PATH; HOOKSTATS_SKIP_PTXAS=1 to skip)")
+    out = str(tmp_path_factory.mktemp("ptxas"))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(ARCHS, pool.map(lambda a: compile_arch(a, out), ARCHS)))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_no_spills_no_local_memory(ptxas_logs, arch):
+    rc, log = ptxas_logs[arch]
+    assert rc == 0, f"ptxas gate failed for {arch}:\n{log[-6000:]}"
+    stats = parse(log)
+    assert len(stats) == 20, f"expected 16 dense + 4 strided kernels, ptxas saw {sorted(stats)}"
+    for name, s in stats.items():
+        assert s["spill_stores"] == s["spill_loads"] == s["stack"] == 0, (arch, name, s)
+        assert s["registers"] <= 64, f"{name} uses {s['registers']} registers: 2 blocks of 512 threads need <= 64"
+    print(table(arch, stats))
+
+
+def table(arch, stats):
+    rows = [f"{arch}: {'kernel':<34} regs  smem  stack  spills"]
+    for name, s in sorted(stats.items()):
+        rows.append(f"{arch}: {name:<34} {s['registers']:>4} {s['smem']:>5} {s['stack']:>6} "
+                    f"{s['spill_stores'] + s['spill_loads']:>7}")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as d:
+        bad = 0
+        for arch in ARCHS:
+            rc, log = compile_arch(arch, d)
+            if rc:
+                print(log[-6000:])
+                bad = 1
+            print(table(arch, parse(log)))
+    sys.exit(bad)
