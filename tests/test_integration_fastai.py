@@ -114,3 +114,21 @@ def test_modules_outside_the_model_are_rejected():
     learn = synth_learner(n_trn=2, n_val=1, model=Net(), cbs=[cb])
     with pytest.raises(ValueError, match="not modules of learn.model"), learn.no_logging():
         learn.fit(1)
+
+
+def test_a_training_batch_needs_no_host_sync():
+    from helpers import no_host_sync
+    net = Net()
+    cb = ActivationStats(with_hist=True, remove_end=False, log_every=100)
+    learn = synth_learner(n_trn=2, n_val=1, model=net, cbs=[cb])
+    with learn.no_logging():
+        learn.fit(1)
+    learn.training = True  # as TrainEvalCallback sets it for a training batch
+    net.train()
+    before = len(cb.stats)
+    with no_host_sync() as ops:  # forward hooks, op, step end and the device-side history record
+        learn.model(torch.randn(BS))
+        cb.after_batch()
+    assert any("hookstats" in op for op in ops)
+    assert len(cb.stats) == before + 1  # reading stats is where the host transfer happens
+    cb._remove()
