@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from . import _ops, targets
+from .targets import is_measurable
 from .config import StatsConfig
 from .stats import finalize, merge_states, new_fstate_values
 
@@ -65,10 +66,6 @@ def mark_static(t):
         torch._dynamo.mark_static_address(t)
     except Exception:  # older torch: nothing to mark
         pass
-
-
-def is_measurable(t):
-    return isinstance(t, torch.Tensor) and t.is_floating_point()
 
 
 def tensor_leaves(obj, path=""):
@@ -174,7 +171,7 @@ class Monitor:
             if grads and any(p.requires_grad for p in m.parameters(recurse=False)):
                 self._preallocate(name, "grad_output", m, phases=PHASES[:1])
             if inputs:
-                self._handles.append(m.register_forward_pre_hook(targets.input_hook(self, name)))
+                self._handles.append(m.register_forward_pre_hook(targets.input_hook(self, name), with_kwargs=True))
                 self._preallocate(name, "input", m)
             if input_grads:
                 self._handles.append(m.register_full_backward_hook(targets.input_grad_hook(self, name)))

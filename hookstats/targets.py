@@ -4,6 +4,14 @@ only resolves a preallocated state and calls the fused op; none of them changes 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+MEASURED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def is_measurable(t):
+    """The tensors the op takes: float8, complex, sparse and meta tensors are skipped, never an error."""
+    return (isinstance(t, torch.Tensor) and t.dtype in MEASURED_DTYPES and t.layout == torch.strided
+            and t.device.type != "meta")
+
 
 def in_recompute():
     """True while a forward runs inside backward: activation checkpointing recomputing its segment."""
@@ -32,7 +40,7 @@ def named_leaves(obj, leaves):
 # traces tensor hooks on intermediates into the compiled backward with no graph break (tests/test_compile.py).
 def tap_grad(mon, key, t, phase):
     """Measures the gradient of the loss w.r.t. t (the value t had here, before any later in-place op)."""
-    if not (t.requires_grad and t.is_floating_point()):
+    if not (t.requires_grad and is_measurable(t)):
         return
     # eager: listed once a gradient arrives; compiled: once tapped (a backward hook cannot mutate Python state)
     target = mon._resolve(key, t.device, phase, reach=torch.compiler.is_compiling())
@@ -41,6 +49,8 @@ def tap_grad(mon, key, t, phase):
     st, flag = target
 
     def on_grad(g):
+        if not is_measurable(g):
+            return None
         if torch.compiler.is_compiling():
             mon._accumulate(g, st, flag)
         elif mon.attached:
@@ -72,13 +82,14 @@ def output_hook(mon, name, values=True, grads=True):
 
 
 def input_hook(mon, name):
-    """Forward pre-hook: each floating leaf of the positional inputs (a single input is named like a tensor)."""
-    def hook(module, args):
+    """Forward pre-hook (with kwargs): each floating leaf of the positional inputs (a single one is named
+    like a tensor, several "[i]") and of the keyword inputs ("['attention_mask']")."""
+    def hook(module, args, kwargs):
         if not mon._measures_phase() or skip_now(mon) or recomputing():
             return None
         obj = args[0] if len(args) == 1 else args
         call = mon._next_call(name, "input")
-        for leaf, t in named_leaves(obj, mon._leaves):
+        for leaf, t in named_leaves(obj, mon._leaves) + list(mon._leaves(kwargs)):
             mon._measure_in(mon._key(name, "input", leaf, call), t, mon._phase)
         return None
     return hook
@@ -102,8 +113,8 @@ def watch(mon, name, t):
     """mon.watch(name, t): measures t now and, if it requires grad, its gradient. Returns t unchanged."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"watch: name must be a non-empty string, got {name!r}")
-    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
-        raise ValueError(f"watch({name!r}, ...): expected a floating-point tensor, got "
+    if not is_measurable(t):
+        raise ValueError(f"watch({name!r}, ...): expected a float32/float64/float16/bfloat16 tensor, got "
                          f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
     if not mon.attached or not mon._measures_phase() or skip_now(mon):
         return t
@@ -153,7 +164,7 @@ class ParamGrads:
         for i in ids:
             p = self.fresh.pop(i)
             g = p.grad
-            if g is None or g.layout != torch.strided or not self.mon._sampled:
+            if not is_measurable(g) or not self.mon._sampled:
                 continue
             target = self.mon._resolve(self.params[i][0], g.device, "train")
             if target is not None:

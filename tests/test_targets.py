@@ -288,11 +288,34 @@ def test_watch_rejects_bad_input_clearly():
     mon = hookstats.attach(nn.Linear(2, 2))
     with pytest.raises(ValueError, match="name"):
         mon.watch("", torch.ones(2))
-    with pytest.raises(ValueError, match="floating-point tensor"):
+    with pytest.raises(ValueError, match="float32/float64/float16/bfloat16 tensor, got torch.int64"):
         mon.watch("ids", torch.arange(3))
-    with pytest.raises(ValueError, match="floating-point tensor"):
+    with pytest.raises(ValueError, match="got list"):
         mon.watch("x", [1.0])
     mon.remove()
+
+
+class Odd(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4))
+
+    def forward(self, x, mask=None, scale=1.0):
+        y = x * self.w * scale
+        return y, y.to(torch.float8_e4m3fn), y.to_sparse(), mask
+
+
+def test_keyword_inputs_are_measured_and_unsupported_tensors_are_skipped():
+    model = Odd()
+    x, mask = torch.randn(3, 4), torch.rand(3, 4)
+    with hookstats.attach(model, inputs=True) as mon:
+        y = model(x, mask=mask, scale=2.0)[0]
+        y.sum().backward()
+    got = mon.stats()
+    assert set(got) == {":input", ":input['mask']", ":output[0]", ":grad_output[0]", ":output[3]"}
+    assert_matches(got[":input['mask']"], mask, mon.cfg)
+    assert_matches(got[":output[3]"], mask, mon.cfg)
+    assert_matches(got[":grad_output[0]"], torch.ones(3, 4), mon.cfg)
 
 
 def test_param_grads_once_per_optimizer_step_with_gradient_accumulation_and_frozen_params():
