@@ -49,11 +49,9 @@ def tap_grad(mon, key, t, phase):
     st, flag = target
 
     def on_grad(g):
-        if not is_measurable(g):
-            return None
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling():  # g is dense with t's dtype; the strict backward bans .layout
             mon._accumulate(g, st, flag)
-        elif mon.attached:
+        elif mon.attached and is_measurable(g):
             st.reached = True
             mon._accumulate(g, st, flag)
         return None
