@@ -1,0 +1,143 @@
+"""The op alone (issue 2, issue 7 items 4-5): GB/s of hookstats.accumulate_ against x.sum() (one read:
+the floor), fastai's ActivationStats hook (separate passes, three .item()), the reference path and
+torch.compile of the reference, per dtype and tensor size. Variants interleaved, medians and spread."""
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import torch
+
+from hookstats import _ops, bench, reference
+from hookstats.config import StatsConfig
+
+SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+CONFIGS = {
+    "op, no histograms": StatsConfig(linear_hist=False, log_hist=False),
+    "op, linear histogram": StatsConfig(log_hist=False),
+    "op, both histograms": StatsConfig(),
+}
+
+
+def fresh_state(cfg):
+    f = torch.tensor([0.0, 0.0, 0.0, math.nan, math.nan], dtype=torch.float64)
+    return f, torch.zeros(cfg.istate_size, dtype=torch.int64), torch.zeros(0, dtype=torch.uint8)
+
+
+def op_call(fn, cfg):
+    f, i, s = fresh_state(cfg)
+    on = torch.ones(1, dtype=torch.bool)
+    args = cfg.op_args()
+    return lambda x: fn(x, f, i, s, on, *args)
+
+
+def fastai_call(with_hist):
+    from fastai.callback.hook import ActivationStats
+    cb = ActivationStats(with_hist=with_hist)
+    return lambda x: cb.hook(None, None, x)
+
+
+def variants(compile_reference=True):
+    v = {"x.sum()": lambda x: x.sum()}
+    if _ops.backend() == "compiled":
+        for name, cfg in CONFIGS.items():
+            v[name] = op_call(_ops.accumulate_, cfg)
+    try:
+        v["fastai hook, no hist"] = fastai_call(False)
+        v["fastai hook, with_hist"] = fastai_call(True)
+    except ImportError:
+        pass
+    v["reference path, both histograms"] = op_call(reference.accumulate_, StatsConfig())
+    if compile_reference:
+        v["torch.compile(reference), both histograms"] = op_call(
+            torch.compile(reference.accumulate_, dynamic=True), StatsConfig())
+    return v
+
+
+def time_call(fn, x, min_seconds=0.02):
+    """Seconds per call: enough back-to-back calls to last min_seconds (small tensors), at least one."""
+    t0 = time.perf_counter()
+    fn(x)
+    t = time.perf_counter() - t0
+    reps = max(1, min(1000, int(min_seconds / max(t, 1e-7))))
+    if reps == 1:
+        return t
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn(x)
+    return (time.perf_counter() - t0) / reps
+
+
+def measure(dtypes, sizes, repeats, compile_reference=True, log=print):
+    fns = variants(compile_reference)
+    rows = []
+    for dtype in dtypes:
+        for nbytes in sizes:
+            x = torch.randn(nbytes // torch.tensor([], dtype=dtype).element_size()).to(dtype)
+            names = list(fns)
+            for name in names:  # warm-up: compiles, first-touch of lazily allocated buffers
+                fns[name](x)
+            samples = {n: [] for n in names}
+            for r in range(repeats):
+                for name in names[r % len(names):] + names[: r % len(names)]:
+                    samples[name].append(time_call(fns[name], x))
+            for name in names:
+                ratios = [s / t for s, t in zip(samples["x.sum()"], samples[name])]  # throughput / sum's
+                rows.append({"dtype": str(dtype).replace("torch.", ""), "bytes": nbytes, "variant": name,
+                             "median_s": statistics.median(samples[name]),
+                             "gbps": nbytes / statistics.median(samples[name]) / 1e9,
+                             "gbps_min": nbytes / max(samples[name]) / 1e9,
+                             "gbps_max": nbytes / min(samples[name]) / 1e9,
+                             "vs_sum": statistics.median(ratios)})
+            log(f"{dtype} {nbytes >> 10} KB: " + ", ".join(
+                f"{r['variant']} {r['gbps']:.2f}" for r in rows[-len(names):]))
+    return rows
+
+
+def markdown(rows, sizes_shown=None):
+    """One table per dtype: GB/s median [min..max] and the ratio to x.sum() of the same repeats."""
+    out = []
+    for dtype in dict.fromkeys(r["dtype"] for r in rows):
+        sub = [r for r in rows if r["dtype"] == dtype]
+        sizes = sorted({r["bytes"] for r in sub} & set(sizes_shown or [r["bytes"] for r in sub]))
+        names = list(dict.fromkeys(r["variant"] for r in sub))
+        out.append(f"\n**{dtype}** (GB/s, median [min..max]; (x) = throughput / x.sum()'s, same repeats)\n")
+        out.append("| variant | " + " | ".join(size_label(s) for s in sizes) + " |")
+        out.append("|---|" + "---|" * len(sizes))
+        for n in names:
+            cells = []
+            for s in sizes:
+                r = next(r for r in sub if r["variant"] == n and r["bytes"] == s)
+                cells.append(f"{r['gbps']:.2f} [{r['gbps_min']:.2f}..{r['gbps_max']:.2f}] ({r['vs_sum']:.3f}x)")
+            out.append(f"| {n} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def size_label(b):
+    return f"{b >> 20} MB" if b >= 1 << 20 else f"{b >> 10} KB"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="bytes, comma list")
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile of the reference")
+    p.add_argument("--json", default="benchmarks/results/op_throughput.json")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, = cores)")
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    dtypes = [getattr(torch, d) for d in a.dtypes.split(",")]
+    rows = measure(dtypes, [int(s) for s in a.sizes.split(",")], a.repeats, not a.no_compile)
+    with open(a.json, "w") as f:
+        json.dump({"threads": torch.get_num_threads(), "machine": bench.machine(), "rows": rows,
+                   "command": "python benchmarks/op_throughput.py " + " ".join(sys.argv[1:] if argv is None else argv)},
+                  f, indent=1)
+    print(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
