@@ -80,6 +80,8 @@ class Reduced:
 
     def stats(self, phase="train", kind=None):
         """{target id: record} over all ranks: the same records as Monitor.stats()."""
+        if phase not in ("train", "eval"):
+            raise ValueError(f"phase must be 'train' or 'eval', got {phase!r}")
         f, i = self._f.cpu().numpy(), self._i.cpu().numpy()
         rows = [(r, key) for r, (ph, key) in enumerate(self._keys) if ph == phase and (kind is None or key.kind == kind)]
         leafy = {(key.module, key.kind) for _, key in rows if key.leaf}
@@ -96,10 +98,12 @@ class Reduced:
         return f"Reduced({len(self._keys)} targets over {self.world_size} ranks)"
 
 
-def _comm_device(devices, group):
-    if dist.get_backend(group) == "nccl":
+def _comm_device(group):
+    """NCCL (alone or as the CUDA half of "cpu:gloo,cuda:nccl") takes tensors on this rank's GPU; every
+    other backend here is gloo, which is given CPU tensors."""
+    if "nccl" in str(dist.get_backend(group)) and torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
-    return next(iter(devices)) if len(devices) == 1 else torch.device("cpu")
+    return torch.device("cpu")
 
 
 def _local_rows(monitor, device):
@@ -133,7 +137,7 @@ def reduce(monitor, group=None):
     else:
         if dist.get_rank(group) < 0:
             raise ValueError("hookstats reduce: this process is not a member of the given group")
-        device, world = _comm_device(devices, group), dist.get_world_size(group)
+        device, world = _comm_device(group), dist.get_world_size(group)
     local = _local_rows(monitor, device)
 
     if world > 1:
@@ -146,8 +150,8 @@ def reduce(monitor, group=None):
 
     empty_f = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
     empty_i = torch.zeros(monitor.cfg.istate_size, dtype=torch.int64, device=device)
-    f = torch.stack([local[k][0] if k in local else empty_f for k in keys]) if keys else empty_f[:0].reshape(0, 5)
-    i = torch.stack([local[k][1] if k in local else empty_i for k in keys]) if keys else empty_i[:0].reshape(0, -1)
+    f = torch.stack([local[k][0] if k in local else empty_f for k in keys] or [empty_f])[: len(keys)]
+    i = torch.stack([local[k][1] if k in local else empty_i for k in keys] or [empty_i])[: len(keys)]
     if world > 1 and keys:
         gathered = torch.empty(world * f.numel(), dtype=f.dtype, device=device)  # flat: gloo takes no stack form
         _all_gather_single(gathered, f.reshape(-1), group=group)

@@ -304,6 +304,13 @@ def test_ddp_param_grad_stats_measure_the_synchronized_gradients(ranks):
             assert_close_to_oracle(local["module." + k], data[k], cfg)
 
 
+def test_reduce_of_a_monitor_that_saw_nothing_is_empty():
+    red = hookstats.attach(mlp(), **CFG).reduce()
+    assert red.stats() == {} and red.stats(phase="eval") == {}
+    with pytest.raises(ValueError, match="phase"):
+        red.stats(phase="valid")
+
+
 def test_reduce_without_process_group_is_the_local_state():
     model = mlp()
     with hookstats.attach(model, param_grads=True, **CFG) as mon:
