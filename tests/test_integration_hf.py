@@ -66,17 +66,20 @@ def check_windows(history, seen):
     assert not any(k.startswith("hookstats/") for h in history if "eval_loss" in h for k in h)
 
 
-def test_hf_callback_in_callbacks_list_logs_windows_to_log_history(tmp_path):
+def test_hf_callback_in_callbacks_list_logs_windows_to_log_history(tmp_path, capsys):
     trainer, cb, seen = train(tmp_path, [], "callbacks")
     check_windows(trainer.state.log_history, seen)
+    out = capsys.readouterr().out
+    assert "'loss'" in out and "hookstats/" not in out  # the console printer shows the Trainer's logs only
     assert not cb.monitor.attached
 
 
-def test_hf_add_to_reports_through_tensorboard(tmp_path):
+def test_hf_add_to_reports_through_tensorboard(tmp_path, capsys):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     trainer, cb, seen = train(tmp_path, ["tensorboard"], "add_to", stats=("mean", "std", "min", "max"))
     check_windows(trainer.state.log_history, seen)
+    assert "hookstats/" not in capsys.readouterr().out
     event_dirs = {os.path.dirname(os.path.join(d, f)) for d, _, fs in os.walk(tmp_path) for f in fs
                   if "tfevents" in f}
     assert event_dirs, "no TensorBoard event file written"
@@ -95,3 +98,5 @@ def test_hf_add_to_reports_through_tensorboard(tmp_path):
 def test_hf_callback_rejects_steps():
     with pytest.raises(ValueError, match="steps"):
         HookStatsCallback(steps="forward")
+    with pytest.raises(ValueError, match="prefix"):
+        HookStatsCallback(prefix="")

@@ -14,16 +14,19 @@ class HookStatsCallback(TrainerCallback):
     log are added to the logs as `<prefix><module>/<kind>/<stat>`; evaluation forwards are not measured.
 
     The Trainer runs user callbacks after its reporting integrations (TensorBoard, W&B, MLflow...): in
-    `callbacks=[...]` the statistics reach `trainer.state.log_history` and later callbacks only; add the
-    callback with `add_to(trainer)` for the integrations to report them too. stats: record fields logged;
-    other keywords go to hookstats.attach (modules=, every=, param_grads=, nbins=, ...)."""
+    `callbacks=[...]` the statistics go to `trainer.state.log_history` only; `add_to(trainer)` also hands
+    them to the integrations. Either way the console printer does not print them. stats: record fields
+    logged; other keywords go to hookstats.attach (modules=, every=, param_grads=, nbins=, ...)."""
 
     def __init__(self, stats=DEFAULT_STATS, prefix="hookstats/", **attach_kwargs):
         if "steps" in attach_kwargs:
             raise ValueError("steps is set by the callback: one optimizer step is one step")
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError(f"prefix must be a non-empty string (it tells hookstats' metrics apart), got {prefix!r}")
         self.fields, self.prefix = tuple(stats), prefix
         self.attach_kwargs = attach_kwargs
         self.monitor = None
+        self.to_logs = False  # set by add_to: the callback then runs before the reporting integrations
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if model is None:
@@ -39,7 +42,8 @@ class HookStatsCallback(TrainerCallback):
         if self.monitor is None or logs is None or any(k.startswith(("eval_", "test_")) for k in logs):
             return
         metrics = flat_metrics(window_stats(self.monitor), self.prefix, self.fields)
-        logs.update(metrics)
+        if self.to_logs:
+            logs.update(metrics)
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(metrics)
 
@@ -50,10 +54,22 @@ class HookStatsCallback(TrainerCallback):
 
 def add_to(trainer, **kwargs):
     """Makes a HookStatsCallback(**kwargs) and puts it before the Trainer's reporting integrations, so
-    they report its statistics. Returns the callback."""
+    they report its statistics, and a remover of them after the integrations, so the console printer
+    does not print them. Returns the callback."""
     cb = HookStatsCallback(**kwargs)
+    cb.to_logs = True
     callbacks = trainer.callback_handler.callbacks
-    reporters = tuple(INTEGRATION_TO_CALLBACK.values())
-    at = next((i for i, c in enumerate(callbacks) if isinstance(c, reporters)), len(callbacks))
-    callbacks.insert(at, cb)
+    reporters = [i for i, c in enumerate(callbacks) if isinstance(c, tuple(INTEGRATION_TO_CALLBACK.values()))]
+    first, last = (reporters[0], reporters[-1] + 1) if reporters else (len(callbacks), len(callbacks))
+    callbacks.insert(last, _RemoveFromLogs(cb.prefix))
+    callbacks.insert(first, cb)
     return cb
+
+
+class _RemoveFromLogs(TrainerCallback):
+    def __init__(self, prefix):
+        self.prefix = prefix
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for k in [k for k in logs or () if k.startswith(self.prefix)]:
+            del logs[k]
