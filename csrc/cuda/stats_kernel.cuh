@@ -88,10 +88,12 @@ inline Target make_target(const void* x, int64_t n, int elem_bytes, double* fs, 
                 static_cast<unsigned char*>(scratch)};
 }
 
-// Bytes of dynamic shared memory: one 32-bit histogram (linear slots, then log2 slots) per warp.
-HS_HD int hist_stride(const Params& p) {
+// Bytes of dynamic shared memory: one 32-bit histogram per warp: linear slots, then (with the log
+// histogram) log2 slots and a dummy slot for non-finite values. Only the first hist_used slots are flushed.
+HS_HD int hist_used(const Params& p) {
   return static_cast<int>(lin_slots(p.nbins)) + ((p.flags & kLogHist) ? kLogSlots : 0);
 }
+HS_HD int hist_stride(const Params& p) { return hist_used(p) + ((p.flags & kLogHist) ? 1 : 0); }
 HS_HD int dyn_smem_bytes(const Params& p, int threads) {
   return (threads / kWarp) * hist_stride(p) * static_cast<int>(sizeof(unsigned));
 }
@@ -122,6 +124,17 @@ HS_HD float approx_div(float s, float c) {
 }
 HS_HD double approx_div(double s, double c) { return s / c; }
 
+// lin_slot_finite (accumulator.h) with the same exact steps in fewer GPU instructions: minNum/maxNum
+// clamps (t is never NaN for finite v) and a float->int conversion that rounds down (F2I.FLOOR).
+HS_HD int lin_slot_fast(float v, const Params& p) {
+#if defined(__CUDA_ARCH__)
+  const float t = fminf(fmaxf((v - p.lo) * p.inv_w, -1.0f), static_cast<float>(p.nbins));
+  return 1 + __float2int_rd(t);
+#else
+  return lin_slot_finite(v, p.lo, p.inv_w, p.nbins);
+#endif
+}
+
 // Shared-memory counter: ATOMS.POPC.INC on the GPU (lanes hitting one slot are combined).
 __device__ __forceinline__ void shared_inc(unsigned* p) { atomicAdd(p, 1u); }
 
@@ -151,9 +164,12 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
     t.mx = max_acc(t.mx, vm);
     const float f = bin_value(v[i]);
     t.nz += near_zero(f, p.eps, signed_nz);
+    // Non-finite values take their own linear slots and the log histogram's dummy slot (never flushed).
     const int nonfinite = f != f ? p.nbins + 2 : (f > 0.0f ? p.nbins + 3 : p.nbins + 4);
-    if (lin || !fin) shared_inc(&hist[fin ? lin_slot_finite(f, p.lo, p.inv_w, p.nbins) : nonfinite]);
-    if (lg && fin) shared_inc(&hist[lin_n + log_slot(f)]);
+    const int slot = fin ? lin_slot_fast(f, p) : nonfinite;
+    if (lin) shared_inc(&hist[slot]);
+    else if (!fin) shared_inc(&hist[nonfinite]);
+    if (lg) shared_inc(&hist[lin_n + log_slot(f)]);  // exponent 255 (NaN, Inf) gives kLogSlots
   }
   const A Kc = approx_div(s, static_cast<A>(c > 0 ? c : 1));
   A c1 = 0, c2 = 0;
@@ -207,7 +223,7 @@ __device__ __forceinline__ void zero_hist(unsigned* hist, int words) {
 // moments: one block merges straight into fstate, else a last-block-done step merges the per-block
 // partials in block order and re-arms the ticket, so nothing needs zeroing before the next launch.
 template <typename A>
-__device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid, int nblk, int stride,
+__device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid, int nblk, int stride, int used,
                              const unsigned* hist, BlockShared& sm) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
   Partial p;
@@ -225,7 +241,7 @@ __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid,
     sm.nz[warp] = nz;
   }
   __syncthreads();
-  for (int s = threadIdx.x; s < stride; s += blockDim.x) {
+  for (int s = threadIdx.x; s < used; s += blockDim.x) {
     unsigned long long sum = 0;
     for (int w = 0; w < nwarps; ++w) sum += hist[w * stride + s];
     if (sum) atomicAdd(&tg.is[kLinBase + s], sum);
@@ -342,7 +358,7 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
     consume<1>(t, v, p, kLin, kLog, lin_n, hist);
   }
   __syncthreads();
-  finish_block(t, tg, bid, nblk, stride, hist_all, sm);
+  finish_block(t, tg, bid, nblk, stride, hist_used(p), hist_all, sm);
 }
 
 // Dense tensors (contiguous, channels_last, permuted: read as flat memory), one or many per launch.
@@ -395,7 +411,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     consume<1>(t, v, p, lin, lg, lin_n, hist);
   }
   __syncthreads();
-  finish_block(t, tg, bid, nblk, stride, hist_all, sm);
+  finish_block(t, tg, bid, nblk, stride, hist_used(p), hist_all, sm);
 }
 
 }  // namespace cuda_kernel

@@ -1,0 +1,302 @@
+"""GPU checks of the CUDA kernel, for a machine that has a GPU (and `--sass` static figures for one without).
+
+    python benchmarks/gpu_check.py            correctness vs the CPU kernel, determinism, CUDA graph replay,
+                                              multi-tensor launch, compute-sanitizer, bandwidth sweep
+    python benchmarks/gpu_check.py --quick    the same with sizes up to 2**24 and a short sweep
+    python benchmarks/gpu_check.py --sass     no GPU: hot-loop SASS instructions per element (nvcc, cuobjdump)
+
+Needs hookstats built with its CUDA kernel (torch with CUDA, nvcc; see .ci/cuda_build.sh). Prints markdown
+rows for benchmarks/RESULTS.md; exits non-zero if a correctness check fails.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAILED = []
+
+
+def report(ok, what):
+    print(f"- {'ok  ' if ok else 'FAIL'} {what}", flush=True)
+    if not ok:
+        FAILED.append(what)
+
+
+# ---------------------------------------------------------------- correctness
+def adversarial(n, dtype, device, seed=0):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(n, generator=g, dtype=torch.float32) * 2 + 3
+    for start, step, value in ((0, 97, 0.0), (1, 101, 1e-7), (4, 211, 3e4), (5, 499, float("nan")),
+                               (6, 503, float("inf")), (7, 509, -float("inf"))):
+        x[start::step] = value
+    x[::4099] = -1e-40 if dtype != torch.float16 else -1e-6
+    return x.to(dtype).to(device)
+
+
+def new_state(cfg, device):
+    from hookstats.monitor import scratch_bytes
+    f = torch.tensor([0.0, 0.0, 0.0, float("nan"), float("nan")], dtype=torch.float64, device=device)
+    i = torch.zeros(cfg.istate_size, dtype=torch.int64, device=device)
+    s = torch.zeros(scratch_bytes(torch.device(device)), dtype=torch.uint8, device=device)
+    return f, i, s
+
+
+def run(x, cfg, calls=1, state=None, enabled=None):
+    f, i, s = state or new_state(cfg, x.device)
+    on = enabled if enabled is not None else torch.tensor([True], device=x.device)
+    for _ in range(calls):
+        torch.ops.hookstats.accumulate_(x, f, i, s, on, *cfg.op_args())
+    return f, i, s
+
+
+def same_stats(g, c, what):
+    (gf, gi, _), (cf, ci, _) = g, c
+    gf, gi, cf, ci = gf.cpu().numpy(), gi.cpu().numpy(), cf.numpy(), ci.numpy()
+    ints = np.array_equal(gi, ci)
+    n_ok = gf[0] == cf[0] and np.array_equal(gf[3:], cf[3:], equal_nan=True)
+    scale = abs(cf[1]) + np.sqrt(cf[2] / max(cf[0], 1))
+    mean_ok = abs(gf[1] - cf[1]) <= 1e-6 * scale + 1e-300
+    m2_ok = abs(gf[2] - cf[2]) <= 1e-5 * abs(cf[2]) + 1e-300
+    report(ints and n_ok and mean_ok and m2_ok,
+           f"{what}: integers {'equal' if ints else 'DIFFER'}; mean {gf[1]:.9g} vs CPU {cf[1]:.9g}; "
+           f"M2 rel diff {abs(gf[2] - cf[2]) / max(abs(cf[2]), 1e-300):.2e}")
+
+
+def check_correctness(cfg, quick):
+    sizes = [1, 31, 4097, 10**6 + 3] + ([] if quick else [2**24 + 5, 2**28])
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        for n in sizes:
+            if n == 2**28 and dtype in (torch.float16, torch.float64):
+                continue
+            x = adversarial(n + 1, dtype, "cuda", seed=n)
+            for name, view in (("aligned", x[:n]), ("misaligned", x[1:])):
+                same_stats(run(view, cfg, calls=2), run(view.cpu(), cfg, calls=2),
+                           f"{dtype} n={view.numel()} {name}, 2 calls")
+            del x
+            torch.cuda.empty_cache()
+    x = adversarial(2 * 64 * 57 * 33, torch.float32, "cuda").view(2, 64, 57, 33)
+    for name, view in (("channels_last", x.contiguous(memory_format=torch.channels_last)),
+                       ("transposed", x.transpose(1, 3)), ("sliced", x[:, 3:40, ::2, 1:]),
+                       ("broadcast", x[:1, :1].expand(5, 64, 57, 33))):
+        same_stats(run(view, cfg), run(view.cpu(), cfg), f"{name} view {tuple(view.shape)}")
+
+
+def check_determinism(cfg):
+    x = adversarial(10**7 + 7, torch.float32, "cuda", seed=3)
+    a, b = run(x, cfg), run(x, cfg)
+    report(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), "two runs give bitwise identical states")
+
+
+def check_graph(cfg, replays=7):
+    x = adversarial(2**20 + 3, torch.bfloat16, "cuda", seed=4)
+    on = torch.tensor([True], device="cuda")
+    state = new_state(cfg, "cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        run(x, cfg, state=new_state(cfg, "cuda"), enabled=on)  # warm-up outside the graph
+        with torch.cuda.graph(graph, stream=stream):
+            run(x, cfg, state=state, enabled=on)
+    torch.cuda.current_stream().wait_stream(stream)
+    f0, i0 = state[0].clone(), state[1].clone()  # capture does not execute
+    for _ in range(replays):
+        graph.replay()
+    on.fill_(False)
+    for _ in range(3):  # sampling inside the graph: disabled replays change nothing
+        graph.replay()
+    torch.cuda.synchronize()
+    eager = run(x, cfg, calls=replays)
+    report(torch.equal(f0.isnan(), torch.tensor([False, False, False, True, True], device="cuda")) and not i0.any(),
+           "capture alone does not change the state")
+    report(torch.equal(state[0], eager[0]) and torch.equal(state[1], eager[1]),
+           f"{replays} graph replays (+3 disabled) == {replays} eager calls, bitwise")
+    report(int(state[2][:4].view(torch.int32).item()) == 0, "ticket re-armed after replays")
+
+
+def check_many(cfg):
+    xs = [adversarial(n, torch.float32, "cuda", seed=n) for n in range(1, 3000, 37)]
+    xs += [adversarial(2**20, torch.bfloat16, "cuda"), adversarial(999, torch.float64, "cuda")[::2]]
+    states = [new_state(cfg, "cuda") for _ in xs]
+    on = torch.tensor([True], device="cuda")
+    torch.ops.hookstats.accumulate_many_(xs, *[list(s) for s in zip(*states)], on, *cfg.op_args())
+    ok = all(torch.equal(s[1], run(x, cfg)[1]) and torch.allclose(s[0], run(x, cfg)[0], rtol=1e-9, equal_nan=True)
+             for x, s in zip(xs, states))
+    report(ok, f"accumulate_many_ over {len(xs)} tensors (3 dtypes, one strided) == one call per tensor")
+
+
+def check_sanitizer():
+    exe = shutil.which("compute-sanitizer")
+    if exe is None:
+        cand = os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "cu13", "bin", "compute-sanitizer")
+        exe = cand if os.path.exists(cand) else None
+    if exe is None:
+        report(False, "compute-sanitizer not found (pip install nvidia-cuda-sanitizer-api)")
+        return
+    for tool in ("memcheck", "racecheck", "synccheck"):
+        r = subprocess.run([exe, f"--tool={tool}", "--error-exitcode=3", sys.executable, __file__, "--sanitize-target"],
+                           capture_output=True, text=True, timeout=1800)
+        summary = [ln for ln in r.stdout.splitlines() if "ERROR SUMMARY" in ln or "RACECHECK SUMMARY" in ln]
+        report(r.returncode == 0, f"compute-sanitizer --tool={tool}: {summary[-1] if summary else r.stdout[-300:]}")
+
+
+def sanitize_target(cfg):
+    """Small launches for compute-sanitizer: dense (1 and many blocks), misaligned, strided, multi-tensor."""
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        x = adversarial(300001, dtype, "cuda")
+        for view in (x[:31], x[1:], x[: 2**16], x.view(-1, 7)[:, 1:5]):
+            run(view, cfg, calls=2)
+    xs = [adversarial(n, torch.float32, "cuda") for n in (5, 700, 100000)]
+    states = [new_state(cfg, "cuda") for _ in xs]
+    torch.ops.hookstats.accumulate_many_(xs, *[list(s) for s in zip(*states)], torch.tensor([True], device="cuda"),
+                                         *cfg.op_args())
+    torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------------- bandwidth
+def time_ms(fn, iters):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    fn()
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def sweep(cfg, quick):
+    """Read bandwidth of the op vs a device-to-device copy (read + write bytes) of the same tensor."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    mbs = [1, 4, 16, 64] if quick else [1, 4, 16, 64, 256, 1024]
+    print("\n| dtype | MB | cache | op GB/s | copy GB/s (read+write) | op / copy |\n|---|---|---|---|---|---|")
+    for dtype in (torch.float32, torch.bfloat16):
+        for mb in mbs:
+            n = mb * 2**20 // torch.tensor([], dtype=dtype).element_size()
+            for cache in ("cold", "hot") if mb * 2**20 * 2 < l2 else ("cold",):
+                nbuf = 1 if cache == "hot" else max(2, -(-4 * l2 // (mb * 2**20)))
+                bufs = [torch.randn(n, device="cuda").to(dtype) for _ in range(nbuf)]
+                outs = [torch.empty_like(b) for b in bufs]
+                state = new_state(cfg, "cuda")
+                on = torch.tensor([True], device="cuda")
+                k = [0]
+
+                def op():
+                    k[0] = (k[0] + 1) % nbuf
+                    torch.ops.hookstats.accumulate_(bufs[k[0]], *state, on, *cfg.op_args())
+
+                def copy():
+                    k[0] = (k[0] + 1) % nbuf
+                    outs[k[0]].copy_(bufs[k[0]])
+
+                iters = max(10, min(2000, 2**30 // (mb * 2**20)))
+                t_op, t_copy = time_ms(op, iters), time_ms(copy, iters)
+                nbytes = mb * 2**20
+                op_bw, copy_bw = nbytes / t_op / 1e6, 2 * nbytes / t_copy / 1e6
+                print(f"| {str(dtype)[6:]} | {mb} | {cache} | {op_bw:.0f} | {copy_bw:.0f} | {op_bw / copy_bw:.2f} |")
+                del bufs, outs
+                torch.cuda.empty_cache()
+
+
+def graph_latency(cfg, calls=20):
+    """us per call for a 1 MB fp32 tensor, `calls` calls captured in one CUDA graph."""
+    x = torch.randn(2**18, device="cuda")
+    state, on = new_state(cfg, "cuda"), torch.tensor([True], device="cuda")
+    run(x, cfg, state=state, enabled=on)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            torch.ops.hookstats.accumulate_(x, *state, on, *cfg.op_args())
+    ms = time_ms(graph.replay, 200)
+    eager = time_ms(lambda: torch.ops.hookstats.accumulate_(x, *state, on, *cfg.op_args()), 500)
+    print(f"\n1 MB fp32: {1000 * ms / calls:.2f} us per call inside a CUDA graph ({calls} calls per graph), "
+          f"{1000 * eager:.2f} us per eager call")
+
+
+# ---------------------------------------------------------------- static SASS (no GPU)
+def sass_figures():
+    """Instructions on one pass of the hot loop (the one holding LDG.E.128) per element, per kernel."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from test_ptxas import FLAGS, KERNELS, nvcc
+    tool = shutil.which("cuobjdump") or os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "cu13", "bin",
+                                                      "cuobjdump")
+    if not os.path.exists(tool):
+        sys.exit("cuobjdump not found: pip install nvidia-cuda-cuobjdump")
+    print("| kernel (sm_90) | loop instructions | elements per pass | per element | ATOMS per element |\n"
+          "|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as d:
+        cubin = os.path.join(d, "k.cubin")
+        subprocess.run([nvcc(), *FLAGS[:3], "-arch=sm_90", f"-I{os.path.join(ROOT, 'csrc')}", "-cubin", KERNELS,
+                        "-o", cubin], check=True)
+        sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True, check=True).stdout
+    per_pass = {"f": 8, "13__nv_bfloat16": 16, "6__half": 16, "d": 2}
+    for body in re.split(r"\n\s*Function : ", sass)[1:]:
+        m = re.match(r"_ZN9hookstats11cuda_kernel12dense_kernelI(\w+?)Lb(\d)ELb(\d)E", body.split()[0])
+        if not m:
+            continue
+        path = hot_path(body)
+        elems = per_pass[m.group(1)]
+        atoms = sum("ATOMS" in t for t in path)
+        print(f"| dense {m.group(1).lstrip('0123456789')} lin={m.group(2)} log={m.group(3)} | {len(path)} | {elems} | "
+              f"{len(path) / elems:.1f} | {atoms / elems:.1f} |")
+
+
+def hot_path(body):
+    """One pass of the innermost loop around the first 128-bit load, following unconditional branches and
+    falling through conditional ones (the loop is branch-free but unswitched on the near-zero mode)."""
+    ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)]
+    at = {a: k for k, (a, _) in enumerate(ins)}
+    first = next(a for a, t in ins if "LDG.E.128" in t)
+    loops = [(int(m.group(1), 16), a) for a, t in ins
+             for m in [re.search(r"BRA (?:!?U?P\d, )?0x([0-9a-f]+)", t)] if m and int(m.group(1), 16) <= first < a]
+    lo, hi = min(loops, key=lambda ab: ab[1] - ab[0])
+    k, path = at[lo], []
+    while True:
+        a, t = ins[k]
+        if not t.startswith(("NOP", "BSSY", "BSYNC")):
+            path.append(t)
+        if a == hi:
+            return path
+        m = re.match(r"BRA 0x([0-9a-f]+)", t)
+        k = at[int(m.group(1), 16)] if m else k + 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--sass", action="store_true")
+    ap.add_argument("--sanitize-target", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.sass:
+        return sass_figures()
+    import hookstats
+    from hookstats import StatsConfig
+
+    if not (torch.cuda.is_available() and hookstats._ops.has_cuda_kernel()):
+        sys.exit("needs a GPU and hookstats built with its CUDA kernel (see .ci/cuda_build.sh)")
+    cfg = StatsConfig(nbins=40, lo=-4, hi=12, eps=1e-3)
+    if args.sanitize_target:
+        return sanitize_target(cfg)
+    print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}\n")
+    check_correctness(cfg, args.quick)
+    check_determinism(cfg)
+    check_graph(cfg)
+    check_many(cfg)
+    check_sanitizer()
+    sweep(cfg, args.quick)
+    graph_latency(cfg)
+    print(f"\n{len(FAILED)} check(s) failed" if FAILED else "\nall checks passed")
+    sys.exit(1 if FAILED else 0)
+
+
+if __name__ == "__main__":
+    main()
