@@ -136,6 +136,28 @@ def scenario_fsdp2(rank, world):
     return {"reduced": train(model, model, rank, world).reduce().stats()}
 
 
+def scenario_lightning(rank, world):
+    """The Lightning callback under a real DDP strategy, in the process group these workers already have."""
+    pytest.importorskip("lightning.pytorch")
+    import lightning.pytorch as L
+    from test_integration_lightning import MemoryLogger, Tiny, loader
+
+    from hookstats.integrations.lightning import HookStatsCallback
+    os.environ.update(LOCAL_RANK=str(rank), RANK=str(rank), NODE_RANK="0", WORLD_SIZE=str(world))
+    model, seen = Tiny(), {"0": [], "2": []}
+    for name in seen:
+        model.net.get_submodule(name).register_forward_hook(
+            lambda m, a, o, name=name: seen[name].append(o.detach().double().clone()) if m.training else None)
+    logger = MemoryLogger()
+    trainer = L.Trainer(max_epochs=1, limit_train_batches=4, limit_val_batches=0, num_sanity_val_steps=0,
+                        accelerator="cpu", devices=world, strategy="ddp", logger=logger,
+                        callbacks=[HookStatsCallback(log_every=2, grads=False)], enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, loader(20 * world, 0))  # 4 batches of 5 per rank
+    rows = [(s, {k: v for k, v in m.items() if k.startswith("hookstats/")}) for s, m in logger.rows]
+    return {"seen": seen, "rows": [(s, m) for s, m in rows if m]}
+
+
 def worker(rank, world, port, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -144,6 +166,8 @@ def worker(rank, world, port, out_dir):
         res = {name: fn(rank, world) for name, fn in [("reduce", scenario_reduce), ("bad_config", scenario_bad_config),
                                                       ("ddp", scenario_ddp), ("fsdp2", scenario_fsdp2),
                                                       ("sinks", scenario_sinks)]}
+        if world == 2:
+            res["lightning"] = scenario_lightning(rank, world)
         torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -155,19 +179,33 @@ def free_port():
         return s.getsockname()[1]
 
 
+_SPAWNED = {}  # world -> what each rank saved: one spawn per world size for the whole module
+
+
+def spawn(world, tmp_path_factory):
+    if world not in _SPAWNED:
+        out = tmp_path_factory.mktemp(f"world{world}")
+        ctx = mp.start_processes(worker, args=(world, free_port(), str(out)), nprocs=world, join=False,
+                                 start_method="spawn")
+        deadline = time.monotonic() + SPAWN_TIMEOUT_S
+        while not ctx.join(timeout=5):
+            if time.monotonic() > deadline:
+                for p in ctx.processes:
+                    p.kill()
+                pytest.fail(f"{world} gloo processes did not finish within {SPAWN_TIMEOUT_S} s")
+        _SPAWNED[world] = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
+    return _SPAWNED[world]
+
+
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda w: f"world{w}")
 def ranks(request, tmp_path_factory):
-    world = request.param
-    out = tmp_path_factory.mktemp(f"world{world}")
-    ctx = mp.start_processes(worker, args=(world, free_port(), str(out)), nprocs=world, join=False,
-                             start_method="spawn")
-    deadline = time.monotonic() + SPAWN_TIMEOUT_S
-    while not ctx.join(timeout=5):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"{world} gloo processes did not finish within {SPAWN_TIMEOUT_S} s")
-    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
+    return spawn(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """The 2-process run, which also trains with Lightning's DDP strategy (kept out of 4 processes: slow)."""
+    return spawn(2, tmp_path_factory)
 
 
 # ---------------- checks ----------------
@@ -302,6 +340,19 @@ def test_ddp_param_grad_stats_measure_the_synchronized_gradients(ranks):
         local = r["ddp"]["local"]
         for k in (f"{n}.{w}:param_grad" for n in "02" for w in ("weight", "bias")):
             assert_close_to_oracle(local["module." + k], data[k], cfg)
+
+
+def test_lightning_ddp_logs_windows_merged_over_ranks_on_rank_zero(two_ranks):
+    res = [r["lightning"] for r in two_ranks]
+    assert all(r["rows"] == [] for r in res[1:])  # only rank 0 logs
+    assert [s for s, _ in res[0]["rows"]] == [2, 4]
+    for w, (_, metrics) in enumerate(res[0]["rows"]):
+        for n in ("0", "2"):
+            x = torch.cat([t.reshape(-1) for r in res for t in r["seen"][n][2 * w: 2 * w + 2]]).numpy()
+            base = f"hookstats/net.{n}/output/"
+            assert abs(metrics[base + "mean"] - x.mean()) <= 1e-6 * (abs(x.mean()) + x.std())
+            np.testing.assert_allclose(metrics[base + "std"], x.std(ddof=1), rtol=1e-6)
+            np.testing.assert_allclose([metrics[base + "min"], metrics[base + "max"]], [x.min(), x.max()], rtol=1e-6)
 
 
 def test_reduce_of_a_monitor_that_saw_nothing_is_empty():
