@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from . import _ops, targets
-from .targets import is_measurable
+from .targets import is_measurable, tensor_leaves
 from .config import StatsConfig
 from .stats import finalize, merge_states, new_fstate_values
 
@@ -66,21 +66,6 @@ def mark_static(t):
         torch._dynamo.mark_static_address(t)
     except Exception:  # older torch: nothing to mark
         pass
-
-
-def tensor_leaves(obj, path=""):
-    """(path, tensor) for every tensor inside tuples, lists, dicts and dataclasses (HF ModelOutput too)."""
-    if isinstance(obj, torch.Tensor):
-        yield path, obj
-    elif isinstance(obj, dict):  # ModelOutput is an OrderedDict
-        for k, v in obj.items():
-            yield from tensor_leaves(v, f"{path}[{k!r}]")
-    elif isinstance(obj, (tuple, list)):
-        for k, v in enumerate(obj):
-            yield from tensor_leaves(v, f"{path}[{k}]")
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for fld in dataclasses.fields(obj):
-            yield from tensor_leaves(getattr(obj, fld.name), f"{path}.{fld.name}")
 
 
 def own_params(m):
@@ -152,7 +137,6 @@ class Monitor:
         self._attached = True  # a plain bool: compiled code (watch) can read it, not the list of handles
         self.step_listeners = []  # callables(monitor, finished_step), run when a step ends
         self._op_args = cfg.op_args()
-        self._leaves = tensor_leaves
         self.separate_calls = separate_calls
         self._calls = {}  # (name, kind) -> calls so far in this forward (separate_calls=True)
         self._late = set()  # (phase, *key fields, device) first reached inside compiled code, allocated at the next eager point

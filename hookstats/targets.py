@@ -1,6 +1,8 @@
 """Where hooks attach: module outputs and the gradients flowing back into them, module inputs, gradients
 w.r.t. module inputs, parameter gradients once per optimizer step, and any tensor (mon.watch). Each hook
 only resolves a preallocated state and calls the fused op; none of them changes what it observes."""
+import dataclasses
+
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -11,6 +13,21 @@ def is_measurable(t):
     """The tensors the op takes: float8, complex, sparse and meta tensors are skipped, never an error."""
     return (isinstance(t, torch.Tensor) and t.dtype in MEASURED_DTYPES and t.layout == torch.strided
             and t.device.type != "meta")
+
+
+def tensor_leaves(obj, path=""):
+    """(path, tensor) for every tensor inside tuples, lists, dicts and dataclasses (HF ModelOutput too)."""
+    if isinstance(obj, torch.Tensor):
+        yield path, obj
+    elif isinstance(obj, dict):  # ModelOutput is an OrderedDict
+        for k, v in obj.items():
+            yield from tensor_leaves(v, f"{path}[{k!r}]")
+    elif isinstance(obj, (tuple, list)):
+        for k, v in enumerate(obj):
+            yield from tensor_leaves(v, f"{path}[{k}]")
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for fld in dataclasses.fields(obj):
+            yield from tensor_leaves(getattr(obj, fld.name), f"{path}.{fld.name}")
 
 
 def in_recompute():
@@ -26,12 +43,6 @@ def skip_now(mon):
 
 def recomputing():
     return not torch.compiler.is_compiling() and in_recompute()
-
-
-def named_leaves(obj, leaves):
-    if isinstance(obj, torch.Tensor):
-        return [("", obj)]
-    return list(leaves(obj))
 
 
 # The gradient "tap" is Tensor.register_hook on the observed tensor, not an autograd.Function returning
@@ -69,7 +80,7 @@ def output_hook(mon, name, values=True, grads=True):
             return None
         call = mon._next_call(name)
         phase = mon._phase
-        for leaf, t in named_leaves(out, mon._leaves):
+        for leaf, t in tensor_leaves(out):
             key = mon._key(name, "output", leaf, call)
             if values and not recompute:
                 mon._measure_in(key, t, phase)
@@ -87,7 +98,7 @@ def input_hook(mon, name):
             return None
         obj = args[0] if len(args) == 1 else args
         call = mon._next_call(name, "input")
-        for leaf, t in named_leaves(obj, mon._leaves) + list(mon._leaves(kwargs)):
+        for leaf, t in (*tensor_leaves(obj), *tensor_leaves(kwargs)):
             mon._measure_in(mon._key(name, "input", leaf, call), t, mon._phase)
         return None
     return hook
@@ -101,7 +112,7 @@ def input_grad_hook(mon, name):
         if not mon._measures_phase() or skip_now(mon):
             return None
         obj = grad_input[0] if len(grad_input) == 1 else grad_input
-        for leaf, g in named_leaves(obj, mon._leaves):
+        for leaf, g in tensor_leaves(obj):
             mon._measure_in(mon._key(name, "grad_input", leaf, None), g, mon._phase)
         return None
     return hook
