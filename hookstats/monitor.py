@@ -147,6 +147,11 @@ class Monitor:
         for dev in {t.device for t in (*model.parameters(), *model.buffers())} or {torch.device("cpu")}:
             self._flag(dev)  # compiled code cannot allocate them
         self._handles.append(model.register_forward_pre_hook(self._on_root_forward))
+        no_bw = targets.followed_in_place(model, modules) if input_grads else set()
+        if no_bw:
+            warnings.warn(f"hookstats: input_grads=True skips {sorted(no_bw)}: an in-place module follows each of "
+                          "them, and PyTorch's full backward hooks forbid in-place ops on a module's output",
+                          RuntimeWarning, stacklevel=3)
         for name, m in modules.items():
             if outputs or grads:
                 self._handles.append(m.register_forward_hook(targets.output_hook(self, name, outputs, grads)))
@@ -157,7 +162,7 @@ class Monitor:
             if inputs:
                 self._handles.append(m.register_forward_pre_hook(targets.input_hook(self, name), with_kwargs=True))
                 self._preallocate(name, "input", m)
-            if input_grads:
+            if input_grads and name not in no_bw:
                 self._handles.append(m.register_full_backward_hook(targets.input_grad_hook(self, name)))
         if param_grads:
             named = [(f"{name}.{pn}" if name else pn, p) for name, m in modules.items()

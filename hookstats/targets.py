@@ -118,6 +118,29 @@ def input_grad_hook(mon, name):
     return hook
 
 
+def followed_in_place(model, modules):
+    """Names of selected modules whose output the next module of an nn.Sequential modifies in place
+    (ReLU(inplace=True)...), directly or as the last module of nested Sequentials. A full backward hook
+    on them would make that in-place op raise; in-place ops in a forward function cannot be seen here."""
+    parents = {}
+    for pname, p in model.named_modules():
+        if isinstance(p, torch.nn.Sequential):
+            kids = list(p.named_children())
+            for i, (k, _) in enumerate(kids):
+                parents[f"{pname}.{k}" if pname else k] = (pname, kids[i + 1][1] if i + 1 < len(kids) else None)
+    out = set()
+    for name in modules:
+        n = name
+        while n in parents:
+            parent, nxt = parents[n]
+            if nxt is not None:
+                if getattr(nxt, "inplace", False) is True:
+                    out.add(name)
+                break
+            n = parent  # the last module's output is the parent Sequential's output
+    return out
+
+
 def watch(mon, name, t):
     """mon.watch(name, t): measures t now and, if it requires grad, its gradient. Returns t unchanged."""
     if not isinstance(name, str) or not name:

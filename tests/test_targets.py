@@ -525,3 +525,17 @@ def test_model_parallel_keeps_each_target_on_its_own_device(monkeypatch):
     want = capture(ref, x, lambda y: y.square().sum(), ["a", "b"])
     for tid, rec in mon.stats().items():
         assert_matches(rec, want[tid].cpu(), mon.cfg)
+
+
+def test_input_grads_skip_modules_an_in_place_module_follows_instead_of_failing_the_step():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 8)), nn.ReLU(inplace=True), nn.Linear(8, 2),
+                          nn.ReLU(inplace=False))
+    with pytest.warns(RuntimeWarning, match=r"skips \['0.1'\]"):
+        mon = hookstats.attach(model, input_grads=True)
+    x = torch.randn(3, 4)
+    model(x).sum().backward()  # would raise "BackwardHookFunctionBackward is a view and is being modified inplace"
+    mon.remove()
+    got = mon.stats(kind="grad_input")
+    assert set(got) == {"2:grad_input"}
+    assert got["2:grad_input"]["count"] == 3 * 8
