@@ -35,7 +35,8 @@ def twins():
 def train(model, mon, xs):
     for x in xs:
         model(x).square().mean().backward()
-        mon.step()
+        mon.step()  # no optimizer here: parameter gradients are measured at mon.step()
+        model.zero_grad()
 
 
 @pytest.fixture
@@ -53,16 +54,20 @@ def fresh_dynamo():
 def test_compiled_model_matches_eager_with_no_graph_break_and_no_recompile(fresh_dynamo, backend):
     model, ref = twins()
     xs = [torch.randn(16, 8) for _ in range(5)]
-    mon = hookstats.attach(model, every=2, steps="manual")
-    eager = hookstats.attach(ref, every=2, steps="manual")
+    mon = hookstats.attach(model, every=2, steps="manual", param_grads=True)
+    eager = hookstats.attach(ref, every=2, steps="manual", param_grads=True)
     train(torch.compile(model, fullgraph=True, backend=backend), mon, xs)  # steps 0..4: 0, 2 and 4 measured
     train(ref, eager, xs)
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 1  # the step changed 5 times: no recompilation
     got, want = mon.stats(), eager.stats()
-    assert set(got) == set(want) == {f"{m}:{k}" for m in ("fc1", "fc2", "norm") for k in ("output", "grad_output")}
+    params = dict(ref.named_parameters())
+    assert set(got) == set(want) == ({f"{m}:{k}" for m in ("fc1", "fc2", "norm") for k in ("output", "grad_output")}
+                                     | {f"{p}:param_grad" for p in params})
     for tid, rec in want.items():
-        assert rec["count"] == 3 * xs[0].shape[0] * {"fc1": 32, "fc2": 16, "norm": 16}[rec["module"]]
+        per_step = params[rec["module"]].numel() if rec["kind"] == "param_grad" else \
+            xs[0].shape[0] * {"fc1": 32, "fc2": 16, "norm": 16}[rec["module"]]
+        assert rec["count"] == 3 * per_step
         g = got[tid]
         assert (g["count"], g["nan"], g["posinf"], g["neginf"]) == (rec["count"], 0, 0, 0), tid
         if backend == "aot_eager":
@@ -74,7 +79,7 @@ def test_compiled_model_matches_eager_with_no_graph_break_and_no_recompile(fresh
         else:
             for h in ("hist", "log2_hist"):
                 assert np.abs(g[h] - rec[h]).sum() <= 0.01 * rec["count"], (tid, h)
-            assert g["mean"] == pytest.approx(rec["mean"], abs=1e-5 * rec["std"]), tid
+            assert g["mean"] == pytest.approx(rec["mean"], abs=1e-4 * rec["std"]), tid
             assert g["std"] == pytest.approx(rec["std"], rel=1e-4), tid
     # the in-place ReLU after fc1 did not change what fc1's output and gradient hooks saw
     assert got["fc1:output"]["min"] < 0
