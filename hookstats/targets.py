@@ -177,7 +177,8 @@ class ParamGrads:
         self.handles = [p.register_post_accumulate_grad_hook(self._mark) for _, p in self.params.values()]
         self.handles.append(register_optimizer_step_pre_hook(self._on_optimizer_step))
         for key, p in self.params.values():
-            mon._resolve(key, p.device, "train", reach=False)
+            if is_measurable(p):  # not on the meta device of a deferred init
+                mon._resolve(key, p.device, "train", reach=False)
 
     def _mark(self, p):
         self.fresh[id(p)] = p
@@ -196,6 +197,8 @@ class ParamGrads:
         for i in ids:
             p = self.fresh.pop(i)
             g = p.grad
+            if hasattr(g, "to_local"):  # a DTensor (FSDP2): this rank's shard; mon.reduce() merges the ranks
+                g = g.to_local()
             if not is_measurable(g) or not self.mon._sampled:
                 continue
             target = self.mon._resolve(self.params[i][0], g.device, "train")
