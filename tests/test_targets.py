@@ -539,3 +539,57 @@ def test_input_grads_skip_modules_an_in_place_module_follows_instead_of_failing_
     got = mon.stats(kind="grad_input")
     assert set(got) == {"2:grad_input"}
     assert got["2:grad_input"]["count"] == 3 * 8
+
+
+def _fsdp2_worker(rank, world, port, out):
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    import os
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        model = mlp()
+        for m in (model[0], model[2], model[4], model):
+            fully_shard(m)
+        mon = hookstats.attach(model, param_grads=True)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        torch.manual_seed(1)
+        for _ in range(2):  # the same batch on every rank: the averaged gradient is the local one
+            model(torch.randn(4, 8)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        reduced = mon.reduce().stats(kind="param_grad")
+        if rank == 0:
+            torch.save(reduced, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_param_grads_of_fsdp2_sharded_parameters(tmp_path):
+    import socket
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_fsdp2_worker, args=(2, port, tmp_path / "r.pt"), nprocs=2)
+    got = torch.load(tmp_path / "r.pt", weights_only=False)
+    torch.manual_seed(0)
+    ref = mlp()
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    torch.manual_seed(1)
+    want = {}
+    for _ in range(2):
+        ref(torch.randn(4, 8)).square().mean().backward()
+        for n, p in ref.named_parameters():
+            want.setdefault(n, []).append(p.grad.clone())
+        opt.step()
+        opt.zero_grad()
+    assert set(got) == {f"{n}:param_grad" for n in want}
+    for n, gs in want.items():
+        rec = got[f"{n}:param_grad"]
+        exp = finalize(*oracle(cat(gs), hookstats.StatsConfig()), hookstats.StatsConfig())
+        assert rec["count"] == exp["count"]
+        np.testing.assert_array_equal(rec["hist"], exp["hist"])
+        assert rec["mean"] == pytest.approx(exp["mean"], rel=1e-5, abs=1e-6 * exp["std"])
