@@ -20,8 +20,8 @@ namespace hookstats {
 namespace avx2 {
 
 constexpr int kVec = 8;
-constexpr int kBlock = 256;  // values per shift K and per moment merge
-constexpr int kVecs = kBlock / kVec;
+constexpr int kBlock = 1024;      // values per shift K and per moment merge: amortises the fp64 merge
+constexpr int kSmallBlock = 256;  // the chunk's end, before the portable kernel takes the last < 256
 
 template <typename T>
 inline __m256 load8(const T* x) {
@@ -67,73 +67,56 @@ inline float hmax(__m256 v) {
   return m;
 }
 
-// Moments of one chunk: min/max/near-zero lanes live across blocks, (n, mean, M2) merge once per block.
-struct Lanes {
-  __m256 mn, mx;
-  __m256i nz;
-};
-
 // Consumes full blocks of x into res (moments, min/max, near-zero), the histograms h (sub-histogram
 // k at h + k * stride) and nonfin[3] (NaN, +Inf, -Inf counts, kept apart when the linear histogram is off).
-// Returns the number of values consumed (a multiple of kBlock); the caller handles the tail.
+// Returns the number of values consumed (a multiple of kSmallBlock); the caller handles the tail.
+// Each block is read twice from L1: pass 1 classifies and sums for the shift K, pass 2 sums (v - K)
+// and (v - K)^2. Blocks holding a NaN or Inf (known from pass 1's finite count) take a masked slow path.
 template <typename T, bool kLin, bool kLog, int kSub>
 int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t& near_zero,
-                           uint32_t* h, int stride, int64_t* nonfin) {
+                   uint32_t* h, int stride, int64_t* nonfin) {
   const int nb = p.nbins;
-  const int lin_n = static_cast<int>(lin_slots(nb));
   const __m256 inf = _mm256_set1_ps(__builtin_inff()), ninf = _mm256_set1_ps(-__builtin_inff());
-  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), exp_all = _mm256_set1_epi32(0x7f800000);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 lo = _mm256_set1_ps(p.lo), inv_w = _mm256_set1_ps(p.inv_w), eps = _mm256_set1_ps(p.eps);
   const __m256 m1 = _mm256_set1_ps(-1.0f), nbf = _mm256_set1_ps(static_cast<float>(nb));
-  const __m256i one = _mm256_set1_epi32(1), slot_ninf = _mm256_set1_epi32(nb + 4);
-  const __m256i slot_nan = _mm256_set1_epi32(nb + 2), log_base = _mm256_set1_epi32(lin_n);
+  const __m256i zero_i = _mm256_setzero_si256();
+  const __m256i log_base1 = _mm256_set1_epi32(static_cast<int>(lin_slots(nb)) + 1);
   const bool signed_nz = p.flags & kSignedNearZero;
-  Lanes ln{inf, ninf, _mm256_setzero_si256()};
+  __m256 mn = inf, mx = ninf;
+  __m256i nz = zero_i;
 
   alignas(32) float buf[kBlock];
   alignas(32) int32_t ls[kBlock], gs[kBlock];
-  const int64_t full = n / kBlock * kBlock;
-  for (int64_t b = 0; b < full; b += kBlock) {
-    // Pass 1: convert, classify, sum for the shift, min/max, near-zero, slots. Unrolled by two so
-    // that the sum chains are two (add latency, not throughput, bounds a single chain).
-    __m256 sum0 = _mm256_setzero_ps(), sum1 = sum0;
-    __m256i cnt = _mm256_setzero_si256();
-    int nonfinite = 0;
+  auto block = [&](int64_t b, auto block_size) {
+    constexpr int kB = decltype(block_size)::value, kVecs = kB / kVec;
+    // Pass 1. min_ps(v, m) returns m when v is NaN, so NaNs drop out of min/max by themselves;
+    // a block with an Inf recomputes its min/max below. Unrolled by two: two add chains.
+    __m256 sum0 = _mm256_setzero_ps(), sum1 = sum0, bmn = inf, bmx = ninf;
+    __m256i cnt = zero_i;
     auto pass1 = [&](int j, __m256& sum) {
       const __m256 v = load8(x + b + j * kVec);
       if constexpr (!std::is_same_v<T, float>) _mm256_store_ps(buf + j * kVec, v);
-      const __m256i bits = _mm256_castps_si256(v);
-      const __m256i absb = _mm256_and_si256(bits, abs_mask);
-      const __m256i fin_i = _mm256_cmpgt_epi32(exp_all, absb);
-      const __m256 fin = _mm256_castsi256_ps(fin_i);
-      nonfinite |= ~_mm256_movemask_ps(fin) & 0xff;
+      const __m256 av = _mm256_and_ps(v, abs_mask);
+      const __m256 fin = _mm256_cmp_ps(av, inf, _CMP_LT_OQ);  // false for NaN and +-Inf
       sum = _mm256_add_ps(sum, _mm256_and_ps(v, fin));
-      cnt = _mm256_sub_epi32(cnt, fin_i);
-      ln.mn = _mm256_min_ps(ln.mn, _mm256_blendv_ps(inf, v, fin));
-      ln.mx = _mm256_max_ps(ln.mx, _mm256_blendv_ps(ninf, v, fin));
-      const __m256 a = signed_nz ? v : _mm256_castsi256_ps(absb);
-      ln.nz = _mm256_sub_epi32(ln.nz, _mm256_castps_si256(_mm256_cmp_ps(a, eps, _CMP_LE_OQ)));
+      cnt = _mm256_sub_epi32(cnt, _mm256_castps_si256(fin));
+      bmn = _mm256_min_ps(v, bmn);
+      bmx = _mm256_max_ps(v, bmx);
+      nz = _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(signed_nz ? v : av, eps, _CMP_LE_OQ)));
       if constexpr (kLin) {
-        // accumulator.h lin_slot: t = (v - lo) * inv_w, clamp to [-1, nbins], floor, + 1.
+        // accumulator.h lin_slot_finite: t = (v - lo) * inv_w, clamp to [-1, nbins], floor, + 1
+        // (the + 1 is added with the slots of non-finite values below).
         __m256 t = _mm256_mul_ps(_mm256_sub_ps(v, lo), inv_w);
-        t = _mm256_max_ps(t, m1);
-        t = _mm256_min_ps(t, nbf);
-        const __m256i s = _mm256_add_epi32(_mm256_cvttps_epi32(_mm256_floor_ps(t)), one);
-        const __m256 pos = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GT_OQ);
-        const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-        __m256i nf = _mm256_add_epi32(slot_ninf, _mm256_castps_si256(pos));  // +Inf: nb + 3
-        nf = _mm256_blendv_epi8(nf, slot_nan, _mm256_castps_si256(nan));
-        const __m256i lin = _mm256_blendv_epi8(nf, s, fin_i);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(ls + j * kVec), lin);
+        t = _mm256_min_ps(_mm256_max_ps(t, m1), nbf);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(ls + j * kVec), _mm256_cvttps_epi32(_mm256_floor_ps(t)));
       }
       if constexpr (kLog) {
-        // accumulator.h log_slot: exponent + 1, or 0 / 1 for zero / subnormal; NaN and Inf land on
-        // exponent 255 + 1 = kLogSlots, the dummy slot past the log2 histogram.
-        const __m256i e = _mm256_srli_epi32(absb, 23);
-        const __m256i is_zero_exp = _mm256_cmpeq_epi32(e, _mm256_setzero_si256());
-        const __m256i nonzero = _mm256_andnot_si256(_mm256_cmpeq_epi32(absb, _mm256_setzero_si256()), one);
-        const __m256i g = _mm256_blendv_epi8(_mm256_add_epi32(e, one), nonzero, is_zero_exp);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(gs + j * kVec), _mm256_add_epi32(g, log_base));
+        // accumulator.h log_slot: exponent + 1 for normal values, 1 for subnormals, 0 for zero:
+        // exponent + (|v| != 0). NaN and Inf land on 255 + 1 = kLogSlots, the dummy slot.
+        const __m256i ab = _mm256_castps_si256(av);
+        const __m256i g = _mm256_add_epi32(_mm256_srli_epi32(ab, 23), _mm256_cmpeq_epi32(ab, zero_i));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(gs + j * kVec), _mm256_add_epi32(g, log_base1));
       }
     };
     for (int j = 0; j < kVecs; j += 2) {
@@ -141,25 +124,38 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
       pass1(j + 1, sum1);
     }
     const float* vals = std::is_same_v<T, float> ? reinterpret_cast<const float*>(x + b) : buf;
-    if (!kLin && nonfinite) {
-      for (int i = 0; i < kBlock; ++i) {
+    const int64_t ct = hsum(cnt);
+    const bool all_finite = ct == kB;
+    if (!all_finite) {
+      bmn = inf;
+      bmx = ninf;
+      for (int j = 0; j < kVecs; ++j) {
+        const __m256 v = _mm256_loadu_ps(vals + j * kVec);
+        const __m256 fin = _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_LT_OQ);
+        bmn = _mm256_min_ps(bmn, _mm256_blendv_ps(inf, v, fin));
+        bmx = _mm256_max_ps(bmx, _mm256_blendv_ps(ninf, v, fin));
+      }
+      for (int i = 0; i < kB; ++i) {
         const float v = vals[i];
-        if (!is_finite(v)) ++nonfin[v != v ? 0 : (v > 0 ? 1 : 2)];
+        if (is_finite(v)) continue;
+        const int slot = v != v ? nb + 2 : (v > 0 ? nb + 3 : nb + 4);
+        if (kLin) ls[i] = slot - 1;
+        else ++nonfin[slot - nb - 2];
       }
     }
+    mn = _mm256_min_ps(mn, bmn);
+    mx = _mm256_max_ps(mx, bmx);
     // Pass 2: shifted sums around this block's fp32 mean K; fp32 over 8 values per lane, then fp64.
-    const int64_t ct = hsum(cnt);
     if (ct > 0) {
       const float K = hsum(_mm256_add_ps(sum0, sum1)) / static_cast<float>(ct);
       const __m256 kv = _mm256_set1_ps(K);
       __m256d s1a = _mm256_setzero_pd(), s1b = s1a, s2a = s1a, s2b = s1a;
       auto pass2 = [&](int j, __m256& c1, __m256& c2) {
         const __m256 v = _mm256_loadu_ps(vals + j * kVec);
-        const __m256i absb = _mm256_and_si256(_mm256_castps_si256(v), abs_mask);
-        const __m256 fin = _mm256_castsi256_ps(_mm256_cmpgt_epi32(exp_all, absb));
-        const __m256 d = _mm256_and_ps(_mm256_sub_ps(v, kv), fin);
+        __m256 d = _mm256_sub_ps(v, kv);
+        if (!all_finite) d = _mm256_and_ps(d, _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_LT_OQ));
         c1 = _mm256_add_ps(c1, d);
-        c2 = _mm256_add_ps(c2, _mm256_mul_ps(d, d));
+        c2 = _mm256_fmadd_ps(d, d, c2);
       };
       for (int g = 0; g < kVecs; g += 8) {
         __m256 c1a = _mm256_setzero_ps(), c1b = c1a, c2a = c1a, c2b = c1a;
@@ -178,23 +174,26 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
                          hsum(_mm256_add_pd(s2a, s2b)));
       chan_merge(res.n, res.mean, res.m2, bp.n, bp.mean, bp.m2);
     }
-    // Histograms: two scattered increments per value, spread over kSub private copies so that runs of
-    // equal slots (ReLU zeros) do not serialise on one counter.
+    // Histograms: scattered increments spread over kSub private copies, so that runs of equal slots
+    // (ReLU zeros) do not serialise on one counter. ls holds linear slot - 1.
     if constexpr (kLin || kLog) {
-      for (int i = 0; i < kBlock; i += kSub) {
+      for (int i = 0; i < kB; i += kSub) {
         for (int k = 0; k < kSub; ++k) {
           uint32_t* hk = h + k * stride;
-          if constexpr (kLin) ++hk[ls[i + k]];
+          if constexpr (kLin) ++hk[1 + ls[i + k]];
           if constexpr (kLog) ++hk[gs[i + k]];
         }
       }
     }
-  }
-  const float mn = hmin(ln.mn), mx = hmax(ln.mx);
-  res.mn = fmin_nan(res.mn, mn == __builtin_inff() ? __builtin_nan("") : mn);
-  res.mx = fmax_nan(res.mx, mx == -__builtin_inff() ? __builtin_nan("") : mx);
-  near_zero += hsum(ln.nz);
-  return full;
+  };
+  int64_t b = 0;
+  for (; b + kBlock <= n; b += kBlock) block(b, std::integral_constant<int, kBlock>());
+  for (; b + kSmallBlock <= n; b += kSmallBlock) block(b, std::integral_constant<int, kSmallBlock>());
+  const float fmn = hmin(mn), fmx = hmax(mx);
+  res.mn = fmin_nan(res.mn, fmn == __builtin_inff() ? __builtin_nan("") : fmn);
+  res.mx = fmax_nan(res.mx, fmx == -__builtin_inff() ? __builtin_nan("") : fmx);
+  near_zero += hsum(nz);
+  return b;
 }
 
 }  // namespace avx2

@@ -168,7 +168,7 @@ void run_chunk(const ChunkKernel<T, kLin, kLog>& kernel, bool avx2, const T* x, 
 
 template <typename T, bool kLin, bool kLog>
 void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t* is) {
-  constexpr int64_t align = avx2::kBlock;  // chunks hold whole AVX2 blocks: only the tensor's tail is left over
+  constexpr int64_t align = avx2::kBlock;  // chunks hold whole AVX2 blocks: only the tensor's end is left over
   const int64_t chunk = std::max(kMinChunk, (n + kMaxChunks - 1) / kMaxChunks + align - 1) / align * align;
   const int64_t nchunks = (n + chunk - 1) / chunk;
   std::vector<ChunkResult> parts(nchunks);
