@@ -6,6 +6,7 @@ import warnings
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from . import _ops, targets
 from .targets import is_measurable, tensor_leaves
@@ -147,6 +148,8 @@ class Monitor:
         for dev in {t.device for t in (*model.parameters(), *model.buffers())} or {torch.device("cpu")}:
             self._flag(dev)  # compiled code cannot allocate them
         self._handles.append(model.register_forward_pre_hook(self._on_root_forward))
+        self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_step))
+        self._optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
         no_bw = targets.followed_in_place(model, modules) if input_grads else set()
         if no_bw:
             warnings.warn(f"hookstats: input_grads=True skips {sorted(no_bw)}: an in-place module follows each of "
@@ -175,7 +178,7 @@ class Monitor:
         self._calls.clear()
         if torch.compiler.is_compiling():
             # Counting steps here would put a Python branch on the step into the compiled graph and
-            # recompile every step: compiled models count steps with mon.step(), called outside.
+            # recompile every step: compiled models count optimizer steps instead, or mon.step() calls.
             self._compiled = True
             return None
         if targets.in_recompute():
@@ -195,6 +198,12 @@ class Monitor:
             self._param_grads.flush()  # loops without a torch.optim optimizer
         self._end_step()
         self._update_active()
+
+    def _on_optimizer_step(self, optimizer, args, kwargs):
+        if self._compiled and not self._manual and self._attached:
+            self._optimizer_steps += 1
+            self._end_step()
+            self._update_active()
 
     def _end_step(self):
         finished = self.step_count
@@ -315,9 +324,6 @@ class Monitor:
                                "where their state cannot be allocated; they are allocated now and measured from "
                                "the next call on (one recompile). Run one eager step before compiling to "
                                "measure them from the start.")
-        if self._compiled and not self._manual:
-            self._tell("steps", "hookstats: under torch.compile root forwards are not counted as steps; call "
-                                "mon.step() after each step (outside the compiled function) for every=N and history.")
         if self._compiled and self._input_grads:
             self._tell("input_grads", "hookstats: input_grads=True uses full backward hooks, which torch.compile "
                                       "cannot trace (a graph break per hooked module); they still run eagerly.")
@@ -333,6 +339,10 @@ class Monitor:
         if phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
         self._eager_point()
+        if self._compiled and not self._manual and not self._optimizer_steps:
+            self._tell("steps", "hookstats: under torch.compile root forwards are not counted as steps, and no "
+                                "torch.optim optimizer has stepped: call mon.step() after each step (outside the "
+                                "compiled function) for every=N and history.")
         chosen = [st for (ph, key, _), st in self._states.items()
                   if ph == phase and (kind is None or key.kind == kind) and getattr(st, "reached", True)]
         host = self._to_host(chosen)

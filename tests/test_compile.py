@@ -125,3 +125,25 @@ def test_what_compile_cannot_trace_is_said_once_and_still_measured(fresh_dynamo)
     assert set(got) == set(want) == {"fc2:grad_input", "norm:grad_input"}
     for tid, rec in want.items():
         np.testing.assert_array_equal(got[tid]["hist"], rec["hist"])
+
+
+def test_without_step_calls_a_compiled_model_counts_optimizer_steps(fresh_dynamo):
+    model, ref = twins()
+    xs = [torch.randn(4, 8) for _ in range(5)]
+    results = []
+    for m, compiled in ((model, True), (ref, False)):
+        mon = hookstats.attach(m, every=2)  # steps="forward"
+        run = torch.compile(m, fullgraph=True, backend="aot_eager") if compiled else m
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for x in xs:
+            run(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        results.append((mon.stats(), mon.step_count))
+        mon.remove()
+    (got, steps), (want, eager_steps) = results
+    assert steps == 5 and eager_steps == 4  # eager: the 5th step ends at the next forward
+    assert counters["stats"]["unique_graphs"] == 1 and dict(counters["graph_break"]) == {}
+    for tid, rec in want.items():
+        assert got[tid]["count"] == rec["count"] == 3 * 4 * {"fc1": 32, "fc2": 16, "norm": 16}[rec["module"]]
+        np.testing.assert_array_equal(got[tid]["hist"], rec["hist"])
