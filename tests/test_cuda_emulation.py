@@ -176,13 +176,23 @@ def test_multi_tensor_launch(drivers, tmp_path, san):
         check(st, part, launches=2)
 
 
-@pytest.mark.parametrize("san,dtype", [("tsan", torch.float32), ("asan", torch.float16), ("asan", torch.float64)])
-def test_strided_view(drivers, tmp_path, san, dtype):
-    base = adversarial(60 * 70, dtype, seed=5)
-    sizes, strides = (23, 31), (1, 70)  # a transposed slice: neither contiguous nor dense
-    view = base.as_strided(sizes, strides, 2)
-    assert not view.is_contiguous() and not view.t().is_contiguous()
-    states, r = run_driver(drivers[san], base[2:], ["strided", 3, "23,31", "1,70"], tmp=tmp_path)
+def views(base):
+    """Non-dense views of a contiguous 1-D base: (name, view) with the view's storage offset into base."""
+    b4 = base[:3 * 10 * 11 * 13].view(3, 10, 11, 13)
+    return [("transposed_slice", base.as_strided((23, 31), (1, 70), 2)),
+            ("sliced_4d", b4[:, 2:9, ::2, 1:12]),
+            ("broadcast", base[:400].view(1, 20, 20).expand(3, 20, 20))]
+
+
+@pytest.mark.parametrize("san,dtype,which", [("tsan", torch.float32, 0), ("asan", torch.float16, 1),
+                                             ("asan", torch.float64, 2), ("tsan", torch.bfloat16, 1)])
+def test_strided_view(drivers, tmp_path, san, dtype, which):
+    base = adversarial(60 * 75, dtype, seed=5)
+    name, view = views(base)[which]
+    assert not view.is_contiguous(), name
+    off = view.storage_offset()
+    args = ["strided", 3, ",".join(map(str, view.shape)), ",".join(map(str, view.stride()))]
+    states, r = run_driver(drivers[san], base[off:], args, tmp=tmp_path)
     assert r.returncode == 0, r.stderr[-6000:]
     check(states[0], view, launches=2)
 

@@ -80,24 +80,8 @@ int plan_blocks(const at::Tensor& x, const at::Tensor& scratch) {
   return blocks;
 }
 
-// A non-dense view as coalesced (size, stride) pairs; false if it has more than kMaxDims dims left.
 bool make_strided(const at::Tensor& x, Strided& s) {
-  std::vector<std::pair<int64_t, int64_t>> dims;
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    if (x.size(d) == 1) continue;
-    if (!dims.empty() && dims.back().second == x.stride(d) * x.size(d)) {
-      dims.back() = {dims.back().first * x.size(d), x.stride(d)};
-    } else {
-      dims.emplace_back(x.size(d), x.stride(d));
-    }
-  }
-  if (dims.size() > static_cast<size_t>(kMaxDims)) return false;
-  s.ndim = static_cast<int>(dims.size());
-  for (int d = 0; d < s.ndim; ++d) {
-    s.sizes[d] = dims[d].first;
-    s.strides[d] = dims[d].second;
-  }
-  return true;
+  return coalesce(x.sizes().data(), x.strides().data(), static_cast<int>(x.dim()), s);
 }
 
 Target target_of(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::Tensor& scratch) {

@@ -88,6 +88,25 @@ inline Target make_target(const void* x, int64_t n, int elem_bytes, double* fs, 
                 static_cast<unsigned char*>(scratch)};
 }
 
+// A view's (size, stride) dims, size-1 dims dropped and mergeable neighbours merged; false if more than
+// kMaxDims remain. Stride-0 (broadcast) dims stay: every logical element counts, as in torch reductions.
+inline bool coalesce(const int64_t* sizes, const int64_t* strides, int ndim, Strided& s) {
+  s.ndim = 0;
+  for (int d = 0; d < ndim; ++d) {
+    if (sizes[d] == 1) continue;
+    if (s.ndim > 0 && s.strides[s.ndim - 1] == strides[d] * sizes[d]) {
+      s.sizes[s.ndim - 1] *= sizes[d];
+      s.strides[s.ndim - 1] = strides[d];
+    } else {
+      if (s.ndim == kMaxDims) return false;
+      s.sizes[s.ndim] = sizes[d];
+      s.strides[s.ndim] = strides[d];
+      ++s.ndim;
+    }
+  }
+  return true;
+}
+
 // Bytes of dynamic shared memory: one 32-bit histogram per warp: linear slots, then (with the log
 // histogram) log2 slots and a dummy slot for non-finite values. Only the first hist_used slots are flushed.
 HS_HD int hist_used(const Params& p) {
@@ -274,6 +293,11 @@ __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid,
   }
   __syncthreads();
   if (!sm.last || warp != 0) return;
+#if defined(__CUDA_ARCH__)
+  // Lane 0 acquired the other blocks' partials; each reading lane also acquires at device scope, as the
+  // barrier alone orders at block scope. (TSan does not model fences: the emulation relies on the barrier.)
+  cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_device);
+#endif
   // The last block: lane l merges blocks l, l+32, ... in order, then the lanes merge in lane order.
   const BlockPartial* ws = reinterpret_cast<const BlockPartial*>(tg.scratch + kTicketBytes);
   Partial g;

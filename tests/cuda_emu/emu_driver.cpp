@@ -4,7 +4,8 @@
 //   LAUNCHES: "E" or "E:D": E launches with enabled=1, then D with enabled=0 (must change nothing)
 //   mode dense   MISALIGN GRID            one tensor, MISALIGN elements past a 16-byte boundary
 //   mode many    N1,N2,..  G1,G2,..       consecutive segments of IN, each with its own state
-//   mode strided GRID S1,S2,.. T1,T2,..   one view of IN with these sizes and element strides
+//   mode strided GRID S1,S2,.. T1,T2,..   one view of IN with these sizes and element strides (coalesced
+//                                         by the launcher's own coalesce())
 #include "cuda_emu.h"
 #include "cuda/stats_kernel.cuh"
 
@@ -90,13 +91,9 @@ int run(char** argv, const std::vector<unsigned char>& raw, const Params& p, int
     const int grid = std::stoi(argv[12]);
     const auto sz = ints(argv[13]), st = ints(argv[14]);
     Strided s{};
-    s.ndim = static_cast<int>(sz.size());
+    if (sz.size() != st.size() || !coalesce(sz.data(), st.data(), static_cast<int>(sz.size()), s)) return 2;
     int64_t n = 1;
-    for (int d = 0; d < s.ndim; ++d) {
-      s.sizes[d] = sz[d];
-      s.strides[d] = st[d];
-      n *= sz[d];
-    }
+    for (const int64_t d : sz) n *= d;
     states.emplace_back(p.nbins, grid);
     std::vector<T> x(total);
     std::memcpy(x.data(), raw.data(), raw.size());
