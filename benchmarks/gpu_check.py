@@ -150,7 +150,7 @@ def check_sanitizer():
 def sanitize_target(cfg):
     """Small launches for compute-sanitizer: dense (1 and many blocks), misaligned, strided, multi-tensor."""
     for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
-        x = adversarial(300001, dtype, "cuda")
+        x = adversarial(7 * 40001, dtype, "cuda")
         for view in (x[:31], x[1:], x[: 2**16], x.view(-1, 7)[:, 1:5]):
             run(view, cfg, calls=2)
     xs = [adversarial(n, torch.float32, "cuda") for n in (5, 700, 100000)]
