@@ -70,13 +70,17 @@ def time_call(fn, x, min_seconds=0.02):
     return (time.perf_counter() - t0) / reps
 
 
-def measure(dtypes, sizes, repeats, compile_reference=True, log=print):
+SLOW = ("fastai", "reference", "torch.compile")
+
+
+def measure(dtypes, sizes, repeats, compile_reference=True, slow_max_bytes=None, log=print):
+    """slow_max_bytes: the 100-1000x slower peers (fastai, reference) run up to this size only."""
     fns = variants(compile_reference)
     rows = []
     for dtype in dtypes:
         for nbytes in sizes:
             x = torch.randn(nbytes // torch.tensor([], dtype=dtype).element_size()).to(dtype)
-            names = list(fns)
+            names = [n for n in fns if not (slow_max_bytes and nbytes > slow_max_bytes and n.startswith(SLOW))]
             for name in names:  # warm-up: compiles, first-touch of lazily allocated buffers
                 fns[name](x)
             samples = {n: [] for n in names}
@@ -109,8 +113,9 @@ def markdown(rows, sizes_shown=None):
         for n in names:
             cells = []
             for s in sizes:
-                r = next(r for r in sub if r["variant"] == n and r["bytes"] == s)
-                cells.append(f"{r['gbps']:.2f} [{r['gbps_min']:.2f}..{r['gbps_max']:.2f}] ({r['vs_sum']:.3f}x)")
+                r = next((r for r in sub if r["variant"] == n and r["bytes"] == s), None)
+                cells.append("-" if r is None else
+                             f"{r['gbps']:.2f} [{r['gbps_min']:.2f}..{r['gbps_max']:.2f}] ({r['vs_sum']:.3f}x)")
             out.append(f"| {n} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -125,13 +130,15 @@ def main(argv=None):
     p.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="bytes, comma list")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile of the reference")
+    p.add_argument("--slow-max-bytes", type=int, default=16 << 20,
+                   help="largest size for fastai and the reference path (0: every size)")
     p.add_argument("--json", default="benchmarks/results/op_throughput.json")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, = cores)")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     dtypes = [getattr(torch, d) for d in a.dtypes.split(",")]
-    rows = measure(dtypes, [int(s) for s in a.sizes.split(",")], a.repeats, not a.no_compile)
+    rows = measure(dtypes, [int(s) for s in a.sizes.split(",")], a.repeats, not a.no_compile, a.slow_max_bytes)
     with open(a.json, "w") as f:
         json.dump({"threads": torch.get_num_threads(), "machine": bench.machine(), "rows": rows,
                    "command": "python benchmarks/op_throughput.py " + " ".join(sys.argv[1:] if argv is None else argv)},

@@ -1,5 +1,7 @@
 """pytest-benchmark cases of the op alone (one per variant, dtype and size), for --benchmark-save/compare.
 The interleaved comparison with ratios is benchmarks/op_throughput.py; nothing here asserts a time."""
+import re
+
 import pytest
 import torch
 
@@ -18,9 +20,13 @@ def tensor(dtype, nbytes):
     return _inputs[key]
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("nbytes", SIZES, ids=op_throughput.size_label)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def slug(s):
+    return re.sub(r"[^0-9A-Za-z]+", "-", s).strip("-")
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS), ids=slug)
+@pytest.mark.parametrize("nbytes", SIZES, ids=lambda b: slug(op_throughput.size_label(b)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d)[6:])
 def test_op(benchmark, dtype, nbytes, variant):
     if nbytes > SIZES[0] and variant.startswith(("fastai", "reference")):
         benchmark.pedantic(VARIANTS[variant], args=(tensor(dtype, nbytes),), rounds=3, iterations=1)

@@ -1,11 +1,13 @@
 """pytest-benchmark cases of one training step per workload and variant (hookstats.bench's models and
 variants). The interleaved comparison with ratios, syncs and memory is benchmarks/step_overhead.py."""
+import re
+
 import pytest
 
 from hookstats import bench
 
 
-@pytest.mark.parametrize("variant", bench.available_variants())
+@pytest.mark.parametrize("variant", bench.available_variants(), ids=lambda v: re.sub(r"[^0-9A-Za-z]+", "-", v).strip("-"))
 @pytest.mark.parametrize("workload", ["cnn", "transformer", "stack128"])
 def test_step(benchmark, workload, variant):
     model, step = bench.make_workload(workload)
