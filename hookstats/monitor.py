@@ -145,8 +145,13 @@ class Monitor:
         self._told = set()  # one-time warnings already given
         self._input_grads = input_grads
         self._param_grads = None
-        for dev in {t.device for t in (*model.parameters(), *model.buffers())} or {torch.device("cpu")}:
+        for dev in {t.device for t in (*model.parameters(), *model.buffers())} - {torch.device("meta")}:
             self._flag(dev)  # compiled code cannot allocate them
+        self._flag(torch.device("cpu"))
+        if param_grads:  # first: it checks its parameters before any hook is registered
+            named = [(f"{name}.{pn}" if name else pn, p) for name, m in modules.items()
+                     for pn, p in m.named_parameters(recurse=False)]
+            self._param_grads = targets.ParamGrads(self, named)
         self._handles.append(model.register_forward_pre_hook(self._on_root_forward))
         self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_step))
         self._optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
@@ -167,10 +172,6 @@ class Monitor:
                 self._preallocate(name, "input", m)
             if input_grads and name not in no_bw:
                 self._handles.append(m.register_full_backward_hook(targets.input_grad_hook(self, name)))
-        if param_grads:
-            named = [(f"{name}.{pn}" if name else pn, p) for name, m in modules.items()
-                     for pn, p in m.named_parameters(recurse=False)]
-            self._param_grads = targets.ParamGrads(self, named)
 
     # ---- steps and phases ----
     def _on_root_forward(self, module, args):
@@ -253,7 +254,7 @@ class Monitor:
 
     def _preallocate(self, name, kind, m, phases=None):
         p = next(m.parameters(recurse=False), None)
-        if p is not None and p.is_floating_point():
+        if is_measurable(p):
             for phase in phases or (PHASES if self.track_eval else PHASES[:1]):
                 self.state(self._key(name, kind, "", 0 if self.separate_calls else None), p.device, phase)
 

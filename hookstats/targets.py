@@ -170,6 +170,10 @@ class ParamGrads:
     def __init__(self, mon, named_params):
         self.mon = mon
         self.params = {}  # id(param) -> (key, param)
+        meta = [name for name, p in named_params if p.device.type == "meta"]
+        if meta:
+            raise ValueError(f"param_grads=True: parameters {meta[:4]} are on the meta device; materializing them "
+                             "(to_empty) makes new parameter objects, which would never be measured: attach after it")
         for name, p in named_params:
             if p.requires_grad and p.is_floating_point() and id(p) not in self.params:
                 self.params[id(p)] = (mon._key(name, "param_grad", "", None), p)
@@ -177,8 +181,7 @@ class ParamGrads:
         self.handles = [p.register_post_accumulate_grad_hook(self._mark) for _, p in self.params.values()]
         self.handles.append(register_optimizer_step_pre_hook(self._on_optimizer_step))
         for key, p in self.params.values():
-            if is_measurable(p):  # not on the meta device of a deferred init
-                mon._resolve(key, p.device, "train", reach=False)
+            mon._resolve(key, p.device, "train", reach=False)
 
     def _mark(self, p):
         self.fresh[id(p)] = p

@@ -593,3 +593,23 @@ def test_param_grads_of_fsdp2_sharded_parameters(tmp_path):
         assert rec["count"] == exp["count"]
         np.testing.assert_array_equal(rec["hist"], exp["hist"])
         assert rec["mean"] == pytest.approx(exp["mean"], rel=1e-5, abs=1e-6 * exp["std"])
+
+
+def test_a_model_attached_on_the_meta_device_then_materialized():
+    with torch.device("meta"):
+        model = mlp()
+    with pytest.raises(ValueError, match="meta device"):
+        hookstats.attach(model, param_grads=True)
+    assert all_hooks(model) == 0
+    mon = hookstats.attach(model, inputs=True)
+    model.to_empty(device="cpu")
+    for p in model.parameters():
+        nn.init.normal_(p)
+    x = torch.randn(4, 8)
+    loss = model(x).sum()
+    loss.backward()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    got = mon.stats()
+    assert got["0:output"]["count"] == got["0:grad_output"]["count"] == 2 * got["0:input"]["count"] == 64
+    assert all(dev.type == "cpu" for (_, _, dev), st in mon._states.items() if st.reached)
+    mon.remove()
