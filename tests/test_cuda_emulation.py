@@ -23,6 +23,8 @@ SANITIZERS = {
     "asan": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"],
     "bug_nosync": ["-fsanitize=thread", "-DHS_BUG_NO_SYNC", "-DHS_EMU_FLOAT_ONLY"],
     "bug_relaxed": ["-fsanitize=thread", "-DHS_BUG_RELAXED_TICKET", "-DHS_EMU_FLOAT_ONLY"],
+    "bug_misaligned": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-DHS_BUG_IGNORE_ALIGNMENT",
+                       "-DHS_EMU_FLOAT_ONLY"],
 }
 # TSan reports races and exits 66; ASan/UBSan abort. halt_on_error=0: report every race of a run.
 ENV = dict(os.environ, TSAN_OPTIONS="halt_on_error=0 exitcode=66 report_signal_unsafe=0",
@@ -220,3 +222,10 @@ def test_planted_bug_is_caught(drivers, tmp_path, bug):
     _, r = run_driver(drivers[bug], x, ["dense", 0, 4], tmp=tmp_path)
     assert r.returncode != 0 and "WARNING: ThreadSanitizer: data race" in r.stderr, \
         f"the planted bug {bug} went unnoticed (rc={r.returncode})"
+
+
+def test_planted_misaligned_load_is_caught(drivers, tmp_path):
+    """16-byte loads from a pointer that is not 16-byte aligned fault on a GPU; UBSan must flag them."""
+    x = adversarial(1000, torch.float32, seed=1)
+    _, r = run_driver(drivers["bug_misaligned"], x, ["dense", 1, 2], tmp=tmp_path)
+    assert r.returncode != 0 and "misaligned address" in r.stderr, f"misaligned loads went unnoticed (rc={r.returncode})"

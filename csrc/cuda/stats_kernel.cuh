@@ -81,7 +81,11 @@ HS_HD int blocks_for(int64_t n, int elem_bytes, int threads, int max_blocks) {
 
 inline Target make_target(const void* x, int64_t n, int elem_bytes, double* fs, int64_t* is, void* scratch) {
   const auto a = reinterpret_cast<uintptr_t>(x);
+#if defined(HS_BUG_IGNORE_ALIGNMENT)
+  int64_t head = 0;
+#else
   int64_t head = a % elem_bytes ? n : static_cast<int64_t>((16 - a % 16) % 16) / elem_bytes;
+#endif
   if (head > n) head = n;
   const int64_t nvec = (n - head) / values_per_vec(elem_bytes);
   return Target{x, n, head, nvec, fs, reinterpret_cast<unsigned long long*>(is),
