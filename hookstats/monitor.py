@@ -6,7 +6,6 @@ import warnings
 
 import torch
 from torch import nn
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from . import _ops, targets
 from .targets import is_measurable, tensor_leaves
@@ -153,7 +152,7 @@ class Monitor:
                      for pn, p in m.named_parameters(recurse=False)]
             self._param_grads = targets.ParamGrads(self, named)
         self._handles.append(model.register_forward_pre_hook(self._on_root_forward))
-        self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_step))
+        self._handles.append(targets.global_optimizer_hook(self._on_optimizer_step, post=True))
         self._optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
         no_bw = targets.followed_in_place(model, modules) if input_grads else set()
         if no_bw:

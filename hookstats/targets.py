@@ -2,9 +2,10 @@
 w.r.t. module inputs, parameter gradients once per optimizer step, and any tensor (mon.watch). Each hook
 only resolves a preallocated state and calls the fused op; none of them changes what it observes."""
 import dataclasses
+import weakref
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 MEASURED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -28,6 +29,27 @@ def tensor_leaves(obj, path=""):
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for fld in dataclasses.fields(obj):
             yield from tensor_leaves(getattr(obj, fld.name), f"{path}.{fld.name}")
+
+
+def weakly(method, register):
+    """register(hook) where the hook calls a bound method through a weak reference, and removes itself
+    once the method's object is gone: global optimizer hooks and parameter hooks (held outside Python's
+    cycle collector) must not keep a forgotten monitor, and its model, alive."""
+    ref = weakref.WeakMethod(method)
+
+    def hook(*args):
+        m = ref()
+        if m is None:
+            handle.remove()
+            return None
+        return m(*args)
+
+    handle = register(hook)
+    return handle
+
+
+def global_optimizer_hook(method, post=False):
+    return weakly(method, register_optimizer_step_post_hook if post else register_optimizer_step_pre_hook)
 
 
 def in_recompute():
@@ -178,8 +200,8 @@ class ParamGrads:
             if p.requires_grad and p.is_floating_point() and id(p) not in self.params:
                 self.params[id(p)] = (mon._key(name, "param_grad", "", None), p)
         self.fresh = {}
-        self.handles = [p.register_post_accumulate_grad_hook(self._mark) for _, p in self.params.values()]
-        self.handles.append(register_optimizer_step_pre_hook(self._on_optimizer_step))
+        self.handles = [weakly(self._mark, p.register_post_accumulate_grad_hook) for _, p in self.params.values()]
+        self.handles.append(global_optimizer_hook(self._on_optimizer_step))
         for key, p in self.params.values():
             mon._resolve(key, p.device, "train", reach=False)
 

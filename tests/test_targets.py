@@ -613,3 +613,19 @@ def test_a_model_attached_on_the_meta_device_then_materialized():
     assert got["0:output"]["count"] == got["0:grad_output"]["count"] == 2 * got["0:input"]["count"] == 64
     assert all(dev.type == "cpu" for (_, _, dev), st in mon._states.items() if st.reached)
     mon.remove()
+
+
+def test_a_forgotten_monitor_does_not_keep_its_model_alive():
+    import gc
+    import weakref
+    from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+    before = len(_global_optimizer_pre_hooks), len(_global_optimizer_post_hooks)
+    model = mlp()
+    hookstats.attach(model, param_grads=True)  # never removed
+    alive = weakref.ref(model)
+    del model
+    gc.collect()
+    assert alive() is None
+    other = nn.Linear(2, 2)
+    torch.optim.SGD(other.parameters(), lr=0.1).step()  # the dead monitor's global hooks remove themselves
+    assert (len(_global_optimizer_pre_hooks), len(_global_optimizer_post_hooks)) == before
