@@ -72,6 +72,7 @@ def scenario_reduce(rank, world):
         mon.measure(TargetKey("extra", "output"), extra)
     before = local_raw(mon)
     red = mon.reduce()
+    mon.remove()
     return {"seen": seen, "extra": extra, "local": before, "local_after": local_raw(mon), "reduced": raw(red.states()),
             "stats": red.stats(), "eval_stats": red.stats(phase="eval"), "world": red.world_size}
 
@@ -82,6 +83,8 @@ def scenario_bad_config(rank, world):
         reduce(mon)
     except ValueError as e:
         return str(e)
+    finally:
+        mon.remove()
     return None
 
 
@@ -117,6 +120,7 @@ def train(model, mon_model, rank, world, **kw):
         nn.functional.mse_loss(model(x), y).backward()
         opt.step()
         opt.zero_grad()
+    mon.remove()  # statistics stay readable
     return mon
 
 
@@ -132,8 +136,8 @@ def scenario_fsdp2(rank, world):
     fully_shard(model[0])
     fully_shard(model[2])
     fully_shard(model)
-    # param_grads=True is left out: p.grad is a sharded DTensor there (see the report of issue 6)
-    return {"reduced": train(model, model, rank, world).reduce().stats()}
+    # each rank measures its shard of every gradient: the merge over ranks is the whole gradient
+    return {"reduced": train(model, model, rank, world, param_grads=True).reduce().stats()}
 
 
 def scenario_lightning(rank, world):
@@ -321,12 +325,13 @@ def test_data_parallel_training_matches_single_process(ranks, mode, prefix):
     data = single_process_training(world)
     stats = ranks[0][mode]["reduced"]
     expect = {f"{n}:{k}" for n in "02" for k in ("output", "grad_output")}
-    if mode == "ddp":
-        expect |= {f"{n}.{w}:param_grad" for n in "02" for w in ("weight", "bias")}
+    expect |= {f"{n}.{w}:param_grad" for n in "02" for w in ("weight", "bias")}
     assert set(stats) == {prefix + k for k in expect}
     for k in expect:
-        # every rank measured the same synchronized parameter gradients: the merge holds `world` copies
-        assert_close_to_oracle(stats[prefix + k], data[k], cfg, copies=world if k.endswith("param_grad") else 1)
+        # DDP: every rank measured the same synchronized gradients, so the merge holds `world` copies;
+        # FSDP2: each rank measured its shard, so the merge is the whole gradient once
+        copies = world if mode == "ddp" and k.endswith("param_grad") else 1
+        assert_close_to_oracle(stats[prefix + k], data[k], cfg, copies=copies)
     for r in ranks[1:]:
         assert r[mode]["reduced"].keys() == stats.keys()
         for k in stats:
