@@ -86,9 +86,9 @@ class AlertRules:
         ema.copy_(torch.where(calm, torch.where(ema_n == 0, std, ema + self.ema * (std - ema)), ema))
         ema_n.add_(calm.long())
 
-    def read(self, row, keys, reported):
-        """New alerts from a host copy of the alert row, in step order then forward order. `reported`
-        (a set) remembers what was already raised."""
+    def read(self, row, keys, reported, order=None):
+        """New alerts from a host copy of the alert row, by step, then by `order` (a sort key of TargetKey:
+        the order in which a step reaches the targets). `reported` (a set) remembers what was raised."""
         if not self.enabled:
             return []
         rf = np.asarray(row).view(np.float64)
@@ -102,7 +102,8 @@ class AlertRules:
                     continue
                 reported.add((key.id, kind))
                 out.append(self._alert(kind, key.id, step, t, rf))
-        out.sort(key=lambda a: a["step"])  # stable: forward order within a step
+                out[-1]["_order"] = order(key) if order is not None else t
+        out.sort(key=lambda a: (a["step"], a.pop("_order")))
         first = next((a for a in out if a["kind"] == "nonfinite"), None)
         if first is not None and not nonfinite_before:
             first["message"] += " (the first target in forward order to see one)"
@@ -122,6 +123,24 @@ class AlertRules:
             msg = f"{target} std {word} at step {step}: {std:.3g} against its running average {ref:.3g}"
             return {"kind": kind, "target": target, "step": step, "message": msg, "std": std, "reference": ref}
         return {"kind": kind, "target": target, "step": step, "message": msg}
+
+
+FORWARD_KINDS = ("input", "output", "watch")
+
+
+def step_order(modules):
+    """Sort key of TargetKey: the order in which a training step reaches targets. Forward targets by
+    module (registration order), input before output; then backward ones from the last module to the
+    first; parameter gradients last (read at the optimizer step)."""
+    pos = {name: i for i, name in enumerate(modules)}
+
+    def key(k):
+        owner = k.module if k.module in pos else k.module.rpartition(".")[0]
+        i = pos.get(owner, len(pos))
+        if k.kind in FORWARD_KINDS:
+            return (0, i, FORWARD_KINDS.index(k.kind))
+        return (2 if k.kind == "param_grad" else 1, -i, 0)
+    return key
 
 
 def _first(col, mask, step):

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from . import layout
-from .alerts import AlertRules
+from .alerts import AlertRules, step_order
 from .sinks.memory import MemorySink
 from .stats import finalize, new_fstate_values
 
@@ -34,8 +34,9 @@ def _step_moments(prev_f, cur_f):
 
 
 class _Ring:
-    """The ring of one device: `capacity` slots of [T, F + istate] int64 plus one alert row, all in one
-    buffer so a flush is one transfer. Float64 columns are stored bit-for-bit through an int64 view."""
+    """The ring of one device: row 0 holds the alert state, rows 1..capacity the step slots, each
+    [T, F + istate] int64, all in one buffer so a flush is one contiguous transfer of rows 0..filled.
+    Float64 columns are stored bit-for-bit through an int64 view."""
 
     def __init__(self, device, states, capacity, cfg, rules, old=None):
         self.device, self.states, self.capacity = device, list(states), capacity
@@ -47,13 +48,13 @@ class _Ring:
         self.cur_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
         self.prev_f = torch.tensor([new_fstate_values()] * t, dtype=torch.float64, device=device).reshape(t, F)
         self.prev_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
-        rules.init_row(self.buf[capacity])
+        rules.init_row(self.buf[0])
         if old is not None:  # a target appeared: keep what the old ring knew of the others
             idx = [self.keys.index(k) for k in old.keys]
             sel = torch.tensor(idx, device=device)
             self.prev_f.index_copy_(0, sel, old.prev_f)
             self.prev_i.index_copy_(0, sel, old.prev_i)
-            self.buf[capacity].index_copy_(0, sel, old.buf[old.capacity])
+            self.buf[0].index_copy_(0, sel, old.buf[0])
         pinned = device.type == "cuda"
         self.host = [torch.empty(self.buf.shape, dtype=torch.int64, pin_memory=pinned) for _ in range(2 if pinned else 1)]
         self.which = 0
@@ -70,7 +71,7 @@ class _Ring:
         reset = self.cur_i[:, layout.COUNT] < self.prev_i[:, layout.COUNT]  # mon.reset() since the last step
         self.prev_i.masked_fill_(reset[:, None], 0)
         self.prev_f[:, : layout.MIN].masked_fill_(reset[:, None], 0.0)
-        row = self.buf[len(self.steps)]
+        row = self.buf[1 + len(self.steps)]
         torch.sub(self.cur_i, self.prev_i, out=row[:, F:])
         nb, mb, m2b = _step_moments(self.prev_f, self.cur_f)
         rf = row.view(torch.float64)
@@ -80,15 +81,17 @@ class _Ring:
         rf[:, layout.MIN:F].copy_(self.cur_f[:, layout.MIN:])  # min/max: running, not per step
         self.prev_f.copy_(self.cur_f)
         self.prev_i.copy_(self.cur_i)
-        rules.update(self.buf[self.capacity], row, step)
+        rules.update(self.buf[0], row, step)
         self.steps.append(step)
 
     def start_copy(self):
-        """Starts the one device-to-host copy of the whole buffer; returns what finish() needs."""
-        host = self.host[self.which]
+        """Starts the one device-to-host copy of the alert row and the filled slots; returns what
+        History._finish() needs."""
+        rows = 1 + len(self.steps)
+        host = self.host[self.which][:rows]
         self.which = (self.which + 1) % len(self.host)
         cuda = self.device.type == "cuda"
-        host.copy_(self.buf, non_blocking=cuda)
+        host.copy_(self.buf[:rows], non_blocking=cuda)
         event = None
         if cuda:
             event = torch.cuda.Event()
@@ -125,6 +128,7 @@ class History:
         self._last_flush = 0
         self._reported = set()
         self._broken = self._closed = False
+        self._order = step_order(monitor.modules)
         monitor.step_listeners.append(self._on_step_end)
 
     # ---- recording ----
@@ -192,16 +196,16 @@ class History:
         for slot, step in enumerate(steps):
             records = []
             for t, key in enumerate(keys):
-                rec = step_record(key, fbuf[slot, t, :F], buf[slot, t, F:], self.cfg)
+                rec = step_record(key, fbuf[1 + slot, t, :F], buf[1 + slot, t, F:], self.cfg)
                 if rec is not None:
                     records.append(rec)
             if records:
                 self._write("write", step, records)
-        new = self.rules.read(buf[len(buf) - 1], keys, self._reported)
+        new = self.rules.read(buf[0], keys, self._reported, order=self._order)
         if new:
             self.alerts.extend(new)
-            for a in new:
-                warnings.warn(f"hookstats alert: {a['message']}", self.rules.warning, stacklevel=4)
+            for msg in brief(new):
+                warnings.warn(f"hookstats alert: {msg}", self.rules.warning, stacklevel=4)
             self._write("write_alerts", new[0]["step"], new)
 
     def _write(self, method, step, payload):
@@ -257,6 +261,16 @@ def step_record(key, fstate, istate, cfg):
     if math.isnan(rec["running_min"]):
         rec["running_min"] = rec["running_max"] = math.nan
     return {"target": key.id, "module": key.module, "kind": key.kind, "leaf": key.leaf, **rec}
+
+
+def brief(alerts):
+    """One message per alert, except NaN/Inf: the first target to see one, then a count of the others."""
+    nonfinite = [a for a in alerts if a["kind"] == "nonfinite"]
+    out = [a["message"] for a in alerts if a["kind"] != "nonfinite"]
+    if nonfinite:
+        more = len(nonfinite) - 1
+        out.insert(0, nonfinite[0]["message"] + (f"; {more} more target(s) saw NaN/Inf since" if more else ""))
+    return out
 
 
 def check_sinks(sinks):

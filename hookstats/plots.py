@@ -67,7 +67,8 @@ def _save(fig, path):
 def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets=16):
     """Mean, std and near-zero % of each target over steps, one line per target in forward order."""
     targets = _pick(series, targets, kind, max_targets)
-    fig = _figure(figsize=(15, 4.6), layout="constrained")
+    fig = _figure(figsize=(15, 4.6))
+    fig.subplots_adjust(left=0.05, right=0.8, top=0.86, bottom=0.12, wspace=0.25)
     axes = fig.subplots(1, 3)
     cmap = _cmap("viridis")
     for k, t in enumerate(targets):
@@ -85,20 +86,24 @@ def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets
     axes[2].set_ylim(-2, 102)
     fig.suptitle(f"layer stats over steps ({kind or 'all kinds'})")
     if targets:
-        fig.legend(loc="outside right upper", fontsize=7, title="target (forward order)", title_fontsize=8)
+        fig.legend(loc="upper left", bbox_to_anchor=(0.81, 0.88), fontsize=7, title="target (forward order)",
+                   title_fontsize=8)
     return _save(fig, path)
 
 
 # ---- histogram heatmaps ----
-def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="output", max_targets=12, ncols=3):
-    """Per target, the histogram of each step as one column of log(1 + count) (fastai's color_dim).
-    hist="linear": the value bins; hist="log2": log2 |x| (zeros and below 2**-126 in the bottom row)."""
+def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="output", max_targets=9, ncols=3):
+    """Per target, the histogram of each step as one column of log(1 + count) (fastai's color_dim), each
+    panel on its own color scale. hist="linear": the value bins; hist="log2": log2 |x| (zeros and values
+    below 2**-126 in the bottom row)."""
     if hist not in ("linear", "log2"):
         raise ValueError(f"hist must be 'linear' or 'log2', got {hist!r}")
     key = "hist" if hist == "linear" else "log2_hist"
     targets = [t for t in _pick(series, targets, kind, max_targets) if series[t][key] is not None]
     nrows = max(1, math.ceil(len(targets) / ncols))
-    fig = _figure(figsize=(4.6 * ncols, 3.0 * nrows), layout="constrained")
+    fig = _figure(figsize=(4.6 * ncols, 0.6 + 2.6 * nrows))
+    fig.subplots_adjust(left=0.06, right=0.98, top=1 - 0.5 / (0.6 + 2.6 * nrows), bottom=0.45 / (0.6 + 2.6 * nrows),
+                        hspace=0.45, wspace=0.25)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
     for ax in axes[len(targets):]:
         ax.set_visible(False)
@@ -116,15 +121,15 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="outp
             zero_row = counts[:, :2].sum(1, keepdims=True)
             counts = np.concatenate([zero_row, counts[:, 2 + lo: 2 + hi]], axis=1)
             y0, y1, ylabel = lo + layout.LOG_EXP_MIN - 1, hi + layout.LOG_EXP_MIN, "log2 |x|  (bottom row: ~0)"
-        im = ax.imshow(np.log1p(counts.T), origin="lower", aspect="auto", cmap="viridis",
-                       extent=(x0, x1, y0, y1), interpolation="nearest")
+        ax.imshow(np.log1p(counts.T), origin="lower", aspect="auto", cmap="viridis",
+                  extent=(x0, x1, y0, y1), interpolation="nearest")
         if hist == "log2":
             ax.axhline(y0 + 1, color="white", lw=0.8)
         ax.set_title(t, fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel, fontsize=8)
-        fig.colorbar(im, ax=ax, label="log(1 + count)", shrink=0.85)
-    fig.suptitle(f"{'linear' if hist == 'linear' else 'log2-magnitude'} histogram over steps ({kind or 'all kinds'})")
+    fig.suptitle(f"{'linear' if hist == 'linear' else 'log2-magnitude'} histogram over steps ({kind or 'all kinds'}); "
+                 "color: log(1 + count)")
     return _save(fig, path)
 
 
@@ -203,7 +208,7 @@ def plot_dynamic_range(log2_by_target, path=None, max_targets=24):
     for i in range(mat.shape[0]):
         for j in range(mat.shape[1]):
             v = mat[i, j]
-            right.text(j, i, "-" if math.isnan(v) else (f"{v:.2g}" if v else "0"), ha="center", va="center",
+            right.text(j, i, "-" if math.isnan(v) else (f"{v:.3g}" if v else "0"), ha="center", va="center",
                        fontsize=7)
     right.set_xticks(range(len(cols)), [f"{f}\n{'under' if k == 'underflow' else 'over'}" for f, k in cols],
                      fontsize=7)

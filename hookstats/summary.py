@@ -85,7 +85,7 @@ def summary(model, *example_inputs, monitor=None, **example_kwargs):
                "trainable": ("yes" if all(p.requires_grad for p in own) else
                              "partly" if any(p.requires_grad for p in own) else "no") if own else "-"}
         if monitor is not None:
-            o, g = stats.get(f"{name}:output"), stats.get(f"{name}:grad_output")
+            o, g = _target(stats, name, "output"), _target(stats, name, "grad_output")
             row.update({"mean": o["mean"] if o else None, "std": o["std"] if o else None,
                         "near zero %": 100 * o["near_zero"] if o else None,
                         "nan/inf": o["nan"] + o["posinf"] + o["neginf"] if o else None,
@@ -98,6 +98,12 @@ def summary(model, *example_inputs, monitor=None, **example_kwargs):
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     title = f"{type(model).__name__}: {total:,} parameters ({trainable:,} trainable)"
     return Summary(rows, columns, title)
+
+
+def _target(stats, module, kind):
+    """The module's plain-tensor target, else its first tuple/dict leaf (e.g. attention's output[0])."""
+    return stats.get(f"{module}:{kind}") or next(
+        (r for r in stats.values() if r["module"] == module and r["kind"] == kind), None)
 
 
 def model_sizes(model, *example_inputs, **example_kwargs):

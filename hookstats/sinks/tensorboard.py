@@ -19,6 +19,9 @@ def linear_buckets(rec):
     return limits, counts
 
 
+_LOG2_UPPER = np.arange(layout.LOG_EXP_MIN, layout.LOG_EXP_MIN + layout.LOG_SLOTS - 1, dtype=np.float64)
+
+
 def log2_buckets(log2_hist):
     """(limits, counts) over log2|x| for the nonzero finite values: slot 1 (below 2**-126) has upper edge
     -126, slot 2+k upper edge k-125. Trimmed to the occupied slots; None when there are none."""
@@ -27,15 +30,15 @@ def log2_buckets(log2_hist):
     if nz.size == 0:
         return None
     lo, hi = nz[0], nz[-1] + 1
-    limits = np.arange(layout.LOG_EXP_MIN, layout.LOG_EXP_MIN + layout.LOG_SLOTS - 1, dtype=np.float64)[lo:hi]
-    return limits, counts[lo:hi]
+    return _LOG2_UPPER[lo:hi], counts[lo:hi]
 
 
 class TensorBoardSink:
     def __init__(self, log_dir, writer=None):
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
 
-        self.writer = writer or SummaryWriter(log_dir=str(log_dir))
+        # a deep queue: with the default (10) every add_* waits for the writer thread
+        self.writer = writer or SummaryWriter(log_dir=str(log_dir), max_queue=100_000, flush_secs=30)
 
     def write(self, step, records):
         w = self.writer
