@@ -2,6 +2,8 @@
 from ._ops import accumulate_, accumulate_many_, backend
 from .config import StatsConfig
 from .monitor import Monitor, TargetKey, attach
+from .alerts import AlertRules
+from .summary import summary
 
 __version__ = "0.1.0"
-__all__ = ["attach", "Monitor", "StatsConfig", "TargetKey", "accumulate_", "accumulate_many_", "backend"]
+__all__ = ["attach", "Monitor", "StatsConfig", "TargetKey", "accumulate_", "accumulate_many_", "backend", "AlertRules", "summary"]
