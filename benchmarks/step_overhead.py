@@ -3,6 +3,7 @@ fastai, detach-to-CPU and wandb.watch-style hooks on a small CNN and transformer
 of hooked layers; torch.compile with and without hookstats. Writes benchmarks/results/step_overhead.json."""
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -14,9 +15,8 @@ LAYER_COUNTS = [8, 32, 128, 512]
 SCALING_VARIANTS = ["no hooks", "hookstats", "hookstats (reference op)", "fastai ActivationStats"]
 
 
-def overhead(workloads, repeats, steps, memory_steps, log):
+def overhead(workloads, repeats, steps, memory_steps, log, out, save):
     variants = bench.available_variants()
-    out = {}
     for w in workloads:
         t0 = time.time()
         times = bench.interleaved_step_times(w, variants, repeats=repeats, steps=steps)
@@ -26,7 +26,9 @@ def overhead(workloads, repeats, steps, memory_steps, log):
             checkpoints = sorted({max(1, memory_steps // 4), memory_steps // 2, memory_steps})
             rows[v]["memory"] = bench.measure_memory(w, v, memory_steps, checkpoints)
         out[w] = rows
+        save()
         log(f"{w}: {time.time() - t0:.0f} s")
+        log(bench.table({"machine": bench.machine(), "workloads": {w: rows}}))
     return out
 
 
@@ -101,28 +103,40 @@ def main(argv=None):
     p.add_argument("--layers", default=",".join(map(str, LAYER_COUNTS)))
     p.add_argument("--skip", default="", help="comma list of parts to skip: overhead, layers, compile")
     p.add_argument("--json", default="benchmarks/results/step_overhead.json")
+    p.add_argument("--merge", action="store_true", help="add to the parts already in --json (runs split in time)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, = cores)")
+    p.add_argument("--clock", default="wall", choices=list(bench.CLOCKS),
+                   help="cpu: the thread's CPU time, for a loaded shared machine (needs --threads 1)")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
+    bench.set_clock(a.clock)
     skip = set(filter(None, a.skip.split(",")))
     log = lambda s: print(s, flush=True)  # noqa: E731
-    res = {"machine": bench.machine(), "command": "python benchmarks/step_overhead.py " + " ".join(sys.argv[1:] if argv is None else argv),
-           "settings": vars(a)}
+    res = {}
+    if a.merge and os.path.exists(a.json):
+        with open(a.json) as f:
+            res = json.load(f)
+    command = "python benchmarks/step_overhead.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    res.setdefault("runs", []).append({"machine": bench.machine(), "command": command, "settings": vars(a)})
+    res["machine"] = res["runs"][0]["machine"]
+
+    def save():
+        res["runs"][-1]["machine"]["loadavg_end"] = bench.loadavg()
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1, default=str)
     if "overhead" not in skip:
-        res["overhead"] = overhead(a.workloads.split(","), a.repeats, a.steps, a.memory_steps, log)
-        print(bench.table({"machine": res["machine"], "workloads": res["overhead"]}))
+        overhead(a.workloads.split(","), a.repeats, a.steps, a.memory_steps, log, res.setdefault("overhead", {}), save)
     if "layers" not in skip:
         res["layers"] = layer_scaling([int(n) for n in a.layers.split(",")], a.repeats, a.steps * 2, log)
+        save()
     if "compile" not in skip:
         try:
             res["compile"] = compiled("cnn", a.repeats, a.steps, log)
         except Exception as e:  # recorded, not hidden: the table says what failed
             res["compile"] = {"error": f"{type(e).__name__}: {e}"[:2000]}
             log(f"compile failed: {res['compile']['error']}")
-    res["machine"]["loadavg_end"] = bench.loadavg()
-    with open(a.json, "w") as f:
-        json.dump(res, f, indent=1, default=str)
+    save()
     return res
 
 

@@ -261,12 +261,28 @@ def count_syncs(workload, variant, steps=3):
 
 
 # ---------------------------------------------------------------- timing (interleaved)
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+clock = CLOCKS["wall"]
+
+
+def set_clock(name):
+    """"wall" (default) or "cpu": this thread's CPU time, which leaves out the time spent waiting for a core
+    on a shared, overloaded machine. Only meaningful with torch.set_num_threads(1): then every op of a
+    CPU training step, backward included, runs on the calling thread."""
+    global clock
+    if name not in CLOCKS:
+        raise ValueError(f"clock must be one of {list(CLOCKS)}, got {name!r}")
+    if name == "cpu" and torch.get_num_threads() != 1:
+        raise ValueError("the cpu clock counts only the calling thread: use it with one torch thread")
+    clock = CLOCKS[name]
+
+
 def time_steps(step, after_step, n):
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(n):
         step()
         after_step()
-    return (time.perf_counter() - t0) / n
+    return (clock() - t0) / n
 
 
 def interleaved_step_times(workload, variants, repeats=5, steps=10, warmup=2):
@@ -354,7 +370,8 @@ def machine():
     import hookstats
     return {"cpu": model, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "hookstats_backend": hookstats.backend(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "loadavg_start": loadavg()}
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "loadavg_start": loadavg(),
+            "clock": next(k for k, v in CLOCKS.items() if v is clock)}
 
 
 def loadavg():
@@ -404,7 +421,8 @@ def table(results):
             lines.append(s)
     m = results["machine"]
     lines.append(f"\n{m['cpu']}, {m['cores']} cores ({m['torch_threads']} torch threads), torch {m['torch']}, "
-                 f"hookstats backend {m['hookstats_backend']}, {m['date']}, load average {m['loadavg_start']}")
+                 f"hookstats backend {m['hookstats_backend']}, {m['clock']} clock, {m['date']}, "
+                 f"load average {m['loadavg_start']}")
     return "\n".join(lines)
 
 
@@ -416,12 +434,21 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=5, help="timed steps per variant per repeat")
     p.add_argument("--memory-steps", type=int, default=20, help="steps of the per-variant memory runs (0: skip)")
     p.add_argument("--json", default=None, help="also write the results to this file")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--clock", default="wall", choices=list(CLOCKS),
+                   help="cpu: the thread's CPU time, for a loaded shared machine (needs --threads 1)")
     p.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.memory_child:
         w, v, steps, cps = a.memory_child
         print(json.dumps(memory_child(w, v, int(steps), [int(c) for c in cps.split(",")])))
         return 0
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    try:
+        set_clock(a.clock)
+    except ValueError as e:
+        p.error(str(e))
     variants = available_variants() if a.variants is None else [v.strip() for v in a.variants.split(",")]
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
