@@ -169,6 +169,7 @@ def test_history_without_pandas_is_plain_lists(monkeypatch):
     rows = list(zip(cols["step"], cols["target"], cols["stat"]))
     i = rows.index((1, "a:output", "mean"))
     assert cols["value"][i] == pytest.approx(model.seen[1]["a:output"].double().mean().item(), rel=1e-6)
+    mon.remove()
 
 
 def test_history_frame_is_long_format():
@@ -180,6 +181,7 @@ def test_history_frame_is_long_format():
     assert sorted(df.step.unique()) == [0, 1]  # step 2 is still open
     v = df[(df.step == 1) & (df.target == "b:output") & (df.stat == "std")].value.item()
     assert v == pytest.approx(model.seen[1]["b:output"].double().std().item(), rel=1e-6)
+    mon.remove()
 
 
 def test_keep_bounds_the_host_copy_but_sinks_get_every_step():
@@ -248,3 +250,4 @@ def test_histogram_and_bad_arguments():
         with pytest.raises(ValueError, match=match):
             hookstats.attach(model, **kwargs)
     assert len(model.b._forward_hooks) == 1  # only `mon`'s: the failed attaches removed theirs
+    mon.remove()
