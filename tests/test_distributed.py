@@ -361,7 +361,8 @@ def test_lightning_ddp_logs_windows_merged_over_ranks_on_rank_zero(two_ranks):
 
 
 def test_reduce_of_a_monitor_that_saw_nothing_is_empty():
-    red = hookstats.attach(mlp(), **CFG).reduce()
+    with hookstats.attach(mlp(), **CFG) as mon:
+        red = mon.reduce()
     assert red.stats() == {} and red.stats(phase="eval") == {}
     with pytest.raises(ValueError, match="phase"):
         red.stats(phase="valid")
