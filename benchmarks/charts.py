@@ -24,7 +24,7 @@ def op_throughput(data, path):
             ax.plot(x, [p[1] for p in pts], marker="o", lw=2.5 if name.startswith("op") else 1.2, label=name)
             ax.fill_between(x, [p[2] for p in pts], [p[3] for p in pts], alpha=0.15)
         ax.set(xscale="log", yscale="log", xlabel="tensor size (MB)", ylabel="GB/s (input bytes / time)",
-               title=f"{dt}, {data.get('threads', '?')} threads: median, band = min..max")
+               title=f"{dt}, torch threads={data.get('threads', '?')}: median, band = min..max")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
