@@ -31,20 +31,28 @@ def tensor_leaves(obj, path=""):
             yield from tensor_leaves(getattr(obj, fld.name), f"{path}.{fld.name}")
 
 
+_weak_hooks = []  # (weak method, handle): hooks of monitors that may be gone
+
+
 def weakly(method, register):
-    """register(hook) where the hook calls a bound method through a weak reference, and removes itself
-    once the method's object is gone: global optimizer hooks and parameter hooks (held outside Python's
-    cycle collector) must not keep a forgotten monitor, and its model, alive."""
+    """register(hook) where the hook calls a bound method through a weak reference: global optimizer
+    hooks and parameter hooks (held outside Python's cycle collector) must not keep a forgotten monitor,
+    and its model, alive. A dead one does nothing and is removed at the next registration, never from
+    inside the hook: PyTorch is iterating the hook dict then."""
+    alive = []
+    for r, h in _weak_hooks:
+        if r() is None:
+            h.remove()
+        else:
+            alive.append((r, h))
     ref = weakref.WeakMethod(method)
 
     def hook(*args):
         m = ref()
-        if m is None:
-            handle.remove()
-            return None
-        return m(*args)
+        return None if m is None else m(*args)
 
     handle = register(hook)
+    _weak_hooks[:] = alive + [(ref, handle)]
     return handle
 
 

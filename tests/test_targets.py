@@ -627,5 +627,7 @@ def test_a_forgotten_monitor_does_not_keep_its_model_alive():
     gc.collect()
     assert alive() is None
     other = nn.Linear(2, 2)
-    torch.optim.SGD(other.parameters(), lr=0.1).step()  # the dead monitor's global hooks remove themselves
+    other(torch.randn(3, 2)).sum().backward()
+    torch.optim.SGD(other.parameters(), lr=0.1).step()  # the dead monitor's global hooks do nothing
+    hookstats.attach(other, param_grads=True).remove()  # and are removed at the next registration
     assert (len(_global_optimizer_pre_hooks), len(_global_optimizer_post_hooks)) == before
