@@ -349,7 +349,7 @@ def memory_child(workload, variant, steps, checkpoints):
 def measure_memory(workload, variant, steps, checkpoints=None):
     checkpoints = sorted(set(checkpoints or [steps]) | {steps})
     cmd = [sys.executable, "-m", "hookstats.bench", "--memory-child", workload, variant, str(steps),
-           ",".join(map(str, checkpoints))]
+           ",".join(map(str, checkpoints)), "--threads", str(torch.get_num_threads())]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if res.returncode != 0:
         raise RuntimeError(f"memory run of {variant!r} on {workload} failed:\n{res.stderr[-2000:]}")
@@ -439,12 +439,12 @@ def main(argv=None):
                    help="cpu: the thread's CPU time, for a loaded shared machine (needs --threads 1)")
     p.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
     if a.memory_child:
         w, v, steps, cps = a.memory_child
         print(json.dumps(memory_child(w, v, int(steps), [int(c) for c in cps.split(",")])))
         return 0
-    if a.threads:
-        torch.set_num_threads(a.threads)
     try:
         set_clock(a.clock)
     except ValueError as e:
