@@ -427,7 +427,11 @@ def table(results):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m hookstats bench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m hookstats bench",
+        description="Training-step time, host syncs and memory of hookstats against fastai ActivationStats, "
+                    "detach-to-CPU hooks and a wandb.watch-style hook (quick version; the full suite is "
+                    "benchmarks/ in the repository). On a loaded machine use --threads 1 --clock cpu.")
     p.add_argument("--workloads", default="cnn,transformer", help="comma list: cnn, transformer, stackN")
     p.add_argument("--variants", default=None, help="comma list (default: all available)")
     p.add_argument("--repeats", type=int, default=3)
