@@ -38,7 +38,7 @@ def make_parser():
                                    "available device with every target measured; writes TensorBoard logs, "
                                    "CSV/JSONL history, charts, the summary table and the alerts to --out.")
     d.add_argument("--out", default="hookstats-demo", help="output folder (default: ./hookstats-demo)")
-    d.add_argument("--steps", type=_int_at_least(1), default=120, help="training steps per model (default: 120)")
+    d.add_argument("--steps", type=_int_at_least(1), default=100, help="training steps per model (default: 100)")
     d.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the best available)")
     d.add_argument("--models", nargs="+", choices=["cnn", "transformer"], default=["cnn", "transformer"])
     d.add_argument("--seed", type=int, default=0)

@@ -101,8 +101,8 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="outp
     key = "hist" if hist == "linear" else "log2_hist"
     targets = [t for t in _pick(series, targets, kind, max_targets) if series[t][key] is not None]
     nrows = max(1, math.ceil(len(targets) / ncols))
-    fig = _figure(figsize=(4.6 * ncols, 0.6 + 2.6 * nrows))
-    fig.subplots_adjust(left=0.06, right=0.98, top=1 - 0.5 / (0.6 + 2.6 * nrows), bottom=0.45 / (0.6 + 2.6 * nrows),
+    fig = _figure(figsize=(4.6 * ncols, 0.8 + 2.6 * nrows))
+    fig.subplots_adjust(left=0.06, right=0.98, top=1 - 0.8 / (0.8 + 2.6 * nrows), bottom=0.6 / (0.8 + 2.6 * nrows),
                         hspace=0.45, wspace=0.25)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
     for ax in axes[len(targets):]:
