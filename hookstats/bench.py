@@ -133,11 +133,11 @@ def reference_backend():
         _ops.accumulate_, _ops.accumulate_many_ = saved
 
 
-def install_hookstats(model, reference=False):
+def install_hookstats(model, reference=False, **config):
     import hookstats
     ctx = reference_backend() if reference else contextlib.nullcontext()
     ctx.__enter__()
-    mon = hookstats.attach(model, **hookstats_kwargs())
+    mon = hookstats.attach(model, **hookstats_kwargs(), **config)
 
     def remove():
         mon.remove()
@@ -197,6 +197,7 @@ VARIANTS = {
     "no hooks": lambda m: Installed(),
     "hookstats": install_hookstats,
     "hookstats (reference op)": lambda m: install_hookstats(m, reference=True),
+    "hookstats (histograms off)": lambda m: install_hookstats(m, linear_hist=False, log_hist=False),
     "fastai ActivationStats": lambda m: install_fastai(m, with_hist=False),
     "fastai ActivationStats(with_hist)": lambda m: install_fastai(m, with_hist=True),
     "detach-to-CPU (store)": lambda m: install_store(m, to_cpu=True),
