@@ -4,6 +4,7 @@
 import glob
 import os
 import shutil
+import sys
 
 from setuptools import setup
 
@@ -38,15 +39,19 @@ def extensions():
     cuda = os.environ.get("HOOKSTATS_FORCE_CUDA") == "1" or (torch.version.cuda is not None and cuda_home)
     sources = ["csrc/ops.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
     cxx = ["-O3", "-g0", "-ffp-contract=off"]  # no -std: torch adds the one its headers need (2.14: C++20)
+    # at::parallel_for is an OpenMP pragma in ATen's headers: without -fopenmp the CPU kernel runs on one
+    # thread. The libgomp.so.1 that torch has already loaded is the one the extension then uses.
+    omp = ["-fopenmp"] if sys.platform.startswith("linux") else []
+    cxx += omp
     if cuda:
         sources += sorted(glob.glob("csrc/cuda/*.cu"))
         ext = CUDAExtension(
             "hookstats._C", sources, include_dirs=[os.path.join(ROOT, "csrc")] + cuda_include_dirs(),
-            extra_compile_args={"cxx": cxx, "nvcc": nvcc_flags()},
+            extra_compile_args={"cxx": cxx, "nvcc": nvcc_flags()}, extra_link_args=omp,
         )
     else:
         ext = CppExtension("hookstats._C", sources, include_dirs=[os.path.join(ROOT, "csrc")],
-                           extra_compile_args={"cxx": cxx})
+                           extra_compile_args={"cxx": cxx}, extra_link_args=omp)
     return [ext], {"build_ext": BuildExtension.with_options(no_python_abi_suffix=True)}
 
 
