@@ -24,6 +24,7 @@ def main(argv=None):
     p.add_argument("what", choices=["histograms-off", "memory-long"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--clock", default="cpu", choices=list(bench.CLOCKS))
+    p.add_argument("--json", default=None, help="output file (default: benchmarks/results/<what>.json)")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     bench.set_clock(a.clock)
@@ -31,7 +32,7 @@ def main(argv=None):
         res, path = histograms_off(), "benchmarks/results/histograms_off.json"
     else:
         res, path = memory_long(), "benchmarks/results/memory_long_cnn.json"
-    with open(path, "w") as f:
+    with open(a.json or path, "w") as f:
         json.dump(res, f, indent=1)
     print(json.dumps(res, indent=1)[:3000])
 
