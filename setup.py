@@ -56,7 +56,9 @@ def extensions():
 
 
 def nvcc_flags():
-    return ["-O3", "--expt-relaxed-constexpr", "-Xptxas=-warn-spills,-warn-lmem-usage"]
+    # HOOKSTATS_NVCC_FLAGS: extra flags, e.g. the kernel's tuning constants (-DHS_MIN_ITERS=1) for experiments
+    extra = os.environ.get("HOOKSTATS_NVCC_FLAGS", "").split()
+    return ["-O3", "--expt-relaxed-constexpr", "-Xptxas=-warn-spills,-warn-lmem-usage"] + extra
 
 
 def cuda_include_dirs():

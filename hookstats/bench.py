@@ -217,7 +217,7 @@ def available_variants():
 # ---------------------------------------------------------------- host syncs
 class SyncCounter(TorchDispatchMode):
     """Counts what blocks the host on a GPU: .item() (aten._local_scalar_dense), data-dependent shapes
-    (nonzero, masked_select: boolean indexing) and device-to-host copies."""
+    (nonzero, masked_select: boolean indexing) and blocking device-to-host copies."""
 
     SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::masked_select")
 
@@ -236,10 +236,15 @@ class SyncCounter(TorchDispatchMode):
 
     @staticmethod
     def _device_to_host(func, args, kwargs, out):
-        src = args[1] if func._schema.name == "aten::copy_" else args[0]
-        dst = args[0] if func._schema.name == "aten::copy_" else out
-        return (isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor)
-                and src.device.type != "cpu" and dst.device.type == "cpu")
+        """A device-to-host copy that blocks the host: a non_blocking copy into pinned memory does not."""
+        is_copy = func._schema.name == "aten::copy_"
+        src = args[1] if is_copy else args[0]
+        dst = args[0] if is_copy else out
+        if not (isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor)
+                and src.device.type != "cpu" and dst.device.type == "cpu"):
+            return False
+        non_blocking = (kwargs or {}).get("non_blocking", args[2] if is_copy and len(args) > 2 else False)
+        return not (non_blocking and dst.is_pinned())
 
     @property
     def total(self):
@@ -247,7 +252,7 @@ class SyncCounter(TorchDispatchMode):
 
 
 def count_syncs(workload, variant, steps=3):
-    model, step = make_workload(workload)
+    model, step = make_workload(workload, device=DEVICE)
     inst = VARIANTS[variant](model)
     try:
         step()
@@ -264,6 +269,13 @@ def count_syncs(workload, variant, steps=3):
 # ---------------------------------------------------------------- timing (interleaved)
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 clock = CLOCKS["wall"]
+DEVICE = "cpu"  # --device: where the workloads run
+
+
+def sync():
+    """Waits for the device's queued work, so that a GPU step is timed whole (no-op on CPU)."""
+    if torch.device(DEVICE).type == "cuda":
+        torch.cuda.synchronize(DEVICE)
 
 
 def set_clock(name):
@@ -279,17 +291,19 @@ def set_clock(name):
 
 
 def time_steps(step, after_step, n):
+    sync()
     t0 = clock()
     for _ in range(n):
         step()
         after_step()
+    sync()
     return (clock() - t0) / n
 
 
 def interleaved_step_times(workload, variants, repeats=5, steps=10, warmup=2):
     """{variant: [seconds per step, one per repeat]}. Each repeat runs every variant once, in an order
     rotated by one each repeat, on the same model (installed, warmed up, timed, removed)."""
-    model, step = make_workload(workload)
+    model, step = make_workload(workload, device=DEVICE)
     for _ in range(warmup):
         step()
     times = {v: [] for v in variants}
@@ -327,10 +341,11 @@ def rss_bytes():
 
 def memory_child(workload, variant, steps, checkpoints):
     """Runs in its own process: RSS after warm-up and at each checkpoint, the peak, the monitor's bytes."""
-    model, step = make_workload(workload)
+    model, step = make_workload(workload, device=DEVICE)
     inst = VARIANTS[variant](model)
     step()
     inst.after_step()
+    sync()
     out = {"rss_start": rss_bytes(), "rss": {}}
     for k in range(1, steps + 1):
         step()
@@ -341,8 +356,9 @@ def memory_child(workload, variant, steps, checkpoints):
     out["monitor_bytes"] = inst.memory() if inst.memory else None
     if out["monitor_bytes"] is not None:
         out["targets"] = len(hooked_modules(model))
-    if torch.cuda.is_available():
-        out["cuda_max_allocated"] = torch.cuda.max_memory_allocated()
+    if torch.device(DEVICE).type == "cuda":
+        sync()
+        out["cuda_max_allocated"] = torch.cuda.max_memory_allocated(DEVICE)
     inst.remove()
     return out
 
@@ -350,7 +366,7 @@ def memory_child(workload, variant, steps, checkpoints):
 def measure_memory(workload, variant, steps, checkpoints=None):
     checkpoints = sorted(set(checkpoints or [steps]) | {steps})
     cmd = [sys.executable, "-m", "hookstats.bench", "--memory-child", workload, variant, str(steps),
-           ",".join(map(str, checkpoints)), "--threads", str(torch.get_num_threads())]
+           ",".join(map(str, checkpoints)), "--threads", str(torch.get_num_threads()), "--device", DEVICE]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if res.returncode != 0:
         raise RuntimeError(f"memory run of {variant!r} on {workload} failed:\n{res.stderr[-2000:]}")
@@ -369,7 +385,8 @@ def machine():
     except (OSError, StopIteration):
         pass
     import hookstats
-    return {"cpu": model, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    gpu = torch.cuda.get_device_name(DEVICE) if torch.device(DEVICE).type == "cuda" else None
+    return {"cpu": model, "gpu": gpu, "device": DEVICE, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "hookstats_backend": hookstats.backend(),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "loadavg_start": loadavg(),
             "clock": next(k for k, v in CLOCKS.items() if v is clock)}
@@ -408,8 +425,11 @@ def table(results):
         lines.append(f"\n{w}: ms/step median [min..max], ratio to no hooks (median of per-repeat ratios)")
         head = f"{'variant':36} {'ms/step':>22} {'ratio':>7} {'syncs/step':>10}"
         has_mem = any("memory" in r for r in rows.values())
+        has_gpu = any("cuda_max_allocated" in r.get("memory", {}) for r in rows.values())
         if has_mem:
             head += f" {'peak RSS MB':>11} {'RSS growth MB':>13} {'monitor KB':>10}"
+        if has_gpu:
+            head += f" {'GPU peak MB':>11}"
         lines.append(head)
         for v, r in rows.items():
             s = (f"{v:36} {r['median_ms']:8.1f} [{r['min_ms']:5.1f}..{r['max_ms']:5.1f}] {r['ratio']:7.3f} "
@@ -419,9 +439,12 @@ def table(results):
                 growth = max(m["rss"].values()) - m["rss_start"]
                 mon = "-" if m.get("monitor_bytes") is None else f"{m['monitor_bytes'] / 1024:.1f}"
                 s += f" {fmt_mb(m['peak_rss']):>11} {fmt_mb(growth):>13} {mon:>10}"
+                if has_gpu:
+                    s += f" {fmt_mb(m.get('cuda_max_allocated')):>11}"
             lines.append(s)
     m = results["machine"]
-    lines.append(f"\n{m['cpu']}, {m['cores']} cores ({m['torch_threads']} torch threads), torch {m['torch']}, "
+    gpu = f"{m['gpu']} ({m['device']}), " if m.get("gpu") else ""
+    lines.append(f"\n{gpu}{m['cpu']}, {m['cores']} cores ({m['torch_threads']} torch threads), torch {m['torch']}, "
                  f"hookstats backend {m['hookstats_backend']}, {m['clock']} clock, {m['date']}, "
                  f"load average {m['loadavg_start']}")
     return "\n".join(lines)
@@ -442,8 +465,17 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--clock", default="wall", choices=list(CLOCKS),
                    help="cpu: the thread's CPU time, for a loaded shared machine (needs --threads 1)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N: where the models train")
     p.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    global DEVICE
+    try:
+        dev = torch.device(a.device)
+    except RuntimeError:
+        p.error(f"--device: not a device: {a.device!r}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device {a.device}: torch sees no CUDA device")
+    DEVICE = a.device
     if a.threads:
         torch.set_num_threads(a.threads)
     if a.memory_child:

@@ -34,9 +34,20 @@ namespace cuda_kernel {
 constexpr int kWarp = 32;
 constexpr int kThreads = 512;       // block size on the GPU; the kernels read blockDim (tests use 64-128)
 constexpr int kMaxWarps = kThreads / kWarp;
-constexpr int kBlocksPerSM = 2;     // persistent grid: kBlocksPerSM x SMs blocks at most per tensor
-constexpr int kUnroll = 2;          // 16-byte loads in flight per thread before they are consumed
-constexpr int kMinIters = 4;        // a block gets >= kMinIters full iterations per thread, else fewer blocks
+// The three tuning constants can be overridden at build time (HOOKSTATS_NVCC_FLAGS="-DHS_MIN_ITERS=1"):
+// benchmarks/gpu_check.py --tune measures such variants side by side.
+#ifndef HS_BLOCKS_PER_SM
+#define HS_BLOCKS_PER_SM 2
+#endif
+#ifndef HS_UNROLL
+#define HS_UNROLL 2
+#endif
+#ifndef HS_MIN_ITERS
+#define HS_MIN_ITERS 1
+#endif
+constexpr int kBlocksPerSM = HS_BLOCKS_PER_SM;  // persistent grid: kBlocksPerSM x SMs blocks at most per tensor
+constexpr int kUnroll = HS_UNROLL;              // 16-byte loads in flight per thread before they are consumed
+constexpr int kMinIters = HS_MIN_ITERS;         // a block gets >= kMinIters full iterations per thread, else fewer blocks
 constexpr int kMaxTargets = 32;     // tensors per multi-tensor launch (a table in the kernel arguments)
 constexpr int kMaxDims = 8;         // strided path: dims after coalescing
 constexpr int kStridedChunk = 4;    // strided path: logical elements a thread consumes together
@@ -336,7 +347,7 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
   using A = typename Acc<T>::type;
   constexpr int V = 16 / sizeof(T);
   constexpr int U = V == 2 ? 1 : kUnroll;            // fp64: one load in flight (else it spills at 64 registers)
-  constexpr int kChunkVecs = V == 4 ? kUnroll : 1;  // fp32: chunks of 2 vectors; else 1
+  constexpr int kChunkVecs = V == 4 ? 2 : 1;        // fp32: chunks of 2 vectors (8 values); else 1
   static_assert(U % kChunkVecs == 0, "chunks must tile the unrolled loads");
   HS_DYN_SMEM(unsigned, hist_all);
   HS_SHARED(BlockShared, sm);
