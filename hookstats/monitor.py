@@ -143,6 +143,7 @@ class Monitor:
         self._compiled = False  # a hook ran inside torch.compile
         self._told = set()  # one-time warnings already given
         self._input_grads = input_grads
+        self._untapped = False  # a gradient tap was left out of compiled code (targets.COMPILED_GRAD_TAPS)
         self._param_grads = None
         for dev in {t.device for t in (*model.parameters(), *model.buffers())} - {torch.device("meta")}:
             self._flag(dev)  # compiled code cannot allocate them
@@ -324,6 +325,11 @@ class Monitor:
                                "where their state cannot be allocated; they are allocated now and measured from "
                                "the next call on (one recompile). Run one eager step before compiling to "
                                "measure them from the start.")
+        if self._untapped:
+            self._tell("untapped", f"hookstats: torch {torch.__version__} cannot compile hooks on gradients that "
+                                   "update hookstats' state (fixed in torch 2.13): inside torch.compile, gradients "
+                                   "flowing into outputs and watched tensors are not measured (grad_output, "
+                                   "watch_grad); forward values and parameter gradients are.")
         if self._compiled and self._input_grads:
             self._tell("input_grads", "hookstats: input_grads=True uses full backward hooks, which torch.compile "
                                       "cannot trace (a graph break per hooked module); they still run eagerly.")

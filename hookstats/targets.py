@@ -79,9 +79,18 @@ def recomputing():
 # x.view_as(x): PyTorch forbids in-place ops on a custom Function's view output (ReLU(inplace=True) after a
 # hooked layer raises, eager and compiled), and a tap would replace the module's output object. Dynamo
 # traces tensor hooks on intermediates into the compiled backward with no graph break (tests/test_compile.py).
+# torch 2.11's Dynamo puts the state tensors such a hook reads after the node that uses them and inductor
+# rejects the graph ("... of Node 'autograd_function_apply' was used before it has been defined", seen on
+# 2.11.0, CPU and CUDA); 2.13 compiles it. Older torch: gradient taps are left out of compiled code, said once.
+COMPILED_GRAD_TAPS = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+
+
 def tap_grad(mon, key, t, phase):
     """Measures the gradient of the loss w.r.t. t (the value t had here, before any later in-place op)."""
     if not (t.requires_grad and is_measurable(t)):
+        return
+    if not COMPILED_GRAD_TAPS and torch.compiler.is_compiling():
+        mon._untapped = True
         return
     # eager: listed once a gradient arrives; compiled: once tapped (a backward hook cannot mutate Python state)
     target = mon._resolve(key, t.device, phase, reach=torch.compiler.is_compiling())
