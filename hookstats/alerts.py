@@ -128,15 +128,22 @@ class AlertRules:
 FORWARD_KINDS = ("input", "output", "watch")
 
 
-def step_order(modules):
+def step_order(modules, seen=None):
     """Sort key of TargetKey: the order in which a training step reaches targets. Forward targets by
-    module (registration order), input before output; then backward ones from the last module to the
-    first; parameter gradients last (read at the optimizer step)."""
+    module in the order the forward first ran them (`seen`: name -> rank, filled by the hooks as they
+    run; registration order for modules not seen yet), input before output; then backward ones from the
+    last module to the first; parameter gradients last (read at the optimizer step)."""
     pos = {name: i for i, name in enumerate(modules)}
+    seen = {} if seen is None else seen
+
+    def rank(name):
+        if name in seen:
+            return seen[name]
+        return len(pos) + pos.get(name, len(pos))
 
     def key(k):
-        owner = k.module if k.module in pos else k.module.rpartition(".")[0]
-        i = pos.get(owner, len(pos))
+        owner = k.module if k.module in pos or k.module in seen else k.module.rpartition(".")[0]
+        i = rank(owner)
         if k.kind in FORWARD_KINDS:
             return (0, i, FORWARD_KINDS.index(k.kind))
         return (2 if k.kind == "param_grad" else 1, -i, 0)

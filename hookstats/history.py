@@ -128,7 +128,7 @@ class History:
         self._last_flush = 0
         self._reported = set()
         self._broken = self._closed = False
-        self._order = step_order(monitor.modules)
+        self._order = step_order(monitor.modules, monitor._forward_order)
         monitor.step_listeners.append(self._on_step_end)
 
     # ---- recording ----

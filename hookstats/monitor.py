@@ -143,6 +143,7 @@ class Monitor:
         self._compiled = False  # a hook ran inside torch.compile
         self._told = set()  # one-time warnings already given
         self._input_grads = input_grads
+        self._forward_order = {}  # module or watch name -> rank of its first eager forward call (alerts' order)
         self._untapped = False  # a gradient tap was left out of compiled code (targets.COMPILED_GRAD_TAPS)
         self._param_grads = None
         for dev in {t.device for t in (*model.parameters(), *model.buffers())} - {torch.device("meta")}:
@@ -260,6 +261,11 @@ class Monitor:
 
     def _key(self, module, kind, leaf, call):
         return TargetKey(module, kind, leaf, call)
+
+    def _saw(self, name):
+        """Records the order in which the forward first reaches each hooked module (eager code only)."""
+        if name not in self._forward_order and not torch.compiler.is_compiling():
+            self._forward_order[name] = len(self._forward_order)
 
     def _next_call(self, name, kind="output"):
         """The index of this call of `name` in the current forward, or None when calls share one state."""

@@ -117,6 +117,7 @@ def output_hook(mon, name, values=True, grads=True):
         recompute = recomputing()
         if not mon._measures_phase() or skip_now(mon) or recompute and not grads:
             return None
+        mon._saw(name)
         call = mon._next_call(name)
         phase = mon._phase
         for leaf, t in tensor_leaves(out):
@@ -135,6 +136,7 @@ def input_hook(mon, name):
     def hook(module, args, kwargs):
         if not mon._measures_phase() or skip_now(mon) or recomputing():
             return None
+        mon._saw(name)
         obj = args[0] if len(args) == 1 else args
         call = mon._next_call(name, "input")
         for leaf, t in (*tensor_leaves(obj), *tensor_leaves(kwargs)):
@@ -189,6 +191,7 @@ def watch(mon, name, t):
                          f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
     if not mon.attached or not mon._measures_phase() or skip_now(mon):
         return t
+    mon._saw(name)
     call = mon._next_call(name, "watch")
     phase = mon._phase
     if not recomputing():

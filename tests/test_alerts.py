@@ -44,6 +44,36 @@ def test_nonfinite_names_the_first_target_in_forward_order_and_the_step():
     assert [a["target"] for a in sink.alerts if a["kind"] == "nonfinite"] == ["1:output", "2:output"]
 
 
+class HeadFirst(nn.Module):
+    """Registers `head` before `body` but runs `body` first: forward order is not registration order."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.head = nn.Linear(6, 6)
+        self.body = nn.Linear(6, 6)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def test_nonfinite_first_target_follows_the_forward_not_the_registration_order():
+    model = HeadFirst()
+    mon = hookstats.attach(model, steps="manual", history=True, log_every=4)
+
+    def poison(s):
+        if s == 2:
+            with torch.no_grad():
+                model.body.weight[0, 0] = float("nan")
+
+    with pytest.warns(AlertWarning, match=r"NaN/Inf in body:output at step 2 \(the first target in forward order"):
+        train(model, mon, 5, before_step=poison)
+    mon.remove()
+    nonfinite = [a for a in mon.alerts if a["kind"] == "nonfinite"]
+    assert [(a["target"], a["step"]) for a in nonfinite] == [("body:output", 2), ("head:output", 2)]
+    assert nonfinite[0].get("first") and not nonfinite[1].get("first")
+
+
 def test_dead_target_after_k_steps_and_never_for_a_healthy_one():
     model = chain()
     with torch.no_grad():
