@@ -95,6 +95,10 @@ def _demo(args):
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} exists and is not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot make the folder ({e.strerror or e})") from None
     demo.run(out=out, steps=args.steps, device=args.device, models=args.models, seed=args.seed,
              nan_at=args.nan_at, tensorboard=not args.no_tensorboard, progress=not args.no_progress)
     return 0

@@ -241,8 +241,14 @@ def save_all(series, out_dir, run_totals=None):
                 plot_hist_heatmap(series, p, hist=hist, kind=kind)
                 paths.append(p)
     log2 = run_totals if run_totals is not None else totals(series)
-    if log2:
-        p = out / "dynamic_range.png"
-        plot_dynamic_range(log2, p)
+    # one chart per kind (24 rows at most each): "dynamic_range.png" holds the forward outputs, the
+    # activations a lower precision would store; the others are named after their kind
+    by_kind = {}
+    for t, h in log2.items():
+        kind = series[t]["kind"] if t in series else t.rpartition(":")[2].split("[")[0].split(".")[0].split("@")[0]
+        by_kind.setdefault(kind, {})[t] = h
+    for kind in sorted(by_kind, key=lambda k: (k != "output", kinds.index(k) if k in kinds else len(kinds))):
+        p = out / ("dynamic_range.png" if kind == "output" or len(by_kind) == 1 else f"dynamic_range_{kind}.png")
+        plot_dynamic_range(by_kind[kind], p)
         paths.append(p)
     return paths

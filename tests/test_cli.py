@@ -1,6 +1,8 @@
 """The command line: --help everywhere, one-line errors with exit status 2, the bench dispatch, and a short
 demo run whose files `report` reads back (its table checked against the CSV the demo wrote)."""
+import contextlib
 import csv
+import io
 import os
 import shutil
 import subprocess
@@ -26,7 +28,8 @@ def run_main(capsys, *argv):
 
 @pytest.mark.parametrize("argv, words", [([], ["demo", "report", "bench"]),
                                          (["demo"], ["--out", "--steps", "--device", "--nan-at"]),
-                                         (["report"], ["RUN_DIR", "--out"])])
+                                         (["report"], ["RUN_DIR", "--out"]),
+                                         (["bench"], ["--workloads", "--variants", "--device", "--clock"])])
 def test_help_for_every_command(capsys, argv, words):
     code, out, _ = run_main(capsys, *argv, "--help")
     assert code == 0 and all(w in out for w in words)
@@ -43,6 +46,13 @@ def test_help_for_every_command(capsys, argv, words):
 def test_bad_arguments_give_one_line_and_status_2(capsys, argv, message):
     code, out, err = run_main(capsys, *argv)
     assert code == 2 and message in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_demo_out_below_a_file_is_a_one_line_error(capsys, tmp_path):
+    (tmp_path / "file").write_text("x")
+    code, _, err = run_main(capsys, "demo", "--out", str(tmp_path / "file" / "sub"), "--steps", "1", "--device", "cpu")
+    assert code == 2 and "cannot make the folder" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
@@ -67,10 +77,24 @@ def test_bench_dispatches_to_hookstats_bench_main(capsys, monkeypatch):
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
-    code = cli.main(["demo", "--out", str(out), "--steps", "6", "--models", "cnn", "--nan-at", "4",
-                     "--no-progress", "--device", "cpu"])
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = cli.main(["demo", "--out", str(out), "--steps", "6", "--models", "cnn", "--nan-at", "4",
+                         "--no-progress", "--device", "cpu"])
     assert code == 0
+    (out / "stdout.txt").write_text(printed.getvalue())
     return out
+
+
+def test_demo_prints_the_layer_table_and_the_alerts(demo_dir):
+    printed = (demo_dir / "stdout.txt").read_text()
+    lines = printed.splitlines()
+    header = next(ln for ln in lines if ln.startswith("layer "))
+    assert all(w in header for w in ("type", "output shape", "params", "mean", "std", "near zero %", "nan/inf"))
+    with open(demo_dir / "cnn" / "history.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["target"] == "body.0:output" and r["stat"] == "count"]
+    assert any(ln.split()[:2] == ["body.0", "Conv2d"] for ln in lines)
+    assert "NaN/Inf in head:output at step 4" in printed and rows
 
 
 def test_demo_writes_every_output(demo_dir):
@@ -116,6 +140,14 @@ def test_report_from_csv_only_and_from_a_broken_jsonl(demo_dir, tmp_path, capsys
     (run / "history.jsonl").write_text("{not json\n")
     code, _, err = run_main(capsys, "report", str(run))
     assert code == 2 and "history.jsonl:1: not JSON" in err and len(err.strip().splitlines()) == 1
+    good = (demo_dir / "cnn" / "history.jsonl").read_text().splitlines()[0]
+    for broken in (good.replace('"step": 0', '"step": "zero"'), good.replace('"log2_hist": {"', '"log2_hist": {"9999": 1, "'),
+                   good.replace('"hist_range"', '"no_range"')):
+        assert broken != good
+        (run / "history.jsonl").write_text(good + "\n" + broken + "\n")
+        code, _, err = run_main(capsys, "report", str(run))
+        assert code == 2 and "history.jsonl:2: malformed hookstats record" in err, err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
 def test_python_dash_m_entry_point():

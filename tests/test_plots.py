@@ -97,12 +97,20 @@ def test_dynamic_range_chart_shows_the_shares(series, tmp_path):
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == list(totals)
 
 
-def test_save_all_and_bad_arguments(series, tmp_path):
+def test_save_all_and_bad_arguments(series, tmp_path, monkeypatch):
     s, _ = series
+    drawn = {}
+    real = plots.plot_dynamic_range
+    monkeypatch.setattr(plots, "plot_dynamic_range", lambda log2, path: drawn.setdefault(path.name, list(log2))
+                        and real(log2, path))
     paths = plots.save_all(s, tmp_path / "charts")
     assert {p.name for p in paths} == {"layer_stats_output.png", "layer_stats_grad_output.png",
                                        "hist_linear_output.png", "hist_log2_output.png",
-                                       "hist_linear_grad_output.png", "hist_log2_grad_output.png", "dynamic_range.png"}
+                                       "hist_linear_grad_output.png", "hist_log2_grad_output.png", "dynamic_range.png",
+                                       "dynamic_range_grad_output.png"}
+    # one dynamic-range chart per kind, the forward outputs in dynamic_range.png (not crowded out by others)
+    assert drawn["dynamic_range.png"] == [t for t in s if s[t]["kind"] == "output"]
+    assert drawn["dynamic_range_grad_output.png"] == [t for t in s if s[t]["kind"] == "grad_output"]
     assert all(p.read_bytes()[:8] == PNG for p in paths)
     with pytest.raises(ValueError, match="hist must be 'linear' or 'log2'"):
         plots.plot_hist_heatmap(s, hist="cubic")

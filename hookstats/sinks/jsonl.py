@@ -64,18 +64,29 @@ def read_jsonl(path):
                 continue
             if kind != "stats" or "step" not in obj or "target" not in obj:
                 raise ValueError(f"{path}:{n}: not a hookstats JSONL record")
-            step = obj.pop("step")
-            for k, v in obj.items():
-                if v is None:
-                    obj[k] = float("nan")
-            if "hist" in obj:
-                obj["hist"] = np.asarray(obj["hist"], dtype=np.int64)
-                lo, hi = obj.pop("hist_range")
-                obj["hist_edges"] = np.linspace(lo, hi, len(obj["hist"]) + 1)
-            if "log2_hist" in obj:
-                lg = np.zeros(layout.LOG_SLOTS, dtype=np.int64)
-                for k, c in obj["log2_hist"].items():
-                    lg[int(k)] = c
-                obj["log2_hist"] = lg
-            items.append((step, obj))
+            try:
+                items.append(_record(obj))
+            except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
+                raise ValueError(f"{path}:{n}: malformed hookstats record ({type(e).__name__}: {e})") from None
     return items, alerts
+
+
+def _record(obj):
+    step = obj.pop("step")
+    if isinstance(step, bool) or not isinstance(step, int) or not isinstance(obj["target"], str):
+        raise TypeError(f"step must be an integer and target a string, got {step!r} and {obj['target']!r}")
+    for k, v in obj.items():
+        if v is None:
+            obj[k] = float("nan")
+    if "hist" in obj:
+        obj["hist"] = np.asarray(obj["hist"], dtype=np.int64)
+        lo, hi = obj.pop("hist_range")
+        obj["hist_edges"] = np.linspace(float(lo), float(hi), len(obj["hist"]) + 1)
+    if "log2_hist" in obj:
+        lg = np.zeros(layout.LOG_SLOTS, dtype=np.int64)
+        for k, c in obj["log2_hist"].items():
+            if not 0 <= int(k) < layout.LOG_SLOTS:
+                raise IndexError(f"log2 slot {k} outside 0..{layout.LOG_SLOTS - 1}")
+            lg[int(k)] = c
+        obj["log2_hist"] = lg
+    return step, obj
