@@ -143,6 +143,7 @@ class Monitor:
         self._compiled = False  # a hook ran inside torch.compile
         self._told = set()  # one-time warnings already given
         self._input_grads = input_grads
+        self._gradless_calls = set()  # names called without grad (reentrant checkpointing's forward), separate_calls
         self._forward_order = {}  # module or watch name -> rank of its first eager forward call (alerts' order)
         self._untapped = False  # a gradient tap was left out of compiled code (targets.COMPILED_GRAD_TAPS)
         self._param_grads = None
