@@ -14,6 +14,8 @@ extern "C" PyObject* PyInit__C(void) {
 
 namespace hookstats {
 
+std::string cpu_kernel();  // cpu/stats_cpu.cpp: "avx2" or "portable" (HOOKSTATS_CPU_KERNEL=portable)
+
 std::vector<int64_t> layout() {
   return {kFState, kLinBase, kLinExtra, kLogSlots, kLogExpMin, kMaxBins};
 }
@@ -30,6 +32,7 @@ TORCH_LIBRARY(hookstats, m) {
       "accumulate_many_(Tensor[] xs, Tensor(a!)[] fstates, Tensor(b!)[] istates, Tensor(c!)[] scratches, "
       "Tensor enabled, float lo, float inv_w, float eps, int nbins, int flags) -> ()");
   m.def("layout() -> int[]", &layout);
+  m.def("cpu_kernel() -> str", &cpu_kernel);
 }
 
 }  // namespace hookstats

@@ -1,4 +1,6 @@
 """attach() and Monitor: selection, steps and sampling, phases, removal, odd outputs, no host sync."""
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -235,14 +237,20 @@ def test_low_and_high_precision_models(dtype):
     np.testing.assert_array_equal(rec["hist"], finalize(f, i, mon.cfg)["hist"])
 
 
-def test_forward_with_hooks_runs_without_host_sync():
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_forward_with_hooks_runs_without_host_sync(backend):
+    from hookstats.bench import reference_backend
     model, x = mlp(), torch.randn(16, 8)
-    mon = hookstats.attach(model, inputs=True)
-    model(x)  # first call may allocate lazily created states
-    with no_host_sync() as ops:
-        model(x)
-    assert any("hookstats.accumulate_" in o for o in ops)
-    mon.remove()
+    with reference_backend() if backend == "reference" else contextlib.nullcontext():
+        mon = hookstats.attach(model, inputs=True)
+        model(x)  # first call may allocate lazily created states
+        with no_host_sync() as ops:
+            model(x)
+        mon.remove()
+    if backend == "compiled":
+        assert any("hookstats.accumulate_" in o for o in ops)
+    else:  # the reference op's own aten ops ran under the guard
+        assert not any("hookstats" in o for o in ops) and any("scatter_add" in o or "index_add" in o for o in ops), ops
 
 
 def test_the_host_sync_guard_can_fail():

@@ -1,5 +1,8 @@
 """The op (compiled kernel and reference) against an independent float64 NumPy oracle."""
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -77,10 +80,10 @@ def test_op_against_float64_oracle(op, kind, n, dtype):
     assert_matches(run(op, [x]), oracle(x, CFG), dtype, exact_floats=exact)
 
 
-def test_bin_edges_are_half_open():
+def test_bin_edges_are_half_open(op):
     # lo=-10, hi=10, 40 bins of width 0.5: edge k belongs to bin k; hi is overflow; below lo underflow
     x = torch.tensor([-10.0, -9.5, -0.0, 0.0, 0.5, 9.5, 9.999, 10.0, -10.001, 1e30, -1e30])
-    _, i = run(torch.ops.hookstats.accumulate_.default, [x])
+    _, i = run(op, [x])
     lin = i[layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(40)]
     assert lin[0] == 2  # -10.001, -1e30
     assert lin[1] == 1 and lin[2] == 1  # -10 -> bin 0, -9.5 -> bin 1
@@ -90,14 +93,14 @@ def test_bin_edges_are_half_open():
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_log2_slots_cover_the_dynamic_range(dtype):
+def test_log2_slots_cover_the_dynamic_range(op, dtype):
     vals = [0.0, 1.0, 1.5, 2.0, 0.75, -3.0, 2.0 ** -20, 40000.0]
     if dtype in (torch.float32, torch.float64):
         vals += [2.0 ** -126, 2.0 ** -130, 2.0 ** 127, 3e38]
     if dtype == torch.float64:
         vals += [1e-300, 1e300]  # beyond float32: binned at the ends, never as non-finite
     x = torch.tensor(vals, dtype=dtype)
-    _, i = run(torch.ops.hookstats.accumulate_.default, [x])
+    _, i = run(op, [x])
     lg = i[layout.log_base(40):]
     slot = lambda e: 2 + e - layout.LOG_EXP_MIN  # noqa: E731  |x| in [2**e, 2**(e+1))
     assert lg[0] == 1 and lg[slot(0)] == 2 and lg[slot(1)] == 2 and lg[slot(-1)] == 1 and lg[slot(-20)] == 1
@@ -219,3 +222,15 @@ def test_many_equals_one_by_one():
 
 def test_backend_reports_compiled_here():
     assert hookstats.backend() == "compiled"
+
+
+def test_portable_cpu_kernel_passes_the_oracle_tests():
+    """CPUs without AVX2/FMA/F16C run the portable kernel (the AVX2 one uses it only for float64 and short
+    tails): this file's compiled-op tests again, in a process where it is forced."""
+    env = {**os.environ, "HOOKSTATS_CPU_KERNEL": "portable"}
+    which = subprocess.run([sys.executable, "-c", "import hookstats, torch; print(torch.ops.hookstats.cpu_kernel())"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert which.stdout.strip() == "portable", which.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__,
+                        "-k", "compiled and not portable"], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:]

@@ -241,6 +241,8 @@ void accumulate_many_cpu(at::TensorList xs, at::TensorList fstates, at::TensorLi
 
 }  // namespace
 
+std::string cpu_kernel() { return use_avx2() ? "avx2" : "portable"; }
+
 TORCH_LIBRARY_IMPL(hookstats, CPU, m) {
   m.impl("accumulate_", &accumulate_cpu);
   m.impl("accumulate_many_", &accumulate_many_cpu);
