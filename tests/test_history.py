@@ -153,7 +153,14 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     first = mon.memory()
     run(model, mon, 40)
     assert mon.memory() == first
-    assert first["history_bytes"] > 0 and first["state_bytes"] > 0
+    # the byte counts from the layout alone: per state 5 float64 + istate int64 (no scratch on CPU), one
+    # flag byte per device; the ring: (log_every + 1) slots of [T, 5 + istate] int64, plus the current and
+    # previous [T, 5] float64 and [T, istate] int64 snapshots; the host staging buffer is one ring copy
+    isz, t_states, t_ring = mon.cfg.istate_size, len(mon._states), len(next(iter(mon._history._rings.values())).states)
+    assert first["state_bytes"] == t_states * (5 + isz) * 8 + len(mon._flags)
+    ring = (5 + 1) * t_ring * (5 + isz) * 8
+    assert first["history_bytes"] == ring + 2 * t_ring * (5 + isz) * 8
+    assert first["host_staging_bytes"] == ring
     assert len(copies) == 9  # steps 0..44 ended: flushes after steps 4, 9, ..., 44
     mon.remove()
 

@@ -125,6 +125,19 @@ def test_tensorboard_event_files_read_back_with_tensorboards_reader(tmp_path):
         assert h.bucket_limit[0] == nz[0] - 126  # slot 2+k holds |x| in [2**(k-126), 2**(k-125))
 
 
+def test_tensorboard_gets_the_alerts_as_text(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from hookstats.alerts import AlertWarning
+    with pytest.warns(AlertWarning):
+        mon, _ = train([TensorBoardSink(tmp_path)], steps=4, nan_at=2)
+    acc = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
+    acc.Reload()
+    texts = [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors("alerts/text_summary")]
+    nonfinite = [a for a in mon.alerts if a["kind"] == "nonfinite"]
+    assert nonfinite and [(a["step"], a["message"]) for a in mon.alerts] == texts
+    assert texts[0][0] == 2 and "NaN/Inf in 0:output at step 2" in texts[0][1]
+
+
 def test_run_dir_sinks_write_what_report_reads(tmp_path):
     train(run_dir_sinks(tmp_path), steps=3)
     assert (tmp_path / "history.csv").exists() and (tmp_path / "history.jsonl").exists()
