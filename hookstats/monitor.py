@@ -3,6 +3,7 @@ device-resident state lives. Hooks only call the fused op; the host reads state 
 import dataclasses
 import fnmatch
 import warnings
+import weakref
 
 import torch
 from torch import nn
@@ -431,6 +432,8 @@ class Monitor:
     # ---- lifetime ----
     def remove(self):
         """Removes every hook; safe to call twice. The statistics stay readable."""
+        if _attached_to.get(self.model) is not None and _attached_to[self.model]() is self:
+            del _attached_to[self.model]
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -454,6 +457,16 @@ class Monitor:
     def __repr__(self):
         return (f"Monitor({len(self.modules)} modules, {len(self._states)} states, step={self.step_count}, "
                 f"every={self.every}, backend={_ops.backend()!r})")
+
+
+_attached_to = weakref.WeakKeyDictionary()  # model -> weakref of its last attached monitor (for summary())
+
+
+def attached_monitor(model):
+    """The monitor last attached to `model` and not removed yet, or None."""
+    ref = _attached_to.get(model)
+    mon = ref() if ref is not None else None
+    return mon if mon is not None and mon.attached else None
 
 
 def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
@@ -497,4 +510,5 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
         except Exception:
             mon.remove()
             raise
+    _attached_to[model] = weakref.ref(mon)
     return mon

@@ -70,10 +70,13 @@ def _run(model, inputs, kwargs, monitor):
 
 def summary(model, *example_inputs, monitor=None, **example_kwargs):
     """A table of the model's layers (forward order, then layers not called): name, type, output shape,
-    parameters, trainable; with monitor=, also each layer's output mean/std/near-zero %/non-finite
-    count and gradient std so far. Runs one no-grad eval forward on the example inputs."""
+    parameters, trainable; with a monitor (monitor=, or the one attached to the model), also each layer's
+    output mean/std/near-zero %/non-finite count and gradient std so far. Runs one no-grad eval forward on the example inputs."""
     if not isinstance(model, nn.Module):
         raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
+    if monitor is None:
+        from .monitor import attached_monitor
+        monitor = attached_monitor(model)
     layers, shapes, order, _ = _run(model, example_inputs, example_kwargs, monitor)
     stats = monitor.stats() if monitor is not None else {}
     rows = []

@@ -94,3 +94,18 @@ def test_tables_format_numbers_and_missing_values():
     t = stats_table([{"target": "fc:output", "count": 10, "mean": 0.25, "std": 1.0, "near_zero": 0.5,
                       "min": -1.0, "max": 2.0, "nan": 1, "posinf": 2, "neginf": 0}])
     assert t.splitlines()[2].split() == ["fc:output", "10", "0.25", "1", "50", "-1", "2", "3"]
+
+
+def test_the_attached_monitor_is_found_without_passing_it_and_counts_non_finite_values():
+    model = Net()
+    mon = hookstats.attach(model)
+    x = torch.randn(2, 3, 7, 7)
+    x[0, 0, 0, 0] = float("nan")
+    x[1, 1, 2, 2] = float("inf")
+    model(x)
+    want = mon.stats()["conv:output"]
+    rows = {r["layer"]: r for r in summary(model, torch.randn(2, 3, 7, 7)).rows}
+    assert rows["conv"]["mean"] == want["mean"]
+    assert rows["conv"]["nan/inf"] == want["nan"] + want["posinf"] + want["neginf"] > 0
+    mon.remove()
+    assert "mean" not in summary(model, torch.randn(2, 3, 7, 7)).rows[0]  # removed: a plain summary again
