@@ -570,13 +570,12 @@ def test_input_grads_skip_modules_an_in_place_module_follows_instead_of_failing_
     assert got["2:grad_input"]["count"] == 3 * 8
 
 
-def _fsdp2_worker(rank, world, port, out):
+def _fsdp2_worker(rank, world, store, out):
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
-    import os
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # a file store: no TCP port to race for with other jobs between picking it and binding it
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         torch.manual_seed(0)
         model = mlp()
@@ -597,12 +596,8 @@ def _fsdp2_worker(rank, world, port, out):
 
 
 def test_param_grads_of_fsdp2_sharded_parameters(tmp_path):
-    import socket
     import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_fsdp2_worker, args=(2, port, tmp_path / "r.pt"), nprocs=2)
+    mp.spawn(_fsdp2_worker, args=(2, tmp_path / "store", tmp_path / "r.pt"), nprocs=2)
     got = torch.load(tmp_path / "r.pt", weights_only=False)
     torch.manual_seed(0)
     ref = mlp()
