@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from . import layout
-from .stats import finalize, new_fstate_values
+from .stats import chan_merge_rows, finalize, new_fstate_values
 
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
@@ -48,22 +48,6 @@ def rank_zero_sinks(sinks):
     from .history import check_sinks
     sinks = check_sinks(sinks)
     return sinks if rank() == 0 else [MutedSink(s) for s in sinks]
-
-
-def chan_merge_rows(a, b):
-    """Chan's merge of fstate rows b into a ([..., 5] float64 tensors), in the order of stats.merge_states,
-    on the device: min/max by fmin/fmax (NaN = empty), rows with no finite values leave the other untouched."""
-    na, ma, m2a = a[..., layout.N_FINITE], a[..., layout.MEAN], a[..., layout.M2]
-    nb, mb, m2b = b[..., layout.N_FINITE], b[..., layout.MEAN], b[..., layout.M2]
-    n = na + nb
-    d = mb - ma
-    frac = nb / n.clamp(min=1)
-    merged = torch.stack([n, ma + d * frac, m2a + m2b + d * d * na * frac], dim=-1)
-    moments = torch.where((nb == 0).unsqueeze(-1), a[..., : layout.MIN],
-                          torch.where((na == 0).unsqueeze(-1), b[..., : layout.MIN], merged))
-    return torch.cat([moments,
-                      torch.fmin(a[..., layout.MIN], b[..., layout.MIN]).unsqueeze(-1),
-                      torch.fmax(a[..., layout.MAX], b[..., layout.MAX]).unsqueeze(-1)], dim=-1)
 
 
 class Reduced:
@@ -112,7 +96,7 @@ def _local_rows(monitor, device):
     rows = {}
     reached = [kv for kv in monitor._states.items() if getattr(kv[1], "reached", True)]
     for (phase, key, dev), st in sorted(reached, key=lambda kv: (kv[0][0], kv[0][1].id, str(kv[0][2]))):
-        f, i = st.fstate.to(device), st.istate.to(device)
+        f, i = st.total_fstate().to(device), st.istate.to(device)
         prev = rows.get((phase, key))
         rows[(phase, key)] = (f, i) if prev is None else (chan_merge_rows(prev[0], f), prev[1] + i)
     return rows

@@ -10,27 +10,13 @@ import torch
 from . import layout
 from .alerts import AlertRules, step_order
 from .sinks.memory import MemorySink
-from .stats import finalize, new_fstate_values
+from .stats import chan_merge_rows, finalize, new_fstate_values
 
 F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits) then the istate deltas
 
 
 class HistoryWarning(RuntimeWarning):
     """The history or a sink failed; the training step goes on without it."""
-
-
-def _step_moments(prev_f, cur_f):
-    """(n, mean, M2) of the values added between two running states: Chan's merge solved for its second
-    part, in float64. prev_f/cur_f: [T, 5]. Returns three [T] tensors."""
-    na, ma, m2a = prev_f[:, 0], prev_f[:, 1], prev_f[:, 2]
-    n, mc, m2c = cur_f[:, 0], cur_f[:, 1], cur_f[:, 2]
-    nb = n - na
-    has = nb > 0
-    mb = ma + (mc - ma) * (n / nb.clamp(min=1))
-    d = mb - ma
-    m2b = (m2c - m2a - d * d * na * (nb / n.clamp(min=1))).clamp(min=0)
-    zero = torch.zeros((), dtype=torch.float64, device=nb.device)
-    return nb, torch.where(has, mb, zero), torch.where(has, m2b, zero)
 
 
 class _Ring:
@@ -48,11 +34,11 @@ class _Ring:
         self.cur_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
         self.prev_f = torch.tensor([new_fstate_values()] * t, dtype=torch.float64, device=device).reshape(t, F)
         self.prev_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
+        self.empty_f = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
         rules.init_row(self.buf[0])
         if old is not None:  # a target appeared: keep what the old ring knew of the others
             idx = [self.keys.index(k) for k in old.keys]
             sel = torch.tensor(idx, device=device)
-            self.prev_f.index_copy_(0, sel, old.prev_f)
             self.prev_i.index_copy_(0, sel, old.prev_i)
             self.buf[0].index_copy_(0, sel, old.buf[0])
         pinned = device.type == "cuda"
@@ -65,21 +51,22 @@ class _Ring:
         return dev, sum(h.numel() * h.element_size() for h in self.host)
 
     def record(self, step, rules):
-        """Writes the step's statistics into the next slot: device ops only, no host read."""
-        torch.cat([s.fstate for s in self.states], out=self.cur_f.view(-1))
+        """Writes the step's statistics into the next slot and closes the step (its fstate merged into
+        closed_f, then emptied for the next one): device ops only, no host read."""
+        fs = [s.fstate for s in self.states]
+        torch.cat(fs, out=self.cur_f.view(-1))  # the open step's own moments: exact, whatever came before
+        torch.cat([s.closed_f for s in self.states], out=self.prev_f.view(-1))
         torch.cat([s.istate for s in self.states], out=self.cur_i.view(-1))
         reset = self.cur_i[:, layout.COUNT] < self.prev_i[:, layout.COUNT]  # mon.reset() since the last step
         self.prev_i.masked_fill_(reset[:, None], 0)
-        self.prev_f[:, : layout.MIN].masked_fill_(reset[:, None], 0.0)
         row = self.buf[1 + len(self.steps)]
         torch.sub(self.cur_i, self.prev_i, out=row[:, F:])
-        nb, mb, m2b = _step_moments(self.prev_f, self.cur_f)
+        total = chan_merge_rows(self.prev_f, self.cur_f)
         rf = row.view(torch.float64)
-        rf[:, layout.N_FINITE].copy_(nb)
-        rf[:, layout.MEAN].copy_(mb)
-        rf[:, layout.M2].copy_(m2b)
-        rf[:, layout.MIN:F].copy_(self.cur_f[:, layout.MIN:])  # min/max: running, not per step
-        self.prev_f.copy_(self.cur_f)
+        rf[:, : layout.MIN].copy_(self.cur_f[:, : layout.MIN])
+        rf[:, layout.MIN:F].copy_(total[:, layout.MIN:])  # min/max: running, not per step
+        torch._foreach_copy_([s.closed_f for s in self.states], list(total.unbind(0)))
+        torch._foreach_copy_(fs, [self.empty_f] * len(fs))
         self.prev_i.copy_(self.cur_i)
         rules.update(self.buf[0], row, step)
         self.steps.append(step)
@@ -129,6 +116,10 @@ class History:
         self._reported = set()
         self._broken = self._closed = False
         self._order = step_order(monitor.modules, monitor._forward_order)
+        monitor._split_steps = True
+        for (phase, _, _), st in monitor._states.items():
+            if phase == "train":
+                st.split_steps()
         monitor.step_listeners.append(self._on_step_end)
 
     # ---- recording ----
@@ -296,7 +287,7 @@ def histogram(monitor, target, phase="train"):
 def memory(monitor):
     """Bytes the monitor holds: running state on the devices, the history rings and host staging buffers."""
     states = sum(t.numel() * t.element_size() for st in monitor._states.values()
-                 for t in (st.fstate, st.istate, st.scratch))
+                 for t in (st.fstate, st.istate, st.scratch, st.closed_f) if t is not None)
     states += sum(f.numel() * f.element_size() for f in monitor._flags.values())
     hist = getattr(monitor, "_history", None)
     dev, host = hist.nbytes() if hist is not None else (0, 0)

@@ -11,7 +11,7 @@ from torch import nn
 from . import _ops, targets
 from .targets import is_measurable, tensor_leaves
 from .config import StatsConfig
-from .stats import finalize, merge_states, new_fstate_values
+from .stats import chan_merge_rows, finalize, merge_states, new_fstate_values
 
 PHASES = ("train", "eval")
 
@@ -35,7 +35,7 @@ class TargetKey:
 class TargetState:
     """The running state of one target in one phase on one device. Allocated once, updated in place."""
 
-    __slots__ = ("key", "phase", "fstate", "istate", "scratch", "reached")
+    __slots__ = ("key", "phase", "fstate", "istate", "scratch", "reached", "closed_f")
 
     def __init__(self, key, phase, device, cfg):
         self.key, self.phase = key, phase
@@ -45,9 +45,23 @@ class TargetState:
         self.scratch = torch.zeros(scratch_bytes(device), dtype=torch.uint8, device=device)
         for t in (self.fstate, self.istate, self.scratch):
             mark_static(t)
+        # With a per-step history, the op's fstate holds the open step only and closed_f the steps before
+        # it (merged in at each step end), so a step's moments never come from subtracting running totals.
+        self.closed_f = None
+
+    def split_steps(self):
+        if self.closed_f is None:
+            self.closed_f = self.fstate.clone()
+            self.fstate.copy_(torch.tensor(new_fstate_values(), dtype=torch.float64))
+
+    def total_fstate(self):
+        """The running fstate since attach or reset(), on the device."""
+        return self.fstate if self.closed_f is None else chan_merge_rows(self.closed_f, self.fstate)
 
     def reset(self):
         self.fstate.copy_(torch.tensor(new_fstate_values(), dtype=torch.float64))
+        if self.closed_f is not None:
+            self.closed_f.copy_(self.fstate)
         self.istate.zero_()
 
 
@@ -145,6 +159,7 @@ class Monitor:
         self._told = set()  # one-time warnings already given
         self._input_grads = input_grads
         self._gradless_calls = set()  # names called without grad (reentrant checkpointing's forward), separate_calls
+        self._split_steps = False  # train states keep the open step apart (History sets it)
         self._forward_order = {}  # module or watch name -> rank of its first eager forward call (alerts' order)
         self._untapped = False  # a gradient tap was left out of compiled code (targets.COMPILED_GRAD_TAPS)
         self._param_grads = None
@@ -253,6 +268,8 @@ class Monitor:
         st = self._states.get(k)
         if st is None:
             st = self._states[k] = TargetState(key, phase, device, self.cfg)
+            if self._split_steps and phase == "train":
+                st.split_steps()
         return st
 
     def _preallocate(self, name, kind, m, phases=None):
@@ -382,7 +399,7 @@ class Monitor:
             by_dev.setdefault(st.fstate.device, []).append(st)
         host = {}
         for sts in by_dev.values():
-            f = torch.cat([s.fstate for s in sts]).cpu().numpy().reshape(len(sts), -1)
+            f = torch.cat([s.total_fstate() for s in sts]).cpu().numpy().reshape(len(sts), -1)
             i = torch.cat([s.istate for s in sts]).cpu().numpy().reshape(len(sts), -1)
             for k, s in enumerate(sts):
                 host[id(s)] = (f[k], i[k])

@@ -3,6 +3,7 @@ merge_states() combines states (devices, ranks) exactly as the kernels do (Chan'
 import math
 
 import numpy as np
+import torch
 
 from . import layout
 
@@ -30,6 +31,22 @@ def merge_states(states):
         f[layout.MAX] = np.fmax(f[layout.MAX], fb[layout.MAX])
         i = ib.astype(np.int64).copy() if i is None else i + ib
     return f, i
+
+
+def chan_merge_rows(a, b):
+    """Chan's merge of fstate rows b into a ([..., 5] float64 tensors), in the order of stats.merge_states,
+    on the device: min/max by fmin/fmax (NaN = empty), rows with no finite values leave the other untouched."""
+    na, ma, m2a = a[..., layout.N_FINITE], a[..., layout.MEAN], a[..., layout.M2]
+    nb, mb, m2b = b[..., layout.N_FINITE], b[..., layout.MEAN], b[..., layout.M2]
+    n = na + nb
+    d = mb - ma
+    frac = nb / n.clamp(min=1)
+    merged = torch.stack([n, ma + d * frac, m2a + m2b + d * d * na * frac], dim=-1)
+    moments = torch.where((nb == 0).unsqueeze(-1), a[..., : layout.MIN],
+                          torch.where((na == 0).unsqueeze(-1), b[..., : layout.MIN], merged))
+    return torch.cat([moments,
+                      torch.fmin(a[..., layout.MIN], b[..., layout.MIN]).unsqueeze(-1),
+                      torch.fmax(a[..., layout.MAX], b[..., layout.MAX]).unsqueeze(-1)], dim=-1)
 
 
 def finalize(fstate, istate, cfg):
