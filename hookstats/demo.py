@@ -2,6 +2,7 @@
 target measured, and writes TensorBoard logs, CSV/JSONL history, charts, the summary table and the alerts
 into an output folder (one subfolder per model). `hookstats report` rebuilds charts and tables from it."""
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -87,7 +88,7 @@ def train_one(name, out_dir, device, steps, log_every=20, seed=0, nan_at=None, t
     model, batch_fn, loss_fn = TASKS[name](device, seed=seed)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     run_dir = Path(out_dir) / name
-    mon = attach(model, inputs=True, grads=True, param_grads=True, steps="manual", log_every=log_every,
+    mon = attach(model, inputs=True, grads=True, input_grads=True, param_grads=True, steps="manual", log_every=log_every,
                  sinks=run_dir_sinks(run_dir, tensorboard=tensorboard))
     bar = _progress(range(steps), desc=f"{name} on {device.type}", enabled=progress)
     t0 = time.perf_counter()
@@ -97,7 +98,10 @@ def train_one(name, out_dir, device, steps, log_every=20, seed=0, nan_at=None, t
             with torch.no_grad():
                 model.head.weight[0, 0] = float("nan")
         loss = loss_fn(model(x), y)
-        loss.backward()
+        with warnings.catch_warnings():
+            # the first layer's full backward hook (input_grads) has no input gradient: PyTorch says so each step
+            warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
+            loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         mon.step()

@@ -108,7 +108,7 @@ def test_demo_writes_every_output(demo_dir):
     with open(run / "history.csv") as f:
         rows = list(csv.DictReader(f))
     assert {int(r["step"]) for r in rows} == set(range(6))
-    assert {r["kind"] for r in rows} >= {"output", "grad_output", "input", "param_grad"}
+    assert {r["kind"] for r in rows} >= {"output", "grad_output", "input", "grad_input", "param_grad"}
     alerts = (run / "alerts.txt").read_text()
     assert "NaN/Inf in head:output at step 4 (the first target in forward order" in alerts
     summary = (run / "summary.txt").read_text()
