@@ -488,7 +488,7 @@ def attached_monitor(model):
 
 def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
            steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
-           separate_calls=False, history=False, log_every=10, sinks=None, alerts=True, rank_zero_only=True,
+           separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True, rank_zero_only=True,
            config=None, **config_kwargs):
     """Hooks `model` and returns a Monitor (also a context manager that removes the hooks on exit).
 
@@ -502,7 +502,8 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     config (a StatsConfig) or its fields as keywords (nbins, lo, hi,
     eps, near_zero, linear_hist, log_hist) set what is measured.
     history=True (or an int: the device ring's capacity in steps) keeps per-step statistics, drained
-    every log_every steps to mon.history() and to `sinks`; alerts (True, False or hookstats.AlertRules).
+    every log_every steps to mon.history() (the last `keep` steps) and to `sinks` (every step); alerts (True,
+    False or hookstats.AlertRules).
     Under torch.distributed the sinks write on rank 0 only (each rank's own statistics; mon.reduce() merges
     ranks); rank_zero_only=False lets every rank write (give each rank its own paths).
     """
@@ -523,7 +524,7 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
         from .history import History
         try:
             mon._history = History(mon, log_every=log_every, capacity=None if isinstance(history, bool) else history,
-                                   sinks=sinks, alerts=alerts)
+                                   sinks=sinks, alerts=alerts, keep=keep)
         except Exception:
             mon.remove()
             raise

@@ -194,8 +194,7 @@ def test_history_frame_is_long_format():
 def test_keep_bounds_the_host_copy_but_sinks_get_every_step():
     model = Recorder()
     extra = MemorySink()
-    mon = hookstats.attach(model, history=True, log_every=2, sinks=[extra])
-    mon._history.memory_sink.steps = type(mon._history.memory_sink.steps)(maxlen=3)
+    mon = hookstats.attach(model, history=True, log_every=2, keep=3, sinks=[extra])
     run(model, mon, 9)
     mon.remove()
     assert [s for s, _ in mon._history.memory_sink.steps] == [6, 7, 8]
