@@ -147,7 +147,9 @@ def range_shares(log2_hist):
     """Share of the finite values (zeros included) that each format cannot hold, from the log2 bins:
     underflow = nonzero |x| below its smallest subnormal (rounds to 0 or to that subnormal); subnormal =
     |x| in [smallest subnormal, smallest normal) (precision lost); overflow = |x| >= 2**(e+1) above its
-    max 2**e * (2 - ulp), a lower bound (the bin holding max itself is counted as in range)."""
+    max 2**e * (2 - ulp), a lower bound (the bin holding max itself is counted as in range). bf16's
+    smallest subnormal (2**-133) lies inside slot 1 (all nonzero |x| below 2**-126): its underflow share
+    counts none of them, a lower bound too."""
     h = np.asarray(log2_hist, dtype=np.float64)
     total = h.sum()
     # upper edge (log2) of each slot: slot 1 -> -126, slot 2+k -> k-125
@@ -213,7 +215,7 @@ def plot_dynamic_range(log2_by_target, path=None, max_targets=24):
     right.set_xticks(range(len(cols)), [f"{f}\n{'under' if k == 'underflow' else 'over'}" for f, k in cols],
                      fontsize=7)
     right.set_yticks(range(n), [""] * n)
-    right.set_title("% of values out of range (overflow: at least)")
+    right.set_title("% of values out of range (overflow and bf16 underflow: at least)")
     return _save(fig, path)
 
 
