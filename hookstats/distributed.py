@@ -7,7 +7,6 @@ all_reduce SUM of every istate packed in one buffer. The monitor's own running s
 import torch
 import torch.distributed as dist
 
-from . import layout
 from .stats import chan_merge_rows, finalize, new_fstate_values
 
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
