@@ -32,7 +32,7 @@ class _Ring:
         self.buf = torch.zeros(capacity + 1, t, self.width, dtype=torch.int64, device=device)
         self.cur_f = torch.zeros(t, F, dtype=torch.float64, device=device)
         self.cur_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
-        self.prev_f = torch.tensor([new_fstate_values()] * t, dtype=torch.float64, device=device).reshape(t, F)
+        self.closed_f = torch.empty(t, F, dtype=torch.float64, device=device)  # the states' closed_f, gathered
         self.prev_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
         self.empty_f = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
         rules.init_row(self.buf[0])
@@ -47,25 +47,25 @@ class _Ring:
         self.steps = []  # step number of each filled slot (host side: the step count is host-side)
 
     def nbytes(self):
-        dev = sum(t.numel() * t.element_size() for t in (self.buf, self.cur_f, self.cur_i, self.prev_f, self.prev_i))
+        dev = sum(t.numel() * t.element_size() for t in (self.buf, self.cur_f, self.cur_i, self.closed_f, self.prev_i))
         return dev, sum(h.numel() * h.element_size() for h in self.host)
 
     def record(self, step, rules):
         """Writes the step's statistics into the next slot and closes the step (its fstate merged into
         closed_f, then emptied for the next one): device ops only, no host read."""
-        fs = [s.fstate for s in self.states]
+        fs, closed = [s.fstate for s in self.states], [s.closed_f for s in self.states]
         torch.cat(fs, out=self.cur_f.view(-1))  # the open step's own moments: exact, whatever came before
-        torch.cat([s.closed_f for s in self.states], out=self.prev_f.view(-1))
+        torch.cat(closed, out=self.closed_f.view(-1))
         torch.cat([s.istate for s in self.states], out=self.cur_i.view(-1))
         reset = self.cur_i[:, layout.COUNT] < self.prev_i[:, layout.COUNT]  # mon.reset() since the last step
         self.prev_i.masked_fill_(reset[:, None], 0)
         row = self.buf[1 + len(self.steps)]
         torch.sub(self.cur_i, self.prev_i, out=row[:, F:])
-        total = chan_merge_rows(self.prev_f, self.cur_f)
+        total = chan_merge_rows(self.closed_f, self.cur_f)
         rf = row.view(torch.float64)
         rf[:, : layout.MIN].copy_(self.cur_f[:, : layout.MIN])
         rf[:, layout.MIN:F].copy_(total[:, layout.MIN:])  # min/max: running, not per step
-        torch._foreach_copy_([s.closed_f for s in self.states], list(total.unbind(0)))
+        torch._foreach_copy_(closed, list(total.unbind(0)))
         torch._foreach_copy_(fs, [self.empty_f] * len(fs))
         self.prev_i.copy_(self.cur_i)
         rules.update(self.buf[0], row, step)

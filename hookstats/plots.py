@@ -2,6 +2,7 @@
 plot_layer_stats), histogram heatmaps over steps (fastai's color_dim) for the linear and log2 bins, and a
 dynamic-range chart with the fp16/bf16/fp8 ranges and the share of values each would under/overflow."""
 import math
+import re
 
 import numpy as np
 import torch
@@ -224,6 +225,15 @@ def _cmap(name):
     return colormaps[name]
 
 
+_KIND_IN_ID = re.compile(r":(grad_output|grad_input|param_grad|watch_grad|output|input|watch)(?=$|[\[.@])")
+
+
+def kind_of(target_id):
+    """The kind in a target id ("module:kind", then a leaf path "[0]"/".field" and "@call" where present)."""
+    found = _KIND_IN_ID.findall(target_id)
+    return found[0] if found else "?"
+
+
 def save_all(series, out_dir, run_totals=None):
     """Every chart of a run as PNG files in out_dir; returns their paths. run_totals: {target: log2 hist}
     of the whole run (default: summed from the recorded steps)."""
@@ -247,8 +257,7 @@ def save_all(series, out_dir, run_totals=None):
     # activations a lower precision would store; the others are named after their kind
     by_kind = {}
     for t, h in log2.items():
-        kind = series[t]["kind"] if t in series else t.rpartition(":")[2].split("[")[0].split(".")[0].split("@")[0]
-        by_kind.setdefault(kind, {})[t] = h
+        by_kind.setdefault(series[t]["kind"] if t in series else kind_of(t), {})[t] = h
     for kind in sorted(by_kind, key=lambda k: (k != "output", kinds.index(k) if k in kinds else len(kinds))):
         p = out / ("dynamic_range.png" if kind == "output" or len(by_kind) == 1 else f"dynamic_range_{kind}.png")
         plot_dynamic_range(by_kind[kind], p)

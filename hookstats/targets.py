@@ -109,6 +109,22 @@ def tap_grad(mon, key, t, phase):
     t.register_hook(on_grad)
 
 
+def skip_recomputed_call(mon, name, recompute):
+    """separate_calls=True: a call recomputed by activation checkpointing cannot be matched to its index in
+    the original forward, so it is skipped (True). Non-reentrant checkpointing loses nothing by that (its
+    gradients reach the forward's taps); reentrant checkpointing ran the forward without grad, which is
+    noted here, so the loss of its gradients is said once."""
+    if not recompute:
+        if not torch.is_grad_enabled():
+            mon._gradless_calls.add(name)
+        return False
+    if name in mon._gradless_calls:
+        mon._tell("recompute_calls", "hookstats: with separate_calls=True, gradients flowing through segments "
+                                     "recomputed by activation checkpointing (use_reentrant=True) are not "
+                                     "measured: a recomputed call cannot be matched to its index")
+    return True
+
+
 def output_hook(mon, name, values=True, grads=True):
     """Forward hook: each floating leaf of the output, and (grads) the gradient flowing back into it."""
     def hook(module, args, out):
@@ -117,20 +133,11 @@ def output_hook(mon, name, values=True, grads=True):
         recompute = recomputing()
         if not mon._measures_phase() or skip_now(mon) or recompute and not grads:
             return None
-        if recompute and mon.separate_calls:
-            # A recomputed call cannot be matched to its index in the original forward. Non-reentrant
-            # checkpointing needs nothing here (gradients reach the forward's taps); reentrant
-            # checkpointing ran the forward without grad, so its gradients are lost: said once.
-            if name in mon._gradless_calls:
-                mon._tell("recompute_calls", "hookstats: with separate_calls=True, gradients flowing through "
-                                             "segments recomputed by activation checkpointing (use_reentrant=True)"
-                                             " are not measured: a recomputed call cannot be matched to its index")
+        if mon.separate_calls and skip_recomputed_call(mon, name, recompute):
             return None
         mon._saw(name)
         call = mon._next_call(name)
         phase = mon._phase
-        if grads and mon.separate_calls and not recompute and not torch.is_grad_enabled():
-            mon._gradless_calls.add(name)
         for leaf, t in tensor_leaves(out):
             key = mon._key(name, "output", leaf, call)
             if values and not recompute:
@@ -202,18 +209,13 @@ def watch(mon, name, t):
                          f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
     if not mon.attached or not mon._measures_phase() or skip_now(mon):
         return t
-    if mon.separate_calls and recomputing():
-        if name in mon._gradless_calls:
-            mon._tell("recompute_calls", "hookstats: with separate_calls=True, gradients flowing through segments "
-                                         "recomputed by activation checkpointing (use_reentrant=True) are not "
-                                         "measured: a recomputed call cannot be matched to its index")
-        return t  # as output_hook: a recomputed call's index is unknown
-    if mon.separate_calls and not recomputing() and not torch.is_grad_enabled():
-        mon._gradless_calls.add(name)
+    recompute = recomputing()
+    if mon.separate_calls and skip_recomputed_call(mon, name, recompute):
+        return t
     mon._saw(name)
     call = mon._next_call(name, "watch")
     phase = mon._phase
-    if not recomputing():
+    if not recompute:
         mon._measure_in(mon._key(name, "watch", "", call), t, phase)
     tap_grad(mon, mon._key(name, "watch_grad", "", call), t, phase)
     return t

@@ -25,22 +25,29 @@ def train(model, mon, steps, before_step=None, scale=lambda s: 1.0):
         mon.step()
 
 
+def nonfinite_run(model, weight, at, steps, first, **attach):
+    """Trains with a NaN put into `weight` before step `at`: the NaN alerts (the first one checked to be
+    named `first`, as the warning and as the only one marked first)."""
+    mon = hookstats.attach(model, steps="manual", history=True, log_every=4, **attach)
+
+    def poison(s):
+        if s == at:
+            with torch.no_grad():
+                weight[0, 0] = float("nan")
+
+    with pytest.warns(AlertWarning, match=rf"NaN/Inf in {first} at step {at} \(the first target in forward order"):
+        train(model, mon, steps, before_step=poison)
+    mon.remove()
+    nonfinite = [a for a in mon.alerts if a["kind"] == "nonfinite"]
+    assert nonfinite[0].get("first") and not any(a.get("first") for a in nonfinite[1:])
+    return nonfinite
+
+
 def test_nonfinite_names_the_first_target_in_forward_order_and_the_step():
     model = chain()
     sink = MemorySink()
-    mon = hookstats.attach(model, steps="manual", history=True, log_every=4, sinks=[sink])
-
-    def poison(s):
-        if s == 5:
-            with torch.no_grad():
-                model[1].weight[0, 0] = float("nan")
-
-    with pytest.warns(AlertWarning, match=r"NaN/Inf in 1:output at step 5 \(the first target in forward order"):
-        train(model, mon, 9, before_step=poison)
-    mon.remove()
-    nonfinite = [a for a in mon.alerts if a["kind"] == "nonfinite"]
+    nonfinite = nonfinite_run(model, model[1].weight, 5, 9, "1:output", sinks=[sink])
     assert [(a["target"], a["step"]) for a in nonfinite] == [("1:output", 5), ("2:output", 5)]
-    assert nonfinite[0].get("first") and not nonfinite[1].get("first")
     assert [a["target"] for a in sink.alerts if a["kind"] == "nonfinite"] == ["1:output", "2:output"]
 
 
@@ -59,19 +66,8 @@ class HeadFirst(nn.Module):
 
 def test_nonfinite_first_target_follows_the_forward_not_the_registration_order():
     model = HeadFirst()
-    mon = hookstats.attach(model, steps="manual", history=True, log_every=4)
-
-    def poison(s):
-        if s == 2:
-            with torch.no_grad():
-                model.body.weight[0, 0] = float("nan")
-
-    with pytest.warns(AlertWarning, match=r"NaN/Inf in body:output at step 2 \(the first target in forward order"):
-        train(model, mon, 5, before_step=poison)
-    mon.remove()
-    nonfinite = [a for a in mon.alerts if a["kind"] == "nonfinite"]
+    nonfinite = nonfinite_run(model, model.body.weight, 2, 5, "body:output")
     assert [(a["target"], a["step"]) for a in nonfinite] == [("body:output", 2), ("head:output", 2)]
-    assert nonfinite[0].get("first") and not nonfinite[1].get("first")
 
 
 def test_dead_target_after_k_steps_and_never_for_a_healthy_one():

@@ -35,7 +35,7 @@ constexpr int kWarp = 32;
 constexpr int kThreads = 512;       // block size on the GPU; the kernels read blockDim (tests use 64-128)
 constexpr int kMaxWarps = kThreads / kWarp;
 // The three tuning constants can be overridden at build time (HOOKSTATS_NVCC_FLAGS="-DHS_MIN_ITERS=1"):
-// benchmarks/gpu_check.py --tune measures such variants side by side.
+// benchmarks/gpu_tune.sh builds and measures such variants side by side.
 #ifndef HS_BLOCKS_PER_SM
 #define HS_BLOCKS_PER_SM 2
 #endif
