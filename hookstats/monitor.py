@@ -163,6 +163,7 @@ class Monitor:
         self._forward_order = {}  # module or watch name -> rank of its first eager forward call (alerts' order)
         self._untapped = False  # a gradient tap was left out of compiled code (targets.COMPILED_GRAD_TAPS)
         self._param_grads = None
+        self._input_grads_per_call = []  # targets.InputGradsPerCall (input_grads and separate_calls)
         for dev in {t.device for t in (*model.parameters(), *model.buffers())} - {torch.device("meta")}:
             self._flag(dev)  # compiled code cannot allocate them
         self._flag(torch.device("cpu"))
@@ -188,13 +189,20 @@ class Monitor:
             if inputs:
                 self._handles.append(m.register_forward_pre_hook(targets.input_hook(self, name), with_kwargs=True))
                 self._preallocate(name, "input", m)
-            if input_grads and name not in no_bw:
+            if input_grads and name not in no_bw and separate_calls:
+                per_call = targets.InputGradsPerCall(self, name)
+                self._input_grads_per_call.append(per_call)
+                self._handles.append(m.register_forward_pre_hook(per_call.pre_hook))
+                self._handles.append(m.register_forward_hook(per_call.forward_hook))
+            elif input_grads and name not in no_bw:
                 self._handles.append(m.register_full_backward_hook(targets.input_grad_hook(self, name)))
 
     # ---- steps and phases ----
     def _on_root_forward(self, module, args):
         self._phase = "train" if module.training else "eval"
         self._calls.clear()
+        for per_call in self._input_grads_per_call:
+            per_call.open.clear()  # left by a forward that raised
         if torch.compiler.is_compiling():
             # Counting steps here would put a Python branch on the step into the compiled graph and
             # recompile every step: compiled models count optimizer steps instead, or mon.step() calls.

@@ -5,6 +5,7 @@ import dataclasses
 import weakref
 
 import torch
+from torch.utils.hooks import BackwardHook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 MEASURED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -175,6 +176,50 @@ def input_grad_hook(mon, name):
             mon._measure_in(mon._key(name, "grad_input", leaf, None), g, mon._phase)
         return None
     return hook
+
+
+class InputGradsPerCall:
+    """input_grads=True with separate_calls=True: the gradients w.r.t. each call's inputs apart
+    ("fc:grad_input@1"). A module-level full backward hook cannot tell its calls apart, so each call gets
+    its own torch.utils.hooks.BackwardHook, the object register_full_backward_hook sets up per call: the
+    same wrapping of inputs and outputs, the same gradients, the same ban on in-place ops on outputs."""
+
+    def __init__(self, mon, name):
+        self.mon, self.name = mon, name
+        self.open = []  # BackwardHook (or None) of each call whose forward is running: nested calls stack
+
+    def pre_hook(self, module, args):
+        mon = self.mon
+        grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+        if (not mon._measures_phase() or skip_now(mon) or skip_recomputed_call(mon, self.name, recomputing())
+                or not grad):  # no gradient w.r.t. an input will come (PyTorch would fire its hook with Nones)
+            self.open.append(None)
+            return None
+        bw = BackwardHook(module, [self._measure(mon._next_call(self.name, "grad_input"), mon._phase)], [])
+        self.open.append(bw)
+        return bw.setup_input_hook(args)
+
+    def forward_hook(self, module, args, out):
+        bw = self.open.pop() if self.open else None
+        if bw is None:
+            return None
+        if not isinstance(out, (torch.Tensor, tuple)):
+            self.mon._tell("grad_input_out", f"hookstats: {self.name}: gradients w.r.t. the inputs of a module "
+                                             f"whose output is a {type(out).__name__} are not measured "
+                                             "(as with PyTorch's full backward hooks: a tensor or a tuple only)")
+            return None
+        return bw.setup_output_hook(out)
+
+    def _measure(self, call, phase):
+        mon, name = self.mon, self.name
+
+        def hook(module, grad_input, grad_output):
+            if not mon.attached:
+                return None
+            for leaf, g in tensor_leaves(grad_input[0] if len(grad_input) == 1 else grad_input):
+                mon._measure_in(mon._key(name, "grad_input", leaf, call), g, phase)
+            return None
+        return hook
 
 
 def followed_in_place(model, modules):

@@ -109,20 +109,25 @@ def test_targets_first_reached_inside_compile_are_allocated_late_and_said_once(f
     mon.remove()
 
 
-def test_what_compile_cannot_trace_is_said_once_and_still_measured(fresh_dynamo):
+@pytest.mark.parametrize("separate_calls", [False, True], ids=["merged", "separate_calls"])
+def test_what_compile_cannot_trace_is_said_once_and_still_measured(fresh_dynamo, separate_calls):
     model, ref = twins()
     # fc1 is left out: full backward hooks forbid the in-place ReLU on its output
-    mon = hookstats.attach(model, modules=["fc2", "norm"], input_grads=True, steps="manual")
-    eager = hookstats.attach(ref, modules=["fc2", "norm"], input_grads=True, steps="manual")
+    kw = dict(modules=["fc2", "norm"], input_grads=True, steps="manual", separate_calls=separate_calls)
+    mon = hookstats.attach(model, **kw)
+    eager = hookstats.attach(ref, **kw)
     xs = [torch.randn(4, 8) for _ in range(2)]
+    train(ref, eager, xs[:1])  # one eager step first: every state exists before compiling
+    train(model, mon, xs[:1])
     with pytest.warns(RuntimeWarning, match="input_grads=True uses full backward hooks") as record:
-        train(torch.compile(model, backend="eager"), mon, xs)
+        train(torch.compile(model, backend="eager"), mon, xs[1:])
     assert len(record) == 1
-    train(ref, eager, xs)
+    train(ref, eager, xs[1:])
     got = mon.stats(kind="grad_input")
     assert counters["graph_break"]  # PyTorch: "Module-level backwards hooks require compiled autograd"
     want = eager.stats(kind="grad_input")
-    assert set(got) == set(want) == {"fc2:grad_input", "norm:grad_input"}
+    call = "@0" if separate_calls else ""
+    assert set(got) == set(want) == {f"fc2:grad_input{call}", f"norm:grad_input{call}"}
     for tid, rec in want.items():
         np.testing.assert_array_equal(got[tid]["hist"], rec["hist"])
 

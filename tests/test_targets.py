@@ -177,22 +177,89 @@ class Twice(nn.Module):
 
 def test_a_module_called_twice_counts_both_calls_or_keeps_them_apart():
     model, ref = twins(Twice)
-    x = torch.randn(3, 4)
-    merged = run(model, x, lambda y: y.square().sum()).stats()
-    apart = run(model, x, lambda y: y.square().sum(), separate_calls=True).stats()
-    seen = []
-    h = ref.lin.register_forward_hook(lambda m, a, o: seen.append(o))
+    x = torch.randn(3, 4, requires_grad=True)
+    merged = run(model, x, lambda y: y.square().sum(), input_grads=True).stats()
+    apart = run(model, x, lambda y: y.square().sum(), input_grads=True, separate_calls=True).stats()
+    seen, inputs = [], []
+    h = ref.lin.register_forward_hook(lambda m, a, o: seen.append(o) or inputs.append(a[0]))
     y = ref(x)
     h.remove()
-    g = torch.autograd.grad(y.square().sum(), seen)
+    g = torch.autograd.grad(y.square().sum(), seen + inputs)  # each input has lin as its only consumer
+    g, gi = g[:2], g[2:]
     cfg = hookstats.StatsConfig()
     assert_matches(merged["lin:output"], cat(seen), cfg)
     assert_matches(merged["lin:grad_output"], cat(g), cfg)
+    assert_matches(merged["lin:grad_input"], cat(gi[::-1]), cfg)  # backward reaches the second call first
     for k in (0, 1):
         assert_matches(apart[f"lin:output@{k}"], seen[k], cfg)
         assert_matches(apart[f"lin:grad_output@{k}"], g[k], cfg)
-        assert apart[f"lin:output@{k}"]["call"] == k
-    assert "lin:output" not in apart
+        assert_matches(apart[f"lin:grad_input@{k}"], gi[k], cfg)
+        assert apart[f"lin:output@{k}"]["call"] == apart[f"lin:grad_input@{k}"]["call"] == k
+    assert "lin:output" not in apart and "lin:grad_input" not in apart
+
+
+class Siamese(nn.Module):
+    """One encoder called on two inputs, the second call's result used twice and the first's scaled: the
+    calls' input gradients differ, and only the second call's input requires grad on the first step."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, pair):
+        a, b = pair
+        za, zb = self.enc(a), self.enc(b)
+        return self.head(3 * za + zb * zb)
+
+
+def test_separate_calls_give_each_call_its_own_input_gradient_with_independent_branches():
+    model, ref = twins(Siamese)
+    a, b = torch.randn(5, 4, requires_grad=True), torch.randn(5, 4, requires_grad=True)
+    mon = hookstats.attach(model, modules=["enc"], input_grads=True, separate_calls=True)
+    model((a.detach(), b)).sum().backward()  # call 0's input needs no grad: no grad_input for it
+    assert set(mon.stats(kind="grad_input")) == {"enc:grad_input@1"}
+    mon.reset()
+    model((a, b)).sum().backward()
+    got = mon.stats(kind="grad_input")
+    mon.remove()
+    want = torch.autograd.grad(ref((a, b)).sum(), (a, b))
+    for k in (0, 1):
+        assert_matches(got[f"enc:grad_input@{k}"], want[k], mon.cfg)
+
+
+class Flaky(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.fail = False
+
+    def forward(self, x):
+        y = self.lin(x)
+        if self.fail:
+            raise RuntimeError("boom")
+        return self.lin(y)
+
+
+def test_a_forward_that_raises_does_not_shift_the_calls_of_later_steps():
+    model, ref = twins(Flaky)
+    x = torch.randn(3, 4, requires_grad=True)
+    mon = hookstats.attach(model, input_grads=True, separate_calls=True)
+    model.fail = True
+    with pytest.raises(RuntimeError, match="boom"):
+        model(x)
+    model.fail = False
+    mon.reset()
+    model(x).square().sum().backward()
+    got = mon.stats(kind="grad_input")
+    mon.remove()
+    inputs = []
+    h = ref.lin.register_forward_hook(lambda m, a, o: inputs.append(a[0]))
+    gi = torch.autograd.grad(ref(x).square().sum(), inputs)
+    h.remove()
+    assert set(got) == {"lin:grad_input@0", "lin:grad_input@1"}
+    for k in (0, 1):
+        assert_matches(got[f"lin:grad_input@{k}"], gi[k], mon.cfg)
 
 
 @dataclasses.dataclass
@@ -412,15 +479,16 @@ def test_checkpointing_with_separate_calls_never_misattributes_gradients(reentra
     ckpt = Checkpointed(reentrant)
     ckpt.load_state_dict(plain.state_dict())
     x = torch.randn(16, 8, requires_grad=True)
-    a = run(plain, x, lambda y: y.square().sum(), steps=2, separate_calls=True).stats()
-    b = run(ckpt, x, lambda y: y.square().sum(), steps=2, separate_calls=True).stats()
+    a = run(plain, x, lambda y: y.square().sum(), steps=2, separate_calls=True, input_grads=True).stats()
+    b = run(ckpt, x, lambda y: y.square().sum(), steps=2, separate_calls=True, input_grads=True).stats()
     told = [w for w in recwarn if "recomputed by activation checkpointing" in str(w.message)]
     assert "inner.0:output@0" in b and not any(t.endswith("@1") for t in b)  # no phantom second call
     for tid, rec in b.items():  # whatever is measured equals the plain model's numbers
         assert rec["count"] == a[tid]["count"], tid
         np.testing.assert_array_equal(rec["hist"], a[tid]["hist"])
     if reentrant:  # its gradients exist only in the recomputed graph: left out, and said once
-        assert "inner.0:grad_output@0" not in b and len(told) == 1
+        assert "inner.0:grad_output@0" not in b and "inner.0:grad_input@0" not in b and len(told) == 1
+        assert "head:grad_input@0" in b
     else:
         assert set(b) == set(a) and not told
 
