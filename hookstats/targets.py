@@ -190,12 +190,14 @@ class InputGradsPerCall:
 
     def pre_hook(self, module, args):
         mon = self.mon
-        grad = torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
-        if (not mon._measures_phase() or skip_now(mon) or skip_recomputed_call(mon, self.name, recomputing())
-                or not grad):  # no gradient w.r.t. an input will come (PyTorch would fire its hook with Nones)
+        if not mon._measures_phase() or skip_now(mon) or skip_recomputed_call(mon, self.name, recomputing()):
             self.open.append(None)
             return None
-        bw = BackwardHook(module, [self._measure(mon._next_call(self.name, "grad_input"), mon._phase)], [])
+        call = mon._next_call(self.name, "grad_input")  # counts every call, as the output hook does
+        if not (torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
+            self.open.append(None)  # no gradient w.r.t. an input will come (PyTorch fires its hook with Nones)
+            return None
+        bw = BackwardHook(module, [self._measure(call, mon._phase)], [])
         self.open.append(bw)
         return bw.setup_input_hook(args)
 
