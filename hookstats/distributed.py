@@ -1,8 +1,11 @@
 """Merges a Monitor's running state across torch.distributed ranks: Monitor.reduce() calls reduce() here.
 
-Per call: one small all_gather_object of the target names (ranks may hold different targets), one
-all_gather of every fstate packed in one buffer (exact Chan merge in rank order, min/max) and one
-all_reduce SUM of every istate packed in one buffer. The monitor's own running state is left as it is.
+Per call: one all_gather of every fstate packed in one buffer (exact Chan merge in rank order, min/max) and
+one all_reduce SUM of every istate packed in one buffer. Ranks may hold different targets, so the row
+layout is the union of their target names, agreed through all_gather_object on the first call and kept;
+each rank adds a flag "my targets fit the layout" to the istate buffer, and only when some rank's do not
+(a target first reached since) are the names exchanged again and the two collectives repeated. Reading
+that flag is the one host read beyond the collectives. The monitor's own running state is left as it is.
 """
 import torch
 import torch.distributed as dist
@@ -115,35 +118,55 @@ def reduce(monitor, group=None):
         monitor._eager_point()  # allocates states first reached inside compiled code
     devices = {st.fstate.device for st in monitor._states.values()} or {torch.device("cpu")}
     if not is_initialized():
-        world = 1
         device = next(iter(devices)) if len(devices) == 1 else torch.device("cpu")
-    else:
-        if dist.get_rank(group) < 0:
-            raise ValueError("hookstats reduce: this process is not a member of the given group")
-        device, world = _comm_device(group), dist.get_world_size(group)
-    local = _local_rows(monitor, device)
-
-    if world > 1:
-        meta = [None] * world
-        dist.all_gather_object(meta, (monitor.cfg, sorted(local, key=_order)), group=group)
-        _check_same_config([m[0] for m in meta])
-        keys = sorted({k for m in meta for k in m[1]}, key=_order)
-    else:
+        local = _local_rows(monitor, device)
         keys = sorted(local, key=_order)
-
-    empty_f = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
-    empty_i = torch.zeros(monitor.cfg.istate_size, dtype=torch.int64, device=device)
-    f = torch.stack([local[k][0] if k in local else empty_f for k in keys] or [empty_f])[: len(keys)]
-    i = torch.stack([local[k][1] if k in local else empty_i for k in keys] or [empty_i])[: len(keys)]
-    if world > 1 and keys:
-        gathered = torch.empty(world * f.numel(), dtype=f.dtype, device=device)  # flat: gloo takes no stack form
-        _all_gather_single(gathered, f.reshape(-1), group=group)
+        f, i = _pack(monitor.cfg, local, keys, device)
+        return Reduced(monitor.cfg, keys, f, i, 1)
+    if dist.get_rank(group) < 0:
+        raise ValueError("hookstats reduce: this process is not a member of the given group")
+    device, world = _comm_device(group), dist.get_world_size(group)
+    local = _local_rows(monitor, device)
+    layout = getattr(monitor, "_reduce_layout", None)
+    for _ in range(2):
+        if layout is None or layout[0] is not group or layout[1] != world:
+            layout = (group, world, _agree_on_keys(monitor.cfg, local, group, world))
+            monitor._reduce_layout = layout
+        keys = layout[2]
+        fits = set(local) <= set(keys)
+        f, i = _pack(monitor.cfg, local, keys, device)
+        i = torch.cat([i.reshape(-1), torch.tensor([int(fits)], dtype=torch.int64, device=device)])
         dist.all_reduce(i, op=dist.ReduceOp.SUM, group=group)
+        if keys:
+            gathered = torch.empty(world * f.numel(), dtype=f.dtype, device=device)  # flat: gloo takes no stack form
+            _all_gather_single(gathered, f.reshape(-1), group=group)
+        if int(i[-1]) == world:  # the host read: every rank's targets fit the agreed layout
+            break
+        layout = None  # a target first reached since the names were agreed: agree again, once
+    i = i[:-1].view(len(keys), monitor.cfg.istate_size)
+    if keys:
         gathered = gathered.view((world,) + f.shape)
         f = gathered[0]
         for r in range(1, world):
             f = chan_merge_rows(f, gathered[r])
     return Reduced(monitor.cfg, keys, f, i, world)
+
+
+def _agree_on_keys(cfg, local, group, world):
+    """The union of every rank's (phase, TargetKey), in one order on every rank; checks the configs agree."""
+    meta = [None] * world
+    dist.all_gather_object(meta, (cfg, sorted(local, key=_order)), group=group)
+    _check_same_config([m[0] for m in meta])
+    return sorted({k for m in meta for k in m[1]}, key=_order)
+
+
+def _pack(cfg, local, keys, device):
+    """[K, 5] fstates and [K, S] istates in the order of `keys`; a key this rank lacks gets an empty state."""
+    empty_f = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
+    empty_i = torch.zeros(cfg.istate_size, dtype=torch.int64, device=device)
+    f = torch.stack([local[k][0] if k in local else empty_f for k in keys] or [empty_f])[: len(keys)]
+    i = torch.stack([local[k][1] if k in local else empty_i for k in keys] or [empty_i])[: len(keys)]
+    return f, i
 
 
 def _order(k):

@@ -425,6 +425,8 @@ class Monitor:
         from . import distributed
         return distributed.reduce(self, group)
 
+    _reduce_layout = None  # (group, world size, [(phase, TargetKey)]) the ranks agreed on at the last reduce()
+
     # ---- per-step history, sinks, alerts (the logic is in hookstats/history.py) ----
     _history = None
 

@@ -1,6 +1,7 @@
 """Monitor.reduce() across 2 and 4 gloo processes against float64 NumPy oracles over the union of the
 data, and hookstats attached to DDP and FSDP2 (fully_shard) training against single-process training.
 One spawn per world size runs every scenario; the tests read what each rank saved."""
+import contextlib
 import os
 import socket
 import time
@@ -72,9 +73,41 @@ def scenario_reduce(rank, world):
         mon.measure(TargetKey("extra", "output"), extra)
     before = local_raw(mon)
     red = mon.reduce()
+    after = local_raw(mon)
+    with counting_collectives() as steady:
+        again = mon.reduce()
+    late = None
+    if rank == 0:  # a target first reached after the ranks agreed on the layout
+        late = torch.linspace(-1, 5, 9, dtype=torch.float64)
+        mon.measure(TargetKey("late", "output"), late)
+    with counting_collectives() as regrown:
+        grown = mon.reduce()
     mon.remove()
-    return {"seen": seen, "extra": extra, "local": before, "local_after": local_raw(mon), "reduced": raw(red.states()),
-            "stats": red.stats(), "eval_stats": red.stats(phase="eval"), "world": red.world_size}
+    return {"seen": seen, "extra": extra, "local": before, "local_after": after, "reduced": raw(red.states()),
+            "stats": red.stats(), "eval_stats": red.stats(phase="eval"), "world": red.world_size,
+            "again": raw(again.states()), "steady_calls": steady, "late": late, "grown": raw(grown.states()),
+            "grown_calls": regrown}
+
+
+@contextlib.contextmanager
+def counting_collectives():
+    """{collective: calls} made by hookstats.distributed inside the block."""
+    import hookstats.distributed as hd
+    calls = {"all_gather_object": 0, "all_reduce": 0, "all_gather": 0}
+    saved = dist.all_gather_object, dist.all_reduce, hd._all_gather_single
+
+    def counted(name, fn):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return call
+    dist.all_gather_object = counted("all_gather_object", saved[0])
+    dist.all_reduce = counted("all_reduce", saved[1])
+    hd._all_gather_single = counted("all_gather", saved[2])
+    try:
+        yield calls
+    finally:
+        dist.all_gather_object, dist.all_reduce, hd._all_gather_single = saved
 
 
 def scenario_bad_config(rank, world):
@@ -252,6 +285,26 @@ def test_reduce_is_chan_merge_in_rank_order_on_every_rank(ranks):
         for r in res[1:]:
             np.testing.assert_array_equal(r["reduced"][key][0], f)
             np.testing.assert_array_equal(r["reduced"][key][1], i)
+
+
+def test_reduce_keeps_the_agreed_layout_and_agrees_again_when_a_target_appears(ranks):
+    cfg = hookstats.StatsConfig(**CFG)
+    for r in ranks:
+        res = r["reduce"]
+        # steady state: one all_reduce and one all_gather, no exchange of names
+        assert res["steady_calls"] == {"all_gather_object": 0, "all_reduce": 1, "all_gather": 1}
+        assert res["again"].keys() == res["reduced"].keys()
+        for k, (f, i) in res["reduced"].items():
+            np.testing.assert_array_equal(res["again"][k][0], f)
+            np.testing.assert_array_equal(res["again"][k][1], i)
+        # rank 0's new target does not fit: every rank agrees on names again and repeats the two collectives
+        assert res["grown_calls"] == {"all_gather_object": 1, "all_reduce": 2, "all_gather": 2}
+        late = ("eval", "late:output")  # rank 0's last forward ran in eval mode
+        assert res["grown"].keys() == res["reduced"].keys() | {late}
+        assert_state_matches_oracle(*res["grown"][late], ranks[0]["reduce"]["late"], cfg)
+        for k, (f, i) in res["reduced"].items():
+            np.testing.assert_array_equal(res["grown"][k][0], f)
+            np.testing.assert_array_equal(res["grown"][k][1], i)
 
 
 def test_reduce_leaves_local_state_and_stats_read_it(ranks):
