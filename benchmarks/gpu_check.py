@@ -242,9 +242,11 @@ def check_monitor():
 
 def check_gpu_tests():
     """The pytest cases that need a GPU (skipped elsewhere): CUDA graphs under torch.compile
-    (mode="reduce-overhead") measure what eager measures; model-parallel targets stay on their devices."""
+    (mode="reduce-overhead") measure what eager measures; model-parallel targets stay on their devices;
+    reduce() over NCCL (one rank per GPU, up to 2) equals the oracle."""
     cases = ["tests/test_compile.py::test_cuda_graphs_reduce_overhead_measure_what_eager_measures",
-             "tests/test_targets.py::test_model_parallel_keeps_each_target_on_its_own_device"]
+             "tests/test_targets.py::test_model_parallel_keeps_each_target_on_its_own_device",
+             "tests/test_distributed.py::test_reduce_of_outputs_and_gradients_over_nccl"]
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *cases], cwd=ROOT,
                        capture_output=True, text=True, timeout=900)
     last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr[-300:]

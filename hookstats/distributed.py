@@ -154,6 +154,8 @@ def reduce(monitor, group=None):
 
 def _agree_on_keys(cfg, local, group, world):
     """The union of every rank's (phase, TargetKey), in one order on every rank; checks the configs agree."""
+    if world == 1:
+        return sorted(local, key=_order)
     meta = [None] * world
     dist.all_gather_object(meta, (cfg, sorted(local, key=_order)), group=group)
     _check_same_config([m[0] for m in meta])

@@ -1,5 +1,6 @@
 """Test helpers shared by the test files: a float64 NumPy oracle of the op and a no-host-sync guard."""
 import contextlib
+import os
 
 import numpy as np
 import torch
@@ -80,3 +81,11 @@ def no_host_sync():
     mode.ops = []
     with mode:
         yield mode.ops
+
+
+def exit_without_finalizing():
+    """Ends a spawned distributed worker that finished its work (process group destroyed, results saved).
+    In torch 2.13 a gloo process that ran FSDP2 aborts during interpreter finalization in about 1 run in 4,
+    with or without hookstats ("terminate called without an active exception", after
+    destroy_process_group); skipping finalization keeps that teardown bug out of the tests' verdicts."""
+    os._exit(0)

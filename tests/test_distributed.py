@@ -19,7 +19,7 @@ from hookstats import layout
 from hookstats.distributed import Reduced, reduce
 from hookstats.monitor import TargetKey
 from hookstats.stats import merge_states
-from helpers import oracle
+from helpers import exit_without_finalizing, oracle
 
 CFG = dict(nbins=16, lo=-2.0, hi=2.0, eps=0.05)
 STEPS, BATCH, LR = 3, 4, 0.1
@@ -108,6 +108,31 @@ def counting_collectives():
         yield calls
     finally:
         dist.all_gather_object, dist.all_reduce, hd._all_gather_single = saved
+
+
+def scenario_device_reduce(rank, world, device):
+    """reduce() of a model on `device` (gloo: "cpu"; NCCL: this rank's GPU): outputs and their gradients,
+    a target on the last rank only, the collectives of a first and a steady-state call."""
+    model = mlp().to(device)
+    mon = hookstats.attach(model, modules=["0", "2"], **CFG)
+    seen = {}
+    capture(model, seen, ["0", "2"])
+    x = (torch.randn(3 + 2 * rank, 6, generator=torch.Generator().manual_seed(300 + rank)) * (1 + rank)).to(device)
+    model(x).square().sum().backward()
+    extra = None
+    if rank == world - 1:
+        extra = torch.linspace(-3, 3, 7 + rank, dtype=torch.float64, device=device)
+        mon.measure(TargetKey("extra", "output"), extra)
+    local = {(ph, k.id): (st.fstate.cpu().numpy().copy(), st.istate.cpu().numpy().copy())
+             for (ph, k, _), st in mon._states.items() if st.reached}
+    with counting_collectives() as first:
+        red = mon.reduce()
+    with counting_collectives() as steady:
+        again = mon.reduce()
+    mon.remove()
+    return {"seen": {n: [t.cpu() for t in ts] for n, ts in seen.items()}, "extra": None if extra is None else extra.cpu(),
+            "local": local, "reduced": raw(red.states()), "again": raw(again.states()), "first": first,
+            "steady": steady, "devices": {t.device.type for t in (red._f, red._i)}}
 
 
 def scenario_bad_config(rank, world):
@@ -203,11 +228,25 @@ def worker(rank, world, port, out_dir):
         res = {name: fn(rank, world) for name, fn in [("reduce", scenario_reduce), ("bad_config", scenario_bad_config),
                                                       ("ddp", scenario_ddp), ("fsdp2", scenario_fsdp2),
                                                       ("sinks", scenario_sinks)]}
+        res["device_reduce"] = scenario_device_reduce(rank, world, "cpu")
         if world == 2:
             res["lightning"] = scenario_lightning(rank, world)
         torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
+    exit_without_finalizing()
+
+
+def nccl_worker(rank, world, port, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, timeout=timedelta(seconds=120),
+                            device_id=torch.device("cuda", rank))
+    try:
+        torch.save(scenario_device_reduce(rank, world, f"cuda:{rank}"), os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+    exit_without_finalizing()
 
 
 def free_port():
@@ -305,6 +344,51 @@ def test_reduce_keeps_the_agreed_layout_and_agrees_again_when_a_target_appears(r
         for k, (f, i) in res["reduced"].items():
             np.testing.assert_array_equal(res["grown"][k][0], f)
             np.testing.assert_array_equal(res["grown"][k][1], i)
+
+
+def check_device_reduce(res, device_type):
+    """Every rank holds the same merge of outputs and output gradients, equal to the float64 oracle over
+    the union of the ranks' data, on the device the collectives ran on, in one all_reduce and one all_gather."""
+    cfg = hookstats.StatsConfig(**CFG)
+    world = len(res)
+    want = {("train", f"{n}:{kind}") for n in "02" for kind in ("output", "grad_output")} | {("train", "extra:output")}
+    for r in res:
+        assert set(r["reduced"]) == want and r["devices"] == {device_type}
+        names = 1 if world > 1 else 0  # a world of one has no names to exchange
+        assert r["first"] == {"all_gather_object": names, "all_reduce": 1, "all_gather": 1}
+        assert r["steady"] == {"all_gather_object": 0, "all_reduce": 1, "all_gather": 1}
+        for k, (f, i) in res[0]["reduced"].items():
+            for other in (r["reduced"], r["again"]):
+                np.testing.assert_array_equal(other[k][0], f)
+                np.testing.assert_array_equal(other[k][1], i)
+    reduced = res[0]["reduced"]
+    for name in "02":
+        data = torch.cat([r["seen"][name][0].reshape(-1) for r in res])
+        assert_state_matches_oracle(*reduced[("train", f"{name}:output")], data, cfg)
+    assert_state_matches_oracle(*reduced[("train", "extra:output")], res[-1]["extra"], cfg)
+    for key in want:  # gradients: the bitwise rank-order merge of what each rank measured
+        fm, im = merge_states([r["local"][key] for r in res if key in r["local"]])
+        np.testing.assert_array_equal(reduced[key][0], fm)
+        np.testing.assert_array_equal(reduced[key][1], im)
+
+
+def test_reduce_of_outputs_and_gradients_over_gloo(ranks):
+    check_device_reduce([r["device_reduce"] for r in ranks], "cpu")
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and dist.is_nccl_available()), reason="NCCL needs a GPU (benchmarks/gpu_check.py runs this case on one)")
+def test_reduce_of_outputs_and_gradients_over_nccl(tmp_path):
+    """One rank per GPU, up to 2 (a world of one still runs NCCL's collectives on device buffers)."""
+    world = min(torch.cuda.device_count(), 2)
+    ctx = mp.start_processes(nccl_worker, args=(world, free_port(), str(tmp_path)), nprocs=world, join=False,
+                             start_method="spawn")
+    deadline = time.monotonic() + SPAWN_TIMEOUT_S
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail(f"{world} NCCL processes did not finish within {SPAWN_TIMEOUT_S} s")
+    check_device_reduce([torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)], "cuda")
 
 
 def test_reduce_leaves_local_state_and_stats_read_it(ranks):

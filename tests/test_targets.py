@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import HostSyncError, no_host_sync, oracle
+from helpers import HostSyncError, exit_without_finalizing, no_host_sync, oracle
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -661,6 +661,7 @@ def _fsdp2_worker(rank, world, store, out):
             torch.save(reduced, out)
     finally:
         dist.destroy_process_group()
+    exit_without_finalizing()
 
 
 def test_param_grads_of_fsdp2_sharded_parameters(tmp_path):
