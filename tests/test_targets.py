@@ -564,13 +564,13 @@ def test_remove_leaves_zero_hooks_of_any_kind():
     assert all_hooks(model) == 0 and len(_global_optimizer_pre_hooks) == before
 
 
-@pytest.mark.parametrize("backend", ["compiled", "reference"])
-def test_backward_and_optimizer_step_run_without_host_sync(backend):
+@pytest.mark.parametrize("backend, separate_calls", [("compiled", False), ("reference", False), ("compiled", True)])
+def test_backward_and_optimizer_step_run_without_host_sync(backend, separate_calls):
     from hookstats.bench import reference_backend
     model = cnn()
-    x = torch.randn(4, 3, 6, 6)
+    x = torch.randn(4, 3, 6, 6, requires_grad=separate_calls)  # and the first layer's input gradient
     with reference_backend() if backend == "reference" else contextlib.nullcontext():
-        mon = hookstats.attach(model, **ALL)
+        mon = hookstats.attach(model, separate_calls=separate_calls, **ALL)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         model(x).sum().backward()  # first step allocates lazily created states
         opt.step()
@@ -581,7 +581,9 @@ def test_backward_and_optimizer_step_run_without_host_sync(backend):
             opt.zero_grad()
         counts = {k: v["count"] for k, v in mon.stats().items()}
         mon.remove()
-    assert counts["0:grad_output"] == counts["0:output"] > 0 and counts["0.weight:param_grad"] > 0
+    call = "@0" if separate_calls else ""
+    assert counts[f"0:grad_output{call}"] == counts[f"0:output{call}"] > 0 and counts["0.weight:param_grad"] > 0
+    assert counts[f"3:grad_input{call}"] > 0 and (f"0:grad_input{call}" in counts) == separate_calls
     if backend == "compiled":
         assert sum("hookstats.accumulate_many_" in o for o in ops) == 1
         assert sum("hookstats.accumulate_." in o for o in ops) >= 3 * 4  # outputs, inputs, grads...
