@@ -49,6 +49,11 @@ def make(kind, n, dtype, seed=0):
         x[::211] = 1e6
     elif kind == "offset":
         x = 1e4 + 1e-3 * x
+    elif kind == "huge":  # fp32 squares and sums of these overflow: the kernels redo such blocks in fp64
+        x = x * {torch.float64: 1e150, torch.float16: 8e3}.get(dtype, 5e37)
+    elif kind == "huge_outliers":  # an exploding activation among ordinary ones (float16: +-inf)
+        x[::211] = 1e30
+        x[100::307] = -3e38
     return x.to(dtype)
 
 
@@ -68,7 +73,7 @@ def assert_matches(got, want, dtype, exact_floats=False):
     assert abs(fg[layout.M2] - fw[layout.M2]) <= tol_m2 * fw[layout.M2], "M2"
 
 
-KINDS = ["normal", "zeros", "relu", "nonfinite", "edges", "outliers", "offset"]
+KINDS = ["normal", "zeros", "relu", "nonfinite", "edges", "outliers", "offset", "huge", "huge_outliers"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

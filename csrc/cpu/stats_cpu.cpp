@@ -122,6 +122,7 @@ struct ChunkKernel {
       for (int j = 0; j < kLanes; ++j) { s1 += c1[j]; s2 += c2[j]; }
       Partial bp;
       shifted_to_partial(bp, ct, K, s1, s2);
+      if (partial_overflowed(bp)) fp64_partial(bp, v, m);
       chan_merge(res.moments.n, res.moments.mean, res.moments.m2, bp.n, bp.mean, bp.m2);
     }
     const bool signed_nz = p.flags & kSignedNearZero;

@@ -213,10 +213,26 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
     c1 += d;
     c2 += d * d;
   }
-  if (t.n == 0) t.K = static_cast<double>(Kc);
-  const double dc = static_cast<double>(c), delta = static_cast<double>(Kc) - t.K, e1 = static_cast<double>(c1);
+  double kc = static_cast<double>(Kc), e1 = static_cast<double>(c1), e2 = static_cast<double>(c2);
+  if (!(finite_acc(Kc) && finite_acc(c2))) {  // fp32 overflow (|v - Kc| past ~1.8e19): this chunk in fp64
+    // Shift by one of the chunk's own finite values: no fp64 division (a call with a stack frame on the GPU),
+    // and M2 >= (value - mean)^2 bounds the cancellation in shifted_to_partial by a factor of M.
+    kc = 0.0;
+#pragma unroll
+    for (int i = M - 1; i >= 0; --i) kc = finite_acc(v[i]) ? static_cast<double>(v[i]) : kc;
+    e1 = 0;
+    e2 = 0;
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      const double d = finite_acc(v[i]) ? static_cast<double>(v[i]) - kc : 0.0;
+      e1 += d;
+      e2 += d * d;
+    }
+  }
+  if (t.n == 0) t.K = kc;
+  const double dc = static_cast<double>(c), delta = kc - t.K;
   t.s1 += e1 + dc * delta;
-  t.s2 += static_cast<double>(c2) + delta * (2.0 * e1 + dc * delta);
+  t.s2 += e2 + delta * (2.0 * e1 + dc * delta);
   t.n += dc;
 }
 
