@@ -177,7 +177,7 @@ class Monitor:
         no_bw = targets.followed_in_place(model, modules) if input_grads else set()
         if no_bw:
             warnings.warn(f"hookstats: input_grads=True skips {sorted(no_bw)}: an in-place module follows each of "
-                          "them, and PyTorch's full backward hooks forbid in-place ops on a module's output",
+                          "them or starts it, and PyTorch's full backward hooks forbid in-place ops on a module's input and output",
                           RuntimeWarning, stacklevel=3)
         for name, m in modules.items():
             if outputs or grads:

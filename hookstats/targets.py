@@ -224,23 +224,32 @@ class InputGradsPerCall:
         return hook
 
 
+def starts_in_place(m):
+    """True if m modifies its input in place first: an in-place module (ReLU(inplace=True)...), or an
+    nn.Sequential whose first module (recursively) is one."""
+    while isinstance(m, torch.nn.Sequential) and len(m) > 0:
+        m = m[0]
+    return getattr(m, "inplace", False) is True
+
+
 def followed_in_place(model, modules):
-    """Names of selected modules whose output the next module of an nn.Sequential modifies in place
-    (ReLU(inplace=True)...), directly or as the last module of nested Sequentials. A full backward hook
-    on them would make that in-place op raise; in-place ops in a forward function cannot be seen here."""
+    """Names of selected modules whose input or output an in-place op modifies, as far as nn.Sequential
+    shows it: the module itself starts in place, or the next module of an nn.Sequential (found through the
+    nesting both ways) does. A full backward hook on them would make that in-place op raise; in-place ops
+    in a forward function cannot be seen here."""
     parents = {}
     for pname, p in model.named_modules():
         if isinstance(p, torch.nn.Sequential):
             kids = list(p.named_children())
             for i, (k, _) in enumerate(kids):
                 parents[f"{pname}.{k}" if pname else k] = (pname, kids[i + 1][1] if i + 1 < len(kids) else None)
-    out = set()
+    out = {name for name, m in modules.items() if starts_in_place(m)}
     for name in modules:
         n = name
         while n in parents:
             parent, nxt = parents[n]
             if nxt is not None:
-                if getattr(nxt, "inplace", False) is True:
+                if starts_in_place(nxt):
                     out.add(name)
                 break
             n = parent  # the last module's output is the parent Sequential's output

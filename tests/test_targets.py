@@ -640,6 +640,19 @@ def test_input_grads_skip_modules_an_in_place_module_follows_instead_of_failing_
     assert got["2:grad_input"]["count"] == 3 * 8
 
 
+@pytest.mark.parametrize("separate_calls", [False, True], ids=["merged", "separate_calls"])
+def test_input_grads_skip_in_place_modules_behind_nesting_and_hooked_in_place_modules(separate_calls):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.ReLU(inplace=True), nn.Dropout(0.1)), nn.Linear(4, 4),
+                          nn.ReLU(inplace=True), nn.Linear(4, 1))
+    with pytest.warns(RuntimeWarning, match=r"skips \['0', '1', '1.0', '2', '3'\]"):
+        mon = hookstats.attach(model, input_grads=True, include_paramless=True, separate_calls=separate_calls)
+    model(torch.randn(3, 4, requires_grad=True)).sum().backward()  # raised before: in-place on a hooked view
+    mon.remove()
+    call = "@0" if separate_calls else ""
+    assert set(mon.stats(kind="grad_input")) == {f"{n}:grad_input{call}" for n in ("", "1.1", "4")}
+
+
 def _fsdp2_worker(rank, world, store, out):
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
