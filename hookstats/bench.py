@@ -450,6 +450,16 @@ def table(results):
     return "\n".join(lines)
 
 
+def _positive_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return v
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m hookstats bench",
@@ -462,7 +472,7 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=5, help="timed steps per variant per repeat")
     p.add_argument("--memory-steps", type=int, default=20, help="steps of the per-variant memory runs (0: skip)")
     p.add_argument("--json", default=None, help="also write the results to this file")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--clock", default="wall", choices=list(CLOCKS),
                    help="cpu: the thread's CPU time, for a loaded shared machine (needs --threads 1)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N: where the models train")

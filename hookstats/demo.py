@@ -2,7 +2,6 @@
 target measured, and writes TensorBoard logs, CSV/JSONL history, charts, the summary table and the alerts
 into an output folder (one subfolder per model). `hookstats report` rebuilds charts and tables from it."""
 import time
-import warnings
 from pathlib import Path
 
 import torch
@@ -98,10 +97,7 @@ def train_one(name, out_dir, device, steps, log_every=20, seed=0, nan_at=None, t
             with torch.no_grad():
                 model.head.weight[0, 0] = float("nan")
         loss = loss_fn(model(x), y)
-        with warnings.catch_warnings():
-            # the first layer's full backward hook (input_grads) has no input gradient: PyTorch says so each step
-            warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
-            loss.backward()
+        loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         mon.step()

@@ -163,7 +163,8 @@ class Monitor:
         self._forward_order = {}  # module or watch name -> rank of its first eager forward call (alerts' order)
         self._untapped = False  # a gradient tap was left out of compiled code (targets.COMPILED_GRAD_TAPS)
         self._param_grads = None
-        self._input_grads_per_call = []  # targets.InputGradsPerCall (input_grads and separate_calls)
+        self._input_grads = []  # targets.InputGrads (input_grads=True)
+        self._root_running = 0  # root forwards running now (separate_calls numbers calls per root forward)
         for dev in {t.device for t in (*model.parameters(), *model.buffers())} - {torch.device("meta")}:
             self._flag(dev)  # compiled code cannot allocate them
         self._flag(torch.device("cpu"))
@@ -172,6 +173,7 @@ class Monitor:
                      for pn, p in m.named_parameters(recurse=False)]
             self._param_grads = targets.ParamGrads(self, named)
         self._handles.append(model.register_forward_pre_hook(self._on_root_forward))
+        self._handles.append(model.register_forward_hook(self._on_root_forward_end, always_call=True))
         self._handles.append(targets.global_optimizer_hook(self._on_optimizer_step, post=True))
         self._optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
         no_bw = targets.followed_in_place(model, modules) if input_grads else set()
@@ -179,7 +181,11 @@ class Monitor:
             warnings.warn(f"hookstats: input_grads=True skips {sorted(no_bw)}: an in-place module follows each of "
                           "them or starts it, and PyTorch's full backward hooks forbid in-place ops on a module's input and output",
                           RuntimeWarning, stacklevel=3)
+        self._call_index = {}  # module name -> targets.CallIndex (separate_calls)
         for name, m in modules.items():
+            if separate_calls:  # registered first: its pre-hook runs before the others
+                self._call_index[name] = targets.CallIndex(self, name)
+                self._handles.append(m.register_forward_pre_hook(self._call_index[name].pre_hook))
             if outputs or grads:
                 self._handles.append(m.register_forward_hook(targets.output_hook(self, name, outputs, grads)))
             if outputs:
@@ -189,20 +195,28 @@ class Monitor:
             if inputs:
                 self._handles.append(m.register_forward_pre_hook(targets.input_hook(self, name), with_kwargs=True))
                 self._preallocate(name, "input", m)
-            if input_grads and name not in no_bw and separate_calls:
-                per_call = targets.InputGradsPerCall(self, name)
-                self._input_grads_per_call.append(per_call)
+            if input_grads and name not in no_bw:
+                per_call = targets.InputGrads(self, name)
+                self._input_grads.append(per_call)
                 self._handles.append(m.register_forward_pre_hook(per_call.pre_hook))
-                self._handles.append(m.register_forward_hook(per_call.forward_hook))
-            elif input_grads and name not in no_bw:
-                self._handles.append(m.register_full_backward_hook(targets.input_grad_hook(self, name)))
+                self._handles.append(m.register_forward_hook(per_call.forward_hook, always_call=True))
+            if separate_calls:  # registered last: its forward hook runs after the others
+                self._handles.append(m.register_forward_hook(self._call_index[name].forward_hook, always_call=True))
 
     # ---- steps and phases ----
     def _on_root_forward(self, module, args):
         self._phase = "train" if module.training else "eval"
+        nested = self._root_running > 0  # the root model called inside its own forward
+        self._root_running += 1
+        if nested:
+            return None
         self._calls.clear()
-        for per_call in self._input_grads_per_call:
-            per_call.open.clear()  # left by a forward that raised
+        self._gradless_calls.clear()
+        for index in self._call_index.values():
+            index.count = 0
+            index.running.clear()  # left by a forward that raised
+        for per_call in self._input_grads:
+            per_call.open.clear()
         if torch.compiler.is_compiling():
             # Counting steps here would put a Python branch on the step into the compiled graph and
             # recompile every step: compiled models count optimizer steps instead, or mon.step() calls.
@@ -216,6 +230,9 @@ class Monitor:
                 self._end_step()
             self._forwards += 1
         self._update_active()
+
+    def _on_root_forward_end(self, module, args, out):
+        self._root_running = max(self._root_running - 1, 0)
 
     def step(self):
         """Ends the current step. Once called, root forwards no longer count steps."""
@@ -294,6 +311,11 @@ class Monitor:
         if name not in self._forward_order and not torch.compiler.is_compiling():
             self._forward_order[name] = len(self._forward_order)
 
+    def _call_of(self, name):
+        """The index of the running call of module `name` in this forward, or None when calls share one state."""
+        index = self._call_index.get(name) if self.separate_calls else None
+        return None if index is None else index.current()
+
     def _next_call(self, name, kind="output"):
         """The index of this call of `name` in the current forward, or None when calls share one state."""
         if not self.separate_calls:
@@ -364,8 +386,9 @@ class Monitor:
                                    "flowing into outputs and watched tensors are not measured (grad_output, "
                                    "watch_grad); forward values and parameter gradients are.")
         if self._compiled and self._input_grads:
-            self._tell("input_grads", "hookstats: input_grads=True uses full backward hooks, which torch.compile "
-                                      "cannot trace (a graph break per hooked module); they still run eagerly.")
+            self._tell("input_grads", "hookstats: input_grads=True uses PyTorch's backward-hook nodes (those of full "
+                                      "backward hooks), which torch.compile cannot trace (a graph break per hooked "
+                                      "module); they still run eagerly.")
 
     def _tell(self, what, msg):
         if what not in self._told:
@@ -506,7 +529,7 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     every=N measures one step in N; steps="forward" counts a step per root forward in training mode,
     steps="manual" lets mon.step() end each step (gradient accumulation); eval=True also measures eval-mode forwards, kept apart from train;
     inputs=True measures module inputs; grads (default on) the gradients flowing back into the outputs;
-    input_grads=True the gradients w.r.t. module inputs (full backward hooks; no in-place ops on the
+    input_grads=True the gradients w.r.t. module inputs (full backward hook nodes; no in-place ops on the
     outputs, graph breaks under torch.compile); param_grads=True each parameter's gradient once per
     optimizer step; separate_calls=True keeps each call of a module in a step apart ("fc:output@1").
     config (a StatsConfig) or its fields as keywords (nbins, lo, hi,

@@ -5,6 +5,7 @@ import dataclasses
 import weakref
 
 import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.utils.hooks import BackwardHook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
@@ -103,7 +104,7 @@ def tap_grad(mon, key, t, phase):
         if torch.compiler.is_compiling():  # g is dense with t's dtype; the strict backward bans .layout
             mon._accumulate(g, st, flag)
         elif mon.attached and is_measurable(g):
-            st.reached = True
+            st.reached = st.reached or mon._sampled  # paused since the forward: the flag masks the op
             mon._accumulate(g, st, flag)
         return None
 
@@ -137,7 +138,7 @@ def output_hook(mon, name, values=True, grads=True):
         if mon.separate_calls and skip_recomputed_call(mon, name, recompute):
             return None
         mon._saw(name)
-        call = mon._next_call(name)
+        call = mon._call_of(name)
         phase = mon._phase
         for leaf, t in tensor_leaves(out):
             key = mon._key(name, "output", leaf, call)
@@ -157,32 +158,47 @@ def input_hook(mon, name):
             return None
         mon._saw(name)
         obj = args[0] if len(args) == 1 else args
-        call = mon._next_call(name, "input")
+        call = mon._call_of(name)
         for leaf, t in (*tensor_leaves(obj), *tensor_leaves(kwargs)):
             mon._measure_in(mon._key(name, "input", leaf, call), t, mon._phase)
         return None
     return hook
 
 
-def input_grad_hook(mon, name):
-    """Full backward hook (register_full_backward_hook): gradients w.r.t. the module's inputs, through the
-    module only. PyTorch wraps the module's outputs for it, so it forbids in-place ops on those outputs
-    and breaks the graph under torch.compile; it is therefore an option (input_grads=True)."""
-    def hook(module, grad_input, grad_output):
-        if not mon._measures_phase() or skip_now(mon):
-            return None
-        obj = grad_input[0] if len(grad_input) == 1 else grad_input
-        for leaf, g in tensor_leaves(obj):
-            mon._measure_in(mon._key(name, "grad_input", leaf, None), g, mon._phase)
-        return None
-    return hook
+class CallIndex:
+    """separate_calls=True: the index of each call of a module in the current forward, given when the call
+    starts (a pre-hook registered before the others) and dropped when it ends (a forward hook registered
+    after the others, run even if the forward raises), so every kind of target of one call, and calls
+    nested in it (a module that calls itself), agree on "@k". Outside the root model's forward, a call
+    that is not nested in another call of the module starts again from 0: a submodule driven on its own."""
+
+    def __init__(self, mon, name):
+        self.mon, self.name = mon, name
+        self.count = 0
+        self.running = []
+
+    def pre_hook(self, module, args):
+        if not self.running and self.mon._root_running == 0:
+            self.count = 0
+        self.running.append(self.count)
+        self.count += 1
+
+    def forward_hook(self, module, args, out):
+        if self.running:
+            self.running.pop()
+
+    def current(self):
+        return self.running[-1] if self.running else None
 
 
-class InputGradsPerCall:
-    """input_grads=True with separate_calls=True: the gradients w.r.t. each call's inputs apart
-    ("fc:grad_input@1"). A module-level full backward hook cannot tell its calls apart, so each call gets
-    its own torch.utils.hooks.BackwardHook, the object register_full_backward_hook sets up per call: the
-    same wrapping of inputs and outputs, the same gradients, the same ban on in-place ops on outputs."""
+class InputGrads:
+    """input_grads=True: gradients w.r.t. a module's positional inputs, through the module only.
+
+    Each call gets its own torch.utils.hooks.BackwardHook, the object register_full_backward_hook sets up
+    per call (the same identity nodes on inputs and outputs, the same gradients, the same ban on in-place
+    ops on them), which lets each call keep its index ("fc:grad_input@1"), wraps the tensors nested in
+    the output too (an LSTM's (out, (h, c))), and sets nothing up where no input requires grad (PyTorch
+    would fire its hook with Nones, with a warning each time)."""
 
     def __init__(self, mon, name):
         self.mon, self.name = mon, name
@@ -190,14 +206,13 @@ class InputGradsPerCall:
 
     def pre_hook(self, module, args):
         mon = self.mon
-        if not mon._measures_phase() or skip_now(mon) or skip_recomputed_call(mon, self.name, recomputing()):
+        skip = not mon._measures_phase() or skip_now(mon)
+        if not skip and mon.separate_calls:
+            skip = skip_recomputed_call(mon, self.name, recomputing())
+        if skip or not (torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
             self.open.append(None)
             return None
-        call = mon._next_call(self.name, "grad_input")  # counts every call, as the output hook does
-        if not (torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
-            self.open.append(None)  # no gradient w.r.t. an input will come (PyTorch fires its hook with Nones)
-            return None
-        bw = BackwardHook(module, [self._measure(call, mon._phase)], [])
+        bw = BackwardHook(module, [self._measure(mon._call_of(self.name), mon._phase)], [])
         self.open.append(bw)
         return bw.setup_input_hook(args)
 
@@ -205,12 +220,14 @@ class InputGradsPerCall:
         bw = self.open.pop() if self.open else None
         if bw is None:
             return None
-        if not isinstance(out, (torch.Tensor, tuple)):
-            self.mon._tell("grad_input_out", f"hookstats: {self.name}: gradients w.r.t. the inputs of a module "
-                                             f"whose output is a {type(out).__name__} are not measured "
-                                             "(as with PyTorch's full backward hooks: a tensor or a tuple only)")
-            return None
-        return bw.setup_output_hook(out)
+        leaves, spec = tree_flatten(out)
+        if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
+            if any(t.requires_grad for _, t in tensor_leaves(out)):
+                self.mon._tell(f"grad_input_out:{self.name}",
+                               f"hookstats: {self.name}: gradients w.r.t. its inputs are not measured: its output, a "
+                               f"{type(out).__name__}, is not a container torch.utils._pytree can rebuild")
+            return None  # no gradient will flow back through this call
+        return tree_unflatten(list(bw.setup_output_hook(tuple(leaves))), spec)
 
     def _measure(self, call, phase):
         mon, name = self.mon, self.name

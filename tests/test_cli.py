@@ -40,6 +40,7 @@ def test_help_for_every_command(capsys, argv, words):
     (["demo", "--steps", "many"], "argument --steps: not an integer: 'many'"),
     (["demo", "--device", "nonsense"], "device 'nonsense' is not usable here"),
     (["report", "/no/such/folder"], "no such folder: /no/such/folder"),
+    (["demo", "--steps", "2", "--nan-at", "5"], "--nan-at 5 is not a step of this run (steps 0..1)"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     ([], "the following arguments are required"),
 ])
@@ -47,6 +48,13 @@ def test_bad_arguments_give_one_line_and_status_2(capsys, argv, message):
     code, out, err = run_main(capsys, *argv)
     assert code == 2 and message in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("threads", ["-1", "0", "two"])
+def test_bench_rejects_a_bad_thread_count_before_running(capsys, threads):
+    code, _, err = run_main(capsys, "bench", "--threads", threads)
+    assert code == 2 and f"argument --threads: expected an integer >= 1, got '{threads}'" in err
+    assert "Traceback" not in err
 
 
 def test_demo_out_below_a_file_is_a_one_line_error(capsys, tmp_path):

@@ -119,7 +119,7 @@ def test_what_compile_cannot_trace_is_said_once_and_still_measured(fresh_dynamo,
     xs = [torch.randn(4, 8) for _ in range(2)]
     train(ref, eager, xs[:1])  # one eager step first: every state exists before compiling
     train(model, mon, xs[:1])
-    with pytest.warns(RuntimeWarning, match="input_grads=True uses full backward hooks") as record:
+    with pytest.warns(RuntimeWarning, match="input_grads=True uses PyTorch's backward-hook nodes") as record:
         train(torch.compile(model, backend="eager"), mon, xs[1:])
     assert len(record) == 1
     train(ref, eager, xs[1:])

@@ -3,6 +3,7 @@ on tensors captured from an unhooked twin model, gradients from torch.autograd.g
 hit (in-place, reuse, containers, checkpointing, frozen params); pass-through and no host sync in backward."""
 import contextlib
 import dataclasses
+import warnings
 
 import numpy as np
 import pytest
@@ -226,6 +227,77 @@ def test_separate_calls_give_each_call_its_own_input_gradient_with_independent_b
     want = torch.autograd.grad(ref((a, b)).sum(), (a, b))
     for k in (0, 1):
         assert_matches(got[f"enc:grad_input@{k}"], want[k], mon.cfg)
+
+
+class SelfCalling(nn.Module):
+    """Calls itself once on a scaled copy of its first result: the inner call starts after and ends
+    before the outer one."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.depth = 0
+
+    def forward(self, x):
+        y = self.lin(x)
+        if self.depth:
+            return y
+        self.depth = 1
+        try:
+            inner = self(y * 100)
+        finally:
+            self.depth = 0
+        return y + 0.01 * inner
+
+
+def test_calls_are_numbered_when_they_start_so_every_kind_agrees_on_a_module_that_calls_itself():
+    model, ref = twins(lambda: nn.Sequential(SelfCalling()))
+    x = torch.randn(8, 4, requires_grad=True)
+    got = run(model, x, lambda y: y.square().sum(), modules=["0"], inputs=True, input_grads=True,
+              separate_calls=True).stats()
+    ins, outs = [], []
+    h = ref[0].register_forward_hook(lambda m, a, o: ins.append(a[0]) or outs.append(o))
+    y = ref(x)
+    h.remove()
+    ins, outs = ins[::-1], outs[::-1]  # the hook saw the inner call end first: back to start order
+    grads = torch.autograd.grad(y.square().sum(), outs + ins)
+    cfg = hookstats.StatsConfig()
+    for k in (0, 1):
+        assert_matches(got[f"0:input@{k}"], ins[k], cfg)
+        assert_matches(got[f"0:output@{k}"], outs[k], cfg)
+        assert_matches(got[f"0:grad_output@{k}"], grads[k], cfg)
+    # the outer call's input feeds only the outer call; the inner call's input (y * 100) only the inner one
+    assert_matches(got["0:grad_input@0"], grads[2], cfg)
+    assert_matches(got["0:grad_input@1"], grads[3], cfg)
+
+
+def test_a_submodule_driven_outside_the_root_forward_starts_each_call_at_zero():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    x = torch.randn(3, 4, requires_grad=True)
+    mon = hookstats.attach(model, input_grads=True, separate_calls=True)
+    for _ in range(20):
+        model[0](x).sum().backward()
+    got = mon.stats()
+    mon.remove()
+    assert set(got) == {"0:output@0", "0:grad_output@0", "0:grad_input@0"}
+    assert got["0:output@0"]["count"] == 20 * 3 * 4
+
+
+def test_input_gradients_of_a_module_whose_output_nests_its_tensors():
+    """An LSTM returns (out, (h, c)); a loss on h alone still gives the gradient w.r.t. the input."""
+    torch.manual_seed(0)
+    lstm, head = nn.LSTM(4, 6, batch_first=True), nn.Linear(6, 1)
+    x = torch.randn(2, 5, 4, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no PyTorch warning about hooks firing without input gradients
+        mon = hookstats.attach(lstm, input_grads=True)
+        _, (h, _) = lstm(x)
+        head(h[-1]).sum().backward()
+        got = mon.stats(kind="grad_input")
+        mon.remove()
+    _, (h, _) = lstm(x)
+    (want,) = torch.autograd.grad(head(h[-1]).sum(), x)
+    assert_matches(got[":grad_input"], want, mon.cfg)
 
 
 class Flaky(nn.Module):
@@ -544,6 +616,17 @@ def test_pause_resume_and_reset_cover_gradients():
     mon.reset()
     assert mon.stats()["0:grad_output"]["count"] == 0
     mon.remove()
+
+
+def test_pause_between_forward_and_backward_lists_no_empty_gradient_target():
+    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 1))
+    mon = hookstats.attach(model, modules=["2"])
+    y = model(torch.randn(3, 8))
+    mon.pause()
+    y.sum().backward()
+    got = mon.stats()
+    mon.remove()
+    assert set(got) == {"2:output"} and got["2:output"]["count"] == 3
 
 
 def all_hooks(model):
