@@ -193,10 +193,10 @@ class Monitor:
             if grads and any(p.requires_grad for p in m.parameters(recurse=False)):
                 self._preallocate(name, "grad_output", m, phases=PHASES[:1])
             if inputs:
-                self._handles.append(m.register_forward_pre_hook(targets.input_hook(self, name), with_kwargs=True))
+                self._handles.append(m.register_forward_pre_hook(targets.input_hook(self, name, m), with_kwargs=True))
                 self._preallocate(name, "input", m)
             if input_grads and name not in no_bw:
-                per_call = targets.InputGrads(self, name)
+                per_call = targets.InputGrads(self, name, m)
                 self._input_grads.append(per_call)
                 self._handles.append(m.register_forward_pre_hook(per_call.pre_hook))
                 self._handles.append(m.register_forward_hook(per_call.forward_hook, always_call=True))

@@ -2,6 +2,7 @@
 w.r.t. module inputs, parameter gradients once per optimizer step, and any tensor (mon.watch). Each hook
 only resolves a preallocated state and calls the fused op; none of them changes what it observes."""
 import dataclasses
+import inspect
 import weakref
 
 import torch
@@ -150,16 +151,41 @@ def output_hook(mon, name, values=True, grads=True):
     return hook
 
 
-def input_hook(mon, name):
-    """Forward pre-hook (with kwargs): each floating leaf of the positional inputs (a single one is named
-    like a tensor, several "[i]") and of the keyword inputs ("['attention_mask']")."""
+def positional_names(module):
+    """How positional inputs are named, from module.forward's signature, so that one input slot is one
+    target whatever a call passes: when exactly one positional parameter has no default, it is named like
+    a tensor ("gru:input") and the optional ones by their parameter name, as if passed by keyword
+    ("gru:input['hx']"); otherwise every slot is "[i]" (attention's query, key and value). None: by slot."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    return [p.name for p in positional] if len(required) == 1 and positional[0] is required[0] else None
+
+
+def positional_leaves(args, names):
+    """(path, tensor) of every tensor inside the positional inputs (or their gradients), named as
+    positional_names() says."""
+    if names is None:
+        yield from tensor_leaves(tuple(args))
+        return
+    for i, a in enumerate(args):
+        yield from tensor_leaves(a, "" if i == 0 else f"[{names[i]!r}]" if i < len(names) else f"[{i}]")
+
+
+def input_hook(mon, name, module):
+    """Forward pre-hook (with kwargs): each floating leaf of the positional inputs (positional_names
+    names them) and of the keyword inputs ("['attention_mask']")."""
+    names = positional_names(module)
+
     def hook(module, args, kwargs):
         if not mon._measures_phase() or skip_now(mon) or recomputing():
             return None
         mon._saw(name)
-        obj = args[0] if len(args) == 1 else args
         call = mon._call_of(name)
-        for leaf, t in (*tensor_leaves(obj), *tensor_leaves(kwargs)):
+        for leaf, t in (*positional_leaves(args, names), *tensor_leaves(kwargs)):
             mon._measure_in(mon._key(name, "input", leaf, call), t, mon._phase)
         return None
     return hook
@@ -200,8 +226,9 @@ class InputGrads:
     the output too (an LSTM's (out, (h, c))), and sets nothing up where no input requires grad (PyTorch
     would fire its hook with Nones, with a warning each time)."""
 
-    def __init__(self, mon, name):
+    def __init__(self, mon, name, module):
         self.mon, self.name = mon, name
+        self.names = positional_names(module)
         self.open = []  # BackwardHook (or None) of each call whose forward is running: nested calls stack
 
     def pre_hook(self, module, args):
@@ -235,7 +262,7 @@ class InputGrads:
         def hook(module, grad_input, grad_output):
             if not mon.attached:
                 return None
-            for leaf, g in tensor_leaves(grad_input[0] if len(grad_input) == 1 else grad_input):
+            for leaf, g in positional_leaves(grad_input, self.names):
                 mon._measure_in(mon._key(name, "grad_input", leaf, call), g, phase)
             return None
         return hook

@@ -300,6 +300,26 @@ def test_input_gradients_of_a_module_whose_output_nests_its_tensors():
     assert_matches(got[":grad_input"], want, mon.cfg)
 
 
+def test_an_input_slot_keeps_its_name_however_a_call_passes_it():
+    torch.manual_seed(0)
+    gru = nn.GRU(4, 6, batch_first=True)
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    h0 = torch.randn(1, 2, 6, requires_grad=True)
+    mon = hookstats.attach(gru, inputs=True, input_grads=True)
+    o1, h = gru(x)
+    o2, _ = gru(x, h0)  # hx passed positionally
+    o3, _ = gru(x, hx=h0)  # and by keyword
+    (o1.sum() + o2.sum() + o3.sum()).backward()
+    got = mon.stats()
+    mon.remove()
+    assert {k for k in got if ":input" in k or ":grad_input" in k} == {":input", ":input['hx']", ":grad_input",
+                                                                         ":grad_input['hx']"}
+    assert_matches(got[":input"], cat([x, x, x]), mon.cfg)
+    assert_matches(got[":input['hx']"], cat([h0, h0]), mon.cfg)
+    # h0 passed by keyword is not a positional input: its gradient is not a grad_input (as in PyTorch)
+    assert got[":grad_input"]["count"] == 3 * x.numel() and got[":grad_input['hx']"]["count"] == h0.numel()
+
+
 class Flaky(nn.Module):
     def __init__(self):
         super().__init__()
