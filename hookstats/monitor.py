@@ -176,6 +176,7 @@ class Monitor:
         self._handles.append(model.register_forward_hook(self._on_root_forward_end, always_call=True))
         self._handles.append(targets.global_optimizer_hook(self._on_optimizer_step, post=True))
         self._optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
+        self._optimizers = weakref.WeakKeyDictionary()  # optimizer -> it steps this model's parameters
         no_bw = targets.followed_in_place(model, modules) if input_grads else set()
         if no_bw:
             warnings.warn(f"hookstats: input_grads=True skips {sorted(no_bw)}: an in-place module follows each of "
@@ -244,10 +245,20 @@ class Monitor:
         self._update_active()
 
     def _on_optimizer_step(self, optimizer, args, kwargs):
-        if self._compiled and not self._manual and self._attached:
+        if self._compiled and not self._manual and self._attached and self._steps_this_model(optimizer):
             self._optimizer_steps += 1
             self._end_step()
             self._update_active()
+
+    def _steps_this_model(self, optimizer):
+        """Whether `optimizer` holds a parameter of the model (another model's optimizer ends no step here).
+        Decided at its first step, after any wrapping (FSDP2) has replaced the parameters, then kept."""
+        known = self._optimizers.get(optimizer)
+        if known is None:
+            mine = {id(p) for p in self.model.parameters()}
+            known = not mine or any(id(p) in mine for g in optimizer.param_groups for p in g["params"])
+            self._optimizers[optimizer] = known
+        return known
 
     def _end_step(self):
         finished = self.step_count

@@ -136,6 +136,8 @@ def test_without_step_calls_a_compiled_model_counts_optimizer_steps(fresh_dynamo
     model, ref = twins()
     xs = [torch.randn(4, 8) for _ in range(5)]
     results = []
+    other = nn.Linear(2, 2)  # another model's optimizer, stepping in the same loop, ends no step
+    other_opt = torch.optim.SGD(other.parameters(), lr=0.1)
     for m, compiled in ((model, True), (ref, False)):
         mon = hookstats.attach(m, every=2)  # steps="forward"
         run = torch.compile(m, fullgraph=True, backend="aot_eager") if compiled else m
@@ -144,6 +146,8 @@ def test_without_step_calls_a_compiled_model_counts_optimizer_steps(fresh_dynamo
             run(x).square().mean().backward()
             opt.step()
             opt.zero_grad()
+            other(torch.randn(1, 2)).sum().backward()
+            other_opt.step()
         results.append((mon.stats(), mon.step_count))
         mon.remove()
     (got, steps), (want, eager_steps) = results

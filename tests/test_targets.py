@@ -585,6 +585,19 @@ def test_checkpointing_with_separate_calls_never_misattributes_gradients(reentra
         assert set(b) == set(a) and not told
 
 
+def test_a_no_grad_forward_earlier_does_not_make_later_checkpointing_warn(recwarn):
+    torch.manual_seed(0)
+    model = Checkpointed(False)
+    x = torch.randn(16, 8, requires_grad=True)
+    mon = hookstats.attach(model, separate_calls=True)
+    with torch.no_grad():
+        model(x)  # a train-mode forward without grad (a probe, a metric)
+    model(x).sum().backward()  # non-reentrant checkpointing: every gradient is measured
+    mon.remove()
+    assert not [w for w in recwarn if "recomputed by activation checkpointing" in str(w.message)]
+    assert mon.stats()["inner.0:grad_output@0"]["count"] == 16 * 8
+
+
 def test_training_with_every_target_is_bit_exact():
     """Hooks never change what they observe: identical parameters after training with and without them."""
     def train(model, hooked):
