@@ -180,6 +180,32 @@ struct ThreadStats {
   unsigned nz = 0;
 };
 
+template <int M, typename A>
+struct Chunk {
+  A v[M];
+};
+struct Shifted {
+  double k, e1, e2;
+};
+
+// The fp64 redo of a chunk whose fp32 sums overflowed. Not inlined: inlined, the compiler predicates it
+// into every chunk (+9 SASS instructions per element). It shifts by one of the chunk's own finite values
+// (no fp64 division, which is a call with a stack frame), and M2 >= (value - mean)^2 bounds the
+// cancellation in shifted_to_partial by a factor of M.
+template <int M, typename A>
+__device__ __noinline__ Shifted fp64_chunk(Chunk<M, A> ch) {
+  Shifted r{0.0, 0.0, 0.0};
+#pragma unroll
+  for (int i = M - 1; i >= 0; --i) r.k = finite_acc(ch.v[i]) ? static_cast<double>(ch.v[i]) : r.k;
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    const double d = finite_acc(ch.v[i]) ? static_cast<double>(ch.v[i]) - r.k : 0.0;
+    r.e1 += d;
+    r.e2 += d * d;
+  }
+  return r;
+}
+
 // Consumes M values as one chunk: integer statistics per value; moments in the input precision about
 // the chunk's own mean Kc (so fp32 never sums far-off values), then folded into fp64 sums about K.
 template <int M, typename A>
@@ -214,19 +240,15 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
     c2 += d * d;
   }
   double kc = static_cast<double>(Kc), e1 = static_cast<double>(c1), e2 = static_cast<double>(c2);
-  if (!(finite_acc(Kc) && finite_acc(c2))) {  // fp32 overflow (|v - Kc| past ~1.8e19): this chunk in fp64
-    // Shift by one of the chunk's own finite values: no fp64 division (a call with a stack frame on the GPU),
-    // and M2 >= (value - mean)^2 bounds the cancellation in shifted_to_partial by a factor of M.
-    kc = 0.0;
+  if constexpr (sizeof(A) == 4) {  // fp64 sums overflow only past |v| ~1e154
+    if (!(finite_acc(Kc) && finite_acc(c2))) {  // fp32 overflow (|v - Kc| past ~1.8e19): this chunk in fp64
+      Chunk<M, A> ch;
 #pragma unroll
-    for (int i = M - 1; i >= 0; --i) kc = finite_acc(v[i]) ? static_cast<double>(v[i]) : kc;
-    e1 = 0;
-    e2 = 0;
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      const double d = finite_acc(v[i]) ? static_cast<double>(v[i]) - kc : 0.0;
-      e1 += d;
-      e2 += d * d;
+      for (int i = 0; i < M; ++i) ch.v[i] = v[i];
+      const Shifted r = fp64_chunk(ch);
+      kc = r.k;
+      e1 = r.e1;
+      e2 = r.e2;
     }
   }
   if (t.n == 0) t.K = kc;

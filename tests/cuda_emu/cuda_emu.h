@@ -26,10 +26,12 @@
 #undef __device__
 #undef __host__
 #undef __forceinline__
+#undef __noinline__
 #define __global__
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 
 namespace cuda_emu {
