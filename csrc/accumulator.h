@@ -116,22 +116,25 @@ HS_HD void shifted_to_partial(Partial& p, double n, double K, double s1, double 
   const double m2 = s2 - s1 * s1 / n;
   p.m2 = m2 > 0.0 ? m2 : 0.0;
 }
-// Moments of the finite values of v[0, n) in fp64: the fallback for a block whose fp32 sums overflowed
-// (|v - K| past ~1.8e19 squares past FLT_MAX; a sum of values near FLT_MAX). Rare, so a plain two-pass loop.
+// The redo of a block whose fp32 sums overflowed (|v - K| past ~1.8e19 squares past FLT_MAX; sums of
+// values near FLT_MAX): the shifted sums of the finite values of v[0, n) in fp64, about the first of
+// them. That shift needs no division (on the GPU an fp64 division is a call with a stack frame), and as
+// M2 >= (K - mean)^2 the cancellation in shifted_to_partial is bounded by a factor of n. Rare: plain loops.
 template <typename V>
-HS_HD void fp64_partial(Partial& p, const V* v, int n) {
-  double s = 0, c = 0;
+HS_HD void fp64_shifted_sums(const V* v, int n, double& K, double& s1, double& s2) {
+  K = 0.0;
+  for (int i = n - 1; i >= 0; --i) {
+    const double x = static_cast<double>(v[i]);
+    K = x - x == 0.0 ? x : K;
+  }
+  s1 = 0.0;
+  s2 = 0.0;
   for (int i = 0; i < n; ++i) {
     const double x = static_cast<double>(v[i]);
-    if (x - x == 0.0) { s += x; c += 1; }
+    const double d = x - x == 0.0 ? x - K : 0.0;
+    s1 += d;
+    s2 += d * d;
   }
-  const double K = c > 0 ? s / c : 0.0;
-  double s1 = 0, s2 = 0;
-  for (int i = 0; i < n; ++i) {
-    const double x = static_cast<double>(v[i]);
-    if (x - x == 0.0) { s1 += x - K; s2 += (x - K) * (x - K); }
-  }
-  shifted_to_partial(p, c, K, s1, s2);
 }
 HS_HD bool partial_overflowed(const Partial& p) { return !(p.mean - p.mean == 0.0 && p.m2 - p.m2 == 0.0); }
 

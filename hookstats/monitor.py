@@ -153,11 +153,10 @@ class Monitor:
         self.step_listeners = []  # callables(monitor, finished_step), run when a step ends
         self._op_args = cfg.op_args()
         self.separate_calls = separate_calls
-        self._calls = {}  # (name, kind) -> calls so far in this forward (separate_calls=True)
+        self._calls = {}  # watch name -> its calls so far in this forward (separate_calls=True)
         self._late = set()  # (phase, *key fields, device) first reached inside compiled code, allocated at the next eager point
         self._compiled = False  # a hook ran inside torch.compile
         self._told = set()  # one-time warnings already given
-        self._input_grads = input_grads
         self._gradless_calls = set()  # names called without grad (reentrant checkpointing's forward), separate_calls
         self._split_steps = False  # train states keep the open step apart (History sets it)
         self._forward_order = {}  # module or watch name -> rank of its first eager forward call (alerts' order)
@@ -213,11 +212,8 @@ class Monitor:
             return None
         self._calls.clear()
         self._gradless_calls.clear()
-        for index in self._call_index.values():
-            index.count = 0
-            index.running.clear()  # left by a forward that raised
-        for per_call in self._input_grads:
-            per_call.open.clear()
+        for per_call in (*self._call_index.values(), *self._input_grads):
+            per_call.reset()  # a forward that raised leaves its calls open
         if torch.compiler.is_compiling():
             # Counting steps here would put a Python branch on the step into the compiled graph and
             # recompile every step: compiled models count optimizer steps instead, or mon.step() calls.
@@ -327,13 +323,12 @@ class Monitor:
         index = self._call_index.get(name) if self.separate_calls else None
         return None if index is None else index.current()
 
-    def _next_call(self, name, kind="output"):
-        """The index of this call of `name` in the current forward, or None when calls share one state."""
+    def _next_watch_call(self, name):
+        """The index of this mon.watch(name, ...) call in the current forward, or None when calls share one state."""
         if not self.separate_calls:
             return None
-        k = (name, kind)
-        n = self._calls.get(k, 0)
-        self._calls[k] = n + 1
+        n = self._calls.get(name, 0)
+        self._calls[name] = n + 1
         return n
 
     def _resolve(self, key, device, phase, reach=True):

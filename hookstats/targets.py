@@ -213,6 +213,10 @@ class CallIndex:
         if self.running:
             self.running.pop()
 
+    def reset(self):
+        self.count = 0
+        self.running.clear()
+
     def current(self):
         return self.running[-1] if self.running else None
 
@@ -230,6 +234,9 @@ class InputGrads:
         self.mon, self.name = mon, name
         self.names = positional_names(module)
         self.open = []  # BackwardHook (or None) of each call whose forward is running: nested calls stack
+
+    def reset(self):
+        self.open.clear()
 
     def pre_hook(self, module, args):
         mon = self.mon
@@ -313,7 +320,7 @@ def watch(mon, name, t):
     if mon.separate_calls and skip_recomputed_call(mon, name, recompute):
         return t
     mon._saw(name)
-    call = mon._next_call(name, "watch")
+    call = mon._next_watch_call(name)
     phase = mon._phase
     if not recompute:
         mon._measure_in(mon._key(name, "watch", "", call), t, phase)

@@ -258,18 +258,22 @@ def free_port():
 _SPAWNED = {}  # world -> what each rank saved: one spawn per world size for the whole module
 
 
+def run_ranks(fn, world, out, what):
+    """Runs fn(rank, world, port, out) in `world` spawned processes; returns what each rank saved."""
+    ctx = mp.start_processes(fn, args=(world, free_port(), str(out)), nprocs=world, join=False,
+                             start_method="spawn")
+    deadline = time.monotonic() + SPAWN_TIMEOUT_S
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail(f"{world} {what} processes did not finish within {SPAWN_TIMEOUT_S} s")
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
+
+
 def spawn(world, tmp_path_factory):
     if world not in _SPAWNED:
-        out = tmp_path_factory.mktemp(f"world{world}")
-        ctx = mp.start_processes(worker, args=(world, free_port(), str(out)), nprocs=world, join=False,
-                                 start_method="spawn")
-        deadline = time.monotonic() + SPAWN_TIMEOUT_S
-        while not ctx.join(timeout=5):
-            if time.monotonic() > deadline:
-                for p in ctx.processes:
-                    p.kill()
-                pytest.fail(f"{world} gloo processes did not finish within {SPAWN_TIMEOUT_S} s")
-        _SPAWNED[world] = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
+        _SPAWNED[world] = run_ranks(worker, world, tmp_path_factory.mktemp(f"world{world}"), "gloo")
     return _SPAWNED[world]
 
 
@@ -380,15 +384,7 @@ def test_reduce_of_outputs_and_gradients_over_gloo(ranks):
 def test_reduce_of_outputs_and_gradients_over_nccl(tmp_path):
     """One rank per GPU, up to 2 (a world of one still runs NCCL's collectives on device buffers)."""
     world = min(torch.cuda.device_count(), 2)
-    ctx = mp.start_processes(nccl_worker, args=(world, free_port(), str(tmp_path)), nprocs=world, join=False,
-                             start_method="spawn")
-    deadline = time.monotonic() + SPAWN_TIMEOUT_S
-    while not ctx.join(timeout=5):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"{world} NCCL processes did not finish within {SPAWN_TIMEOUT_S} s")
-    check_device_reduce([torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)], "cuda")
+    check_device_reduce(run_ranks(nccl_worker, world, tmp_path, "NCCL"), "cuda")
 
 
 def test_reduce_leaves_local_state_and_stats_read_it(ranks):

@@ -154,8 +154,8 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     run(model, mon, 40)
     assert mon.memory() == first
     # the byte counts from the layout alone: per state 5 float64 + istate int64 (no scratch on CPU), one
-    # flag byte per device; the ring: (log_every + 1) slots of [T, 5 + istate] int64, plus the current and
-    # previous [T, 5] float64 and [T, istate] int64 snapshots; the host staging buffer is one ring copy
+    # flag byte per device; the ring: (log_every + 1) slots of [T, 5 + istate] int64, plus [T, 5] float64
+    # (the open step, the closed steps) and [T, istate] int64 (current, previous); the host staging buffer is one ring copy
     isz, t_states, t_ring = mon.cfg.istate_size, len(mon._states), len(next(iter(mon._history._rings.values())).states)
     assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_ring * 5 * 8 + len(mon._flags)  # + closed steps
     ring = (5 + 1) * t_ring * (5 + isz) * 8

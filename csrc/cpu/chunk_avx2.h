@@ -172,7 +172,11 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
       Partial bp;
       shifted_to_partial(bp, static_cast<double>(ct), K, hsum(_mm256_add_pd(s1a, s1b)),
                          hsum(_mm256_add_pd(s2a, s2b)));
-      if (partial_overflowed(bp)) fp64_partial(bp, vals, kB);
+      if (partial_overflowed(bp)) {
+        double Kd, d1, d2;
+        fp64_shifted_sums(vals, kB, Kd, d1, d2);
+        shifted_to_partial(bp, static_cast<double>(ct), Kd, d1, d2);
+      }
       chan_merge(res.n, res.mean, res.m2, bp.n, bp.mean, bp.m2);
     }
     // Histograms: scattered increments spread over kSub private copies, so that runs of equal slots

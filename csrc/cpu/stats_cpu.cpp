@@ -122,7 +122,11 @@ struct ChunkKernel {
       for (int j = 0; j < kLanes; ++j) { s1 += c1[j]; s2 += c2[j]; }
       Partial bp;
       shifted_to_partial(bp, ct, K, s1, s2);
-      if (partial_overflowed(bp)) fp64_partial(bp, v, m);
+      if (partial_overflowed(bp)) {
+        double Kd, d1, d2;
+        fp64_shifted_sums(v, m, Kd, d1, d2);
+        shifted_to_partial(bp, ct, Kd, d1, d2);
+      }
       chan_merge(res.moments.n, res.moments.mean, res.moments.m2, bp.n, bp.mean, bp.m2);
     }
     const bool signed_nz = p.flags & kSignedNearZero;

@@ -188,21 +188,12 @@ struct Shifted {
   double k, e1, e2;
 };
 
-// The fp64 redo of a chunk whose fp32 sums overflowed. Not inlined: inlined, the compiler predicates it
-// into every chunk (+9 SASS instructions per element). It shifts by one of the chunk's own finite values
-// (no fp64 division, which is a call with a stack frame), and M2 >= (value - mean)^2 bounds the
-// cancellation in shifted_to_partial by a factor of M.
+// accumulator.h's fp64_shifted_sums for one chunk, not inlined: inlined, the compiler predicates it into
+// every chunk (+9 SASS instructions per element).
 template <int M, typename A>
 __device__ __noinline__ Shifted fp64_chunk(Chunk<M, A> ch) {
-  Shifted r{0.0, 0.0, 0.0};
-#pragma unroll
-  for (int i = M - 1; i >= 0; --i) r.k = finite_acc(ch.v[i]) ? static_cast<double>(ch.v[i]) : r.k;
-#pragma unroll
-  for (int i = 0; i < M; ++i) {
-    const double d = finite_acc(ch.v[i]) ? static_cast<double>(ch.v[i]) - r.k : 0.0;
-    r.e1 += d;
-    r.e2 += d * d;
-  }
+  Shifted r;
+  fp64_shifted_sums(ch.v, M, r.k, r.e1, r.e2);
   return r;
 }
 
