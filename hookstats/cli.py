@@ -53,6 +53,8 @@ def make_parser():
     r.add_argument("run_dir", metavar="RUN_DIR")
     r.add_argument("--out", help="write charts here instead of RUN_DIR/<run>/charts")
     sub.add_parser("bench", help="benchmarks (options: hookstats bench --help)", add_help=False)
+    sub.add_parser("plan", help="what attach() would measure and cost, without running the model "
+                                "(options: hookstats plan --help)", add_help=False)
     return p
 
 
@@ -60,6 +62,8 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
+    if argv and argv[0] == "plan":  # hookstats.plan is also the function's name: import the module itself
+        return importlib.import_module("hookstats.plan").main(argv[1:])
     args = make_parser().parse_args(argv)
     try:
         if args.command == "demo":

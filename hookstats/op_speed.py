@@ -1,0 +1,110 @@
+"""How long the fused op takes per call, for plan(): on CUDA from the H100 bandwidth table measured in
+benchmarks/RESULTS.md (GPU section), on CPU from a fit measured on the spot (time = a + b * values per dtype,
+this machine, this torch thread count)."""
+import bisect
+import math
+import statistics
+import time
+
+import torch
+
+from . import _ops
+
+MB = 1 << 20
+
+# H100 80GB HBM3, torch 2.11, eager calls, cold L2 (benchmarks/RESULTS.md, "Bandwidth"):
+# tensor MB -> op GB/s with both histograms / with neither.
+H100_GBPS = {
+    torch.float32: {"both": {1: 90, 4: 251, 16: 732, 64: 1328, 256: 1786, 1024: 1997},
+                    "none": {1: 97, 4: 270, 16: 807, 64: 1772, 256: 2526, 1024: 2858}},
+    torch.bfloat16: {"both": {1: 55, 4: 235, 16: 564, 64: 887, 256: 1055, 1024: 1116},
+                     "none": {1: 59, 4: 265, 16: 720, 64: 1324, 256: 1718, 1024: 1881}},
+}
+# fp16 runs the bf16 code path (the same SASS count per element); fp64 was not measured: the fp32 rate in
+# values per second scaled by the instructions per element of the two kernels (44.8 vs 101.5).
+H100_SAME_AS = {torch.float16: (torch.bfloat16, 1.0), torch.float64: (torch.float32, 2.0 * 44.8 / 101.5)}
+H100_EAGER_CALL_S = 10.24e-6  # eager call of the op on a 4 KB fp32 tensor: the floor of one call
+H100_SOURCE = ("H100 80GB HBM3 table of benchmarks/RESULTS.md (eager calls, cold L2; fp16 as bf16, fp64 "
+               "estimated from fp32; under CUDA graphs the per-call floor is ~5.7 us instead of ~10 us)")
+
+
+def _interp_log(table, mb):
+    """GB/s at `mb` megabytes: linear in log2(size) between the measured sizes, flat beyond them."""
+    sizes = sorted(table)
+    if mb <= sizes[0]:
+        return table[sizes[0]]
+    if mb >= sizes[-1]:
+        return table[sizes[-1]]
+    i = bisect.bisect_right(sizes, mb)
+    a, b = sizes[i - 1], sizes[i]
+    f = (math.log2(mb) - math.log2(a)) / (math.log2(b) - math.log2(a))
+    return table[a] + f * (table[b] - table[a])
+
+
+class H100Speed:
+    """Seconds per call of the CUDA kernel on an H100, from the measured table."""
+    source = H100_SOURCE
+
+    def __init__(self, histograms=True):
+        self.column = "both" if histograms else "none"
+
+    def seconds(self, dtype, numel):
+        base, scale = H100_SAME_AS.get(dtype, (dtype, 1.0))
+        itemsize = torch.empty((), dtype=base).element_size()
+        nbytes = numel * itemsize
+        mb = nbytes / MB
+        if mb < 1:  # launch-bound: from the 4 KB floor to the 1 MB figure
+            at_1mb = MB / (H100_GBPS[base][self.column][1] * 1e9)
+            return (H100_EAGER_CALL_S + (at_1mb - H100_EAGER_CALL_S) * mb) / scale
+        return nbytes / (_interp_log(H100_GBPS[base][self.column], mb) * 1e9) / scale
+
+
+class MeasuredSpeed:
+    """Seconds per call fitted on this machine: a + b * numel per dtype, from calls of the real op with the
+    monitor's configuration on a small and a large tensor (the median of `repeats` timed loops each)."""
+
+    def __init__(self, cfg, device="cpu", small=256, large=1 << 20, repeats=5, clock=time.perf_counter):
+        self.cfg, self.device, self.small, self.large = cfg, torch.device(device), small, large
+        self.repeats, self.clock = repeats, clock
+        self.fits = {}  # dtype -> (a seconds per call, b seconds per value)
+        self.source = (f"the op measured on this machine ({self.device}, {torch.get_num_threads()} torch thread(s), "
+                       f"{_ops.backend()} backend)")
+
+    def _time_call(self, x, calls):
+        fstate = torch.zeros(5, dtype=torch.float64, device=self.device)
+        istate = torch.zeros(self.cfg.istate_size, dtype=torch.int64, device=self.device)
+        scratch = torch.zeros(0, dtype=torch.uint8, device=self.device)
+        flag = torch.ones(1, dtype=torch.bool, device=self.device)
+        args = (fstate, istate, scratch, flag, *self.cfg.op_args())
+        _ops.accumulate_(x, *args)  # warm-up
+        times = []
+        for _ in range(self.repeats):
+            t0 = self.clock()
+            for _ in range(calls):
+                _ops.accumulate_(x, *args)
+            times.append((self.clock() - t0) / calls)
+        return statistics.median(times)
+
+    def fit(self, dtype):
+        if dtype not in self.fits:
+            gen = torch.Generator().manual_seed(0)
+            xs = [torch.randn(n, generator=gen).to(dtype=dtype, device=self.device) for n in (self.small, self.large)]
+            t_small, t_large = self._time_call(xs[0], 200), self._time_call(xs[1], 3)
+            b = max(t_large - t_small, 0.0) / (self.large - self.small)
+            self.fits[dtype] = (max(t_small - b * self.small, 0.0), b)
+        return self.fits[dtype]
+
+    def seconds(self, dtype, numel):
+        a, b = self.fit(dtype)
+        return a + b * numel
+
+
+def speed_for(device, cfg, **measure_kwargs):
+    """The op-time model plan() uses for tensors on `device`: the H100 table for CUDA, a fit measured now
+    for CPU, None elsewhere (no figure)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return H100Speed(histograms=cfg.linear_hist or cfg.log_hist)
+    if device.type == "cpu":
+        return MeasuredSpeed(cfg, device, **measure_kwargs)
+    return None
