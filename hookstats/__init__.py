@@ -4,6 +4,7 @@ from .config import StatsConfig
 from .monitor import Monitor, TargetKey, attach
 from .alerts import AlertRules
 from .summary import summary
+from .planner import plan
 
 __version__ = "0.1.0"
-__all__ = ["attach", "Monitor", "StatsConfig", "TargetKey", "accumulate_", "accumulate_many_", "backend", "AlertRules", "summary"]
+__all__ = ["attach", "Monitor", "StatsConfig", "TargetKey", "accumulate_", "accumulate_many_", "backend", "AlertRules", "summary", "plan"]

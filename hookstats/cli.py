@@ -62,8 +62,9 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "bench":
         return _bench(argv[1:])
-    if argv and argv[0] == "plan":  # hookstats.plan is also the function's name: import the module itself
-        return importlib.import_module("hookstats.plan").main(argv[1:])
+    if argv and argv[0] == "plan":
+        from .planner import main as plan
+        return plan(argv[1:])
     args = make_parser().parse_args(argv)
     try:
         if args.command == "demo":

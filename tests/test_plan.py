@@ -1,0 +1,270 @@
+"""plan(): its targets, values and memory against a real attach() on the same model, its detach figures
+against a real detach-to-CPU hook, its time figures against hand computations, and the CLI presets."""
+import json
+import math
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import hookstats
+from hookstats import cli, op_speed
+from hookstats import planner as plan_cli
+from hookstats.planner import default_loss, plan
+
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                                  nn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False), nn.ReLU())
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.head(self.body(x).mean((2, 3)))
+
+
+class LSTMNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.lstm, self.head = nn.Embedding(20, 6), nn.LSTM(6, 7, batch_first=True), nn.Linear(7, 3)
+
+    def forward(self, idx):
+        out, (h, c) = self.lstm(self.emb(idx))
+        return self.head(out[:, -1]) + h[-1].sum() + c.sum()
+
+
+class Shared(nn.Module):
+    """One Linear called twice per forward (separate_calls), then a frozen one."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.frozen = nn.Linear(4, 4), nn.Linear(4, 2)
+        self.frozen.requires_grad_(False)
+
+    def forward(self, x):
+        return self.frozen(torch.tanh(self.fc(torch.relu(self.fc(x)))))
+
+
+def gpt2_tiny():
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=40, n_positions=12)
+    model = GPT2LMHeadModel(cfg)
+    ids = torch.randint(0, 40, (2, 8))
+    return model, (ids,), {"labels": ids, "use_cache": False}
+
+
+def model_and_inputs(name):
+    torch.manual_seed(0)
+    if name == "cnn":
+        return CNN(), (torch.randn(2, 3, 8, 8),), {}
+    if name == "lstm":
+        return LSTMNet(), (torch.randint(0, 20, (3, 5)),), {}
+    if name == "shared":
+        return Shared(), (torch.randn(3, 4, requires_grad=True),), {}
+    return gpt2_tiny()
+
+
+def real_step(model, args, kwargs, **attach_kwargs):
+    """One real training step with attach(): the oracle plan() must match."""
+    mon = hookstats.attach(model, **attach_kwargs)
+    loss = default_loss(model(*args, **kwargs))
+    loss.backward()
+    mon.step()
+    stats, memory = mon.stats(), mon.memory()
+    mon.remove()
+    return stats, memory
+
+
+VARIANTS = [
+    {},
+    {"outputs": True, "grads": False},
+    {"inputs": True, "grads": False},
+    {"input_grads": True},
+    {"param_grads": True, "grads": False, "outputs": False},
+    {"inputs": True, "input_grads": True, "param_grads": True, "separate_calls": True},
+    {"include_paramless": True, "separate_calls": True},
+    {"types": [nn.Linear], "param_grads": True},
+]
+
+
+@pytest.mark.parametrize("name", ["cnn", "lstm", "shared", "gpt2"])
+@pytest.mark.parametrize("kwargs", VARIANTS, ids=lambda k: ",".join(k) or "default")
+def test_targets_and_values_equal_a_real_attach(name, kwargs):
+    if name == "gpt2":
+        pytest.importorskip("transformers")
+    model, args, kw = model_and_inputs(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # attach()'s own notes (input_grads skips, PyTorch's first-layer note)
+        stats, _ = real_step(model, args, kw, **kwargs)
+        p = plan(model, *args, example_kwargs=kw, speed=False, **kwargs)
+    assert [t.id for t in p.targets] and sorted(t.id for t in p.targets) == sorted(stats)
+    assert {t.id: t.values for t in p.targets} == {k: r["count"] for k, r in stats.items()}
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"history": True}, {"history": 3, "param_grads": True, "nbins": 64}])
+def test_memory_equals_mon_memory(kwargs):
+    model, args, kw = model_and_inputs("cnn")
+    _, memory = real_step(model, args, kw, **kwargs)
+    assert plan(model, *args, speed=False, **kwargs).memory == memory
+
+
+def test_detach_bytes_equal_what_a_detach_to_cpu_hook_copies():
+    """The bytes a hand-written detach-to-CPU hook keeps for every output and output gradient of the hooked
+    modules (fastai's Hook(cpu=True)), counted by the test's own hooks."""
+    model, args, kw = model_and_inputs("lstm")
+    kept = []
+
+    def keep(t):
+        kept.append(t.detach().cpu())
+
+    def hook(m, a, out):
+        for leaf in hookstats.targets.tensor_leaves(out):
+            t = leaf[1]
+            if t.is_floating_point():
+                keep(t)
+                if t.requires_grad:
+                    t.register_hook(keep)
+    handles = [m.register_forward_hook(hook) for m in model.modules() if next(m.parameters(False), None) is not None]
+    default_loss(model(*args)).backward()
+    for h in handles:
+        h.remove()
+    copied = sum(t.numel() * t.element_size() for t in kept)
+    p = plan(model, *args, speed=False)
+    assert p.bytes == copied and p.detach_held(7) == 7 * copied
+    assert sum(t.values for t in p.targets) == sum(t.numel() for t in kept)
+
+
+def test_a_meta_model_plans_like_the_real_one_and_is_left_alone():
+    real, args, kw = model_and_inputs("cnn")
+    with torch.device("meta"):
+        meta = CNN()
+    params = list(meta.parameters())
+    a = plan(real, *args, speed=False, param_grads=True)
+    b = plan(meta, torch.empty(2, 3, 8, 8, device="meta"), speed=False, param_grads=True)
+    assert [(t.id, t.shapes, t.dtype, t.bytes) for t in a.targets] == [(t.id, t.shapes, t.dtype, t.bytes) for t in b.targets]
+    assert a.memory == b.memory
+    assert list(meta.parameters()) == params and all(p.grad is None and p.is_meta for p in params)
+    assert all(p.grad is None for p in real.parameters())
+    assert hookstats.monitor.attached_monitor(real) is None and not real.head._forward_hooks
+
+
+def test_bf16_model_and_shapes_per_call():
+    model, args, kw = model_and_inputs("shared")
+    model = model.to(torch.bfloat16)
+    p = plan(model, args[0].to(torch.bfloat16), speed=False)
+    fc = next(t for t in p.targets if t.id == "fc:output")
+    assert fc.shapes == [(3, 4), (3, 4)] and fc.dtype == "bfloat16" and fc.bytes == 2 * 12 * 2
+
+
+class PerValue:
+    """A speed model of the test's own: 1 us per call plus 1 ns per value."""
+    source = "test"
+
+    def seconds(self, dtype, numel):
+        return 1e-6 + 1e-9 * numel
+
+
+def test_prediction_from_step_time_and_from_flops():
+    model, args, kw = model_and_inputs("cnn")
+    stats, _ = real_step(model, args, kw)
+    p = plan(model, *args, speed=PerValue(), every=2)
+    calls = len(stats)  # one call per target in this model
+    op = calls * 1e-6 + sum(r["count"] for r in stats.values()) * 1e-9
+    assert math.isclose(p.op_seconds, op)
+    pr = p.predict(step_time=op * 10, budget=0.05)
+    assert math.isclose(pr["overhead_every_1"], 0.1) and math.isclose(pr["overhead"], 0.05)
+    assert pr["every_for_budget"] == 2
+    assert p.predict(step_time=op * 100, budget=0.05)["every_for_budget"] == 1
+    # FLOPs of one step: the test's own count of the convolutions and the linear head, forward and backward
+    flops_fwd = 2 * (2 * 8 * 8 * 8 * 3 * 9) + 2 * (2 * 4 * 4 * 8 * 8 * 9) + 2 * (2 * 8 * 5)
+    assert p.flops >= 2 * flops_fwd  # backward at least as much again
+    assert math.isclose(p.predict(peak_flops=p.flops / (op * 10))["overhead_every_1"], 0.1)
+
+
+def test_h100_table_at_a_measured_point_and_cpu_fit_runs():
+    s = op_speed.H100Speed()
+    assert math.isclose(s.seconds(torch.float32, 64 * op_speed.MB // 4), 64 * op_speed.MB / 1328e9)
+    assert math.isclose(s.seconds(torch.bfloat16, 256 * op_speed.MB // 2), 256 * op_speed.MB / 1055e9)
+    assert s.seconds(torch.float32, 1) == pytest.approx(op_speed.H100_EAGER_CALL_S, rel=1e-3)
+    cpu = op_speed.MeasuredSpeed(hookstats.StatsConfig(), large=1 << 14, repeats=1)
+    a, b = cpu.fit(torch.float32)
+    assert a >= 0 and b >= 0 and cpu.seconds(torch.float32, 1000) == a + 1000 * b
+
+
+def test_plan_leaves_the_op_and_other_monitors_working():
+    model, args, kw = model_and_inputs("cnn")
+    other = nn.Linear(3, 3)
+    mon = hookstats.attach(other)
+    plan(model, *args, speed=False)
+    other(torch.ones(2, 3))
+    assert mon.stats()[":output"]["count"] == 6
+    assert hookstats._ops.accumulate_ is torch.ops.hookstats.accumulate_.default or hookstats.backend() == "reference"
+    mon.remove()
+
+
+def test_plan_is_exported():
+    assert hookstats.plan is plan and plan_cli.plan is plan
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="nn.Module"):
+        plan(lambda x: x, torch.ones(1))
+
+    class ReadsValues(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.fc(x) if bool(x.sum() > 0) else -self.fc(x)
+    with pytest.raises(ValueError, match="reads tensor values"):
+        plan(ReadsValues(), torch.ones(1, 2), speed=False)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="speed='cuda'"):
+            plan(CNN(), torch.ones(1, 3, 4, 4), device="cuda")
+
+
+# ---------------------------------------------------------------- CLI
+def test_cli_gpt2_table_and_json(capsys):
+    pytest.importorskip("transformers")
+    assert plan_cli.main(["gpt2", "--seq", "16", "--step-time", "0.1"]) == 0
+    out = capsys.readouterr().out
+    assert "transformer.h.11.mlp.c_fc:output" in out and "total: " in out and "every=" in out
+    assert cli.main(["plan", "gpt2", "--seq", "16", "--json", "--param-grads", "--peak-tflops", "100"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    ids = [t["id"] for t in d["targets"]]
+    assert "lm_head.weight:param_grad" not in ids and "transformer.wte.weight:param_grad" in ids  # tied: one
+    assert d["total"]["bytes"] == sum(t["bytes"] for t in d["targets"]) and d["prediction"]["every_for_budget"] >= 1
+    assert d["targets"][0]["dtype"] == "bfloat16" and d["memory"]["state_bytes"] > 0
+
+
+def test_cli_llama_presets_and_a_local_config(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    assert plan_cli.main(["llama-7b", "--batch", "2", "--seq", "8", "--totals", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    q = next(t for t in d["targets"] if t["id"] == "model.layers.31.self_attn.q_proj:output")
+    assert q["shapes"] == [[2, 8, 4096]] and q["bytes"] == 2 * 8 * 4096 * 2
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2, "vocab_size": 11,
+                               "n_positions": 6}))
+    assert plan_cli.main([str(cfg), "--dtype", "fp32", "--device", "cpu", "--totals"]) == 0
+    assert "op time per measured step" in capsys.readouterr().out
+    assert plan_cli.main([str(cfg), "--seq", "7"]) == 2
+    assert "longer than the model's 6 positions" in capsys.readouterr().err
+    assert plan_cli.main(["no-such-model"]) == 2
+    assert "neither a preset" in capsys.readouterr().err
+
+
+def test_llama_70b_preset_is_built_on_meta_with_llama_2_70b_shapes():
+    """The 70B plan itself takes ~10 s of CPU (benchmarks/plan_validation.py times it): too slow for a test."""
+    pytest.importorskip("transformers")
+    from hookstats import presets
+    model, (ids,), kw = presets.build("llama-70b", batch=2, seq=4096)
+    params = list(model.parameters())
+    assert all(p.is_meta and p.dtype == torch.bfloat16 for p in params)
+    assert sum(p.numel() for p in params) == 68_976_648_192  # Llama 2 70B's published count
+    assert ids.shape == (2, 4096) and kw["labels"] is ids
