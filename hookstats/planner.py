@@ -50,9 +50,9 @@ class TargetPlan:
 class Plan:
     """The result of plan(): per target and in total, what is read, copied and held, and the predicted cost."""
 
-    def __init__(self, targets, memory, flops, every, speed_source):
+    def __init__(self, targets, memory, flops, every, speed_source, notes=()):
         self.targets, self.memory, self.flops, self.every = targets, memory, flops, every
-        self.speed_source = speed_source
+        self.speed_source, self.notes = speed_source, list(notes)
 
     @property
     def values(self):
@@ -98,7 +98,8 @@ class Plan:
                           "op_seconds": self.op_seconds, "flops": self.flops, "every": self.every},
                 "memory": dict(self.memory),
                 "detach": {"bytes_per_step": self.bytes, "steps": steps, "held_after_steps": self.detach_held(steps)},
-                "prediction": {**self.predict(**predict_kwargs), "speed_source": self.speed_source}}
+                "prediction": {**self.predict(**predict_kwargs), "speed_source": self.speed_source},
+                "notes": self.notes}
 
     def table(self, steps=100, per_target=True, **predict_kwargs):
         d = self.to_dict(steps, **predict_kwargs)
@@ -123,7 +124,7 @@ class Plan:
             lines.append(f"step time {p['step_seconds'] * 1e3:.3f} ms: overhead {100 * p['overhead_every_1']:.2f}% "
                          f"measuring every step, {100 * p['overhead']:.2f}% at every={self.every}; every="
                          f"{p['every_for_budget']} keeps it under {100 * p['budget']:g}%")
-        return "\n".join(lines)
+        return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
     def __repr__(self):
         return f"Plan({len(self.targets)} targets, {_size(self.bytes)} read per measured step)"
@@ -202,24 +203,16 @@ def default_loss(out):
 
 
 def _listed(monitor, recorded):
-    """(TargetKey, [records]) of every train target stats() would list after this step, in first-call order.
-    Reads the monitor's states (Monitor has no public listing of its states yet); the rule is stats()'s:
-    reached states, less a preallocated plain-tensor state whose module's outputs turned out to be tuples."""
+    """(TargetKey, [records]) of every train target stats() would list after this step (the states a hook
+    reached), in first-call order. Reads the monitor's states: Monitor has no public listing of them yet."""
     by_key = {}
     for (phase, key, _), st in monitor._states.items():
-        if phase == "train" and getattr(st, "reached", True):
-            by_key.setdefault(key, []).extend(recorded.get(id(st.fstate), []))
-    order = {id_: i for i, id_ in enumerate(recorded)}
-    first = {}
-    for (phase, key, _), st in monitor._states.items():
-        if phase == "train" and key in by_key:
-            first[key] = min(first.get(key, math.inf), order.get(id(st.fstate), math.inf))
-    out = []
-    for key, recs in by_key.items():
-        if not recs and key.leaf == "" and any(k.module == key.module and k.kind == key.kind and k.leaf for k in by_key):
-            continue
-        out.append((key, recs))
-    return sorted(out, key=lambda kr: (first[kr[0]], kr[0].id))
+        if phase == "train" and st.reached:
+            by_key.setdefault(key, []).append(id(st.fstate))
+    order = {fid: i for i, fid in enumerate(recorded)}
+    first = {key: min(order.get(f, math.inf) for f in fids) for key, fids in by_key.items()}
+    return [(key, [r for f in by_key[key] for r in recorded.get(f, [])])
+            for key in sorted(by_key, key=lambda k: (first[k], k.id))]
 
 
 def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None, speed=None, **attach_kwargs):
@@ -264,7 +257,11 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
     if speed is None:
         devices = {r[2] for _, recs in listed for r in recs}
         speed = next(iter(devices)) if len(devices) == 1 else False
+    notes = []
     if isinstance(speed, (str, torch.device)):
+        if torch.device(speed).type == "cuda" and not any(r[2].type == "cuda" for _, recs in listed for r in recs):
+            notes.append("planned on CPU tensors: on a GPU each state also holds the CUDA kernel's scratch and the "
+                         "history's host staging is two pinned buffers, so mon.memory() there is larger")
         speed = op_speed.speed_for(speed, mon.cfg) or False
     targets = []
     for key, recs in listed:
@@ -274,7 +271,7 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
             device=",".join(sorted({str(r[2]) for r in recs})), values=sum(r[3] for r in recs),
             bytes=sum(r[3] * r[1].itemsize for r in recs),
             op_seconds=sum(speed.seconds(r[1], r[3]) for r in recs) if speed else None))
-    return Plan(targets, memory, flops.get_total_flops(), mon.every, getattr(speed, "source", None))
+    return Plan(targets, memory, flops.get_total_flops(), mon.every, getattr(speed, "source", None), notes)
 
 
 # ---------------------------------------------------------------- python -m hookstats plan
