@@ -1,6 +1,6 @@
 """How long the fused op takes per call, for plan(): on CUDA from the H100 bandwidth table measured in
-benchmarks/RESULTS.md (GPU section), on CPU from a fit measured on the spot (time = a + b * values per dtype,
-this machine, this torch thread count)."""
+benchmarks/RESULTS.md (GPU section), on CPU from the op timed on the spot (a few sizes per dtype, this machine,
+this torch thread count)."""
 import bisect
 import math
 import statistics
@@ -9,6 +9,7 @@ import time
 import torch
 
 from . import _ops
+from .monitor import scratch_bytes
 
 MB = 1 << 20
 
@@ -60,48 +61,60 @@ class H100Speed:
 
 
 class MeasuredSpeed:
-    """Seconds per call fitted on this machine: a + b * numel per dtype, from calls of the real op with the
-    monitor's configuration on a small and a large tensor (the median of `repeats` timed loops each)."""
+    """Seconds per call measured on this machine: the real op with the monitor's configuration timed on tensors
+    of a few sizes per dtype (the median of `repeats` timed loops each), linear in the size between them, the
+    smallest size's time below it and the largest size's rate per value above it. Large sizes matter: the
+    per-value cost grows once a tensor leaves the caches (benchmarks/RESULTS.md, section 5)."""
 
-    def __init__(self, cfg, device="cpu", small=256, large=1 << 20, repeats=5, clock=time.perf_counter):
-        self.cfg, self.device, self.small, self.large = cfg, torch.device(device), small, large
+    SIZES = (256, 1 << 12, 1 << 16, 1 << 20, 1 << 23)
+
+    def __init__(self, cfg, device="cpu", sizes=SIZES, repeats=5, clock=time.perf_counter):
+        self.cfg, self.device, self.sizes = cfg, torch.device(device), tuple(sorted(sizes))
         self.repeats, self.clock = repeats, clock
-        self.fits = {}  # dtype -> (a seconds per call, b seconds per value)
+        self.points = {}  # dtype -> [seconds per call at each of self.sizes]
         self.source = (f"the op measured on this machine ({self.device}, {torch.get_num_threads()} torch thread(s), "
                        f"{_ops.backend()} backend)")
 
-    def _time_call(self, x, calls):
+    def _time_call(self, x):
         fstate = torch.zeros(5, dtype=torch.float64, device=self.device)
         istate = torch.zeros(self.cfg.istate_size, dtype=torch.int64, device=self.device)
-        scratch = torch.zeros(0, dtype=torch.uint8, device=self.device)
+        scratch = torch.zeros(scratch_bytes(self.device), dtype=torch.uint8, device=self.device)
         flag = torch.ones(1, dtype=torch.bool, device=self.device)
         args = (fstate, istate, scratch, flag, *self.cfg.op_args())
+        calls = max(2, min(200, (1 << 22) // x.numel()))
         _ops.accumulate_(x, *args)  # warm-up
         times = []
         for _ in range(self.repeats):
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
             t0 = self.clock()
             for _ in range(calls):
                 _ops.accumulate_(x, *args)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
             times.append((self.clock() - t0) / calls)
         return statistics.median(times)
 
-    def fit(self, dtype):
-        if dtype not in self.fits:
+    def measure(self, dtype):
+        if dtype not in self.points:
             gen = torch.Generator().manual_seed(0)
-            xs = [torch.randn(n, generator=gen).to(dtype=dtype, device=self.device) for n in (self.small, self.large)]
-            t_small, t_large = self._time_call(xs[0], 200), self._time_call(xs[1], 3)
-            b = max(t_large - t_small, 0.0) / (self.large - self.small)
-            self.fits[dtype] = (max(t_small - b * self.small, 0.0), b)
-        return self.fits[dtype]
+            self.points[dtype] = [self._time_call(torch.randn(n, generator=gen).to(dtype=dtype, device=self.device))
+                                  for n in self.sizes]
+        return self.points[dtype]
 
     def seconds(self, dtype, numel):
-        a, b = self.fit(dtype)
-        return a + b * numel
+        t, n = self.measure(dtype), self.sizes
+        if numel <= n[0]:
+            return t[0]
+        if numel >= n[-1]:
+            return t[-1] * numel / n[-1]
+        i = bisect.bisect_right(n, numel)
+        return t[i - 1] + (t[i] - t[i - 1]) * (numel - n[i - 1]) / (n[i] - n[i - 1])
 
 
 def speed_for(device, cfg, **measure_kwargs):
-    """The op-time model plan() uses for tensors on `device`: the H100 table for CUDA, a fit measured now
-    for CPU, None elsewhere (no figure)."""
+    """The op-time model plan() uses for tensors on `device`: the H100 table for CUDA, the op measured now
+    on CPU, None elsewhere (no figure)."""
     device = torch.device(device)
     if device.type == "cuda":
         return H100Speed(histograms=cfg.linear_hist or cfg.log_hist)

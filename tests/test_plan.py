@@ -190,9 +190,11 @@ def test_h100_table_at_a_measured_point_and_cpu_fit_runs():
     assert math.isclose(s.seconds(torch.float32, 64 * op_speed.MB // 4), 64 * op_speed.MB / 1328e9)
     assert math.isclose(s.seconds(torch.bfloat16, 256 * op_speed.MB // 2), 256 * op_speed.MB / 1055e9)
     assert s.seconds(torch.float32, 1) == pytest.approx(op_speed.H100_EAGER_CALL_S, rel=1e-3)
-    cpu = op_speed.MeasuredSpeed(hookstats.StatsConfig(), large=1 << 14, repeats=1)
-    a, b = cpu.fit(torch.float32)
-    assert a >= 0 and b >= 0 and cpu.seconds(torch.float32, 1000) == a + 1000 * b
+    cpu = op_speed.MeasuredSpeed(hookstats.StatsConfig(), sizes=(16, 1024), repeats=1)
+    (t16, t1024) = cpu.measure(torch.float32)
+    assert cpu.seconds(torch.float32, 16) == t16 and cpu.seconds(torch.float32, 1) == t16
+    assert math.isclose(cpu.seconds(torch.float32, 520), (t16 + t1024) / 2)
+    assert math.isclose(cpu.seconds(torch.float32, 4096), 4 * t1024)
 
 
 def test_plan_leaves_the_op_and_other_monitors_working():
