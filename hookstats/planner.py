@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
 from . import _ops, op_speed
-from .monitor import attach
+from .monitor import attach, attached_monitor
 from .summary import format_table
 from .targets import tensor_leaves
 
@@ -77,6 +77,9 @@ class Plan:
     def predict(self, step_time=None, peak_flops=None, budget=0.05):
         """Step overhead from the op time and the step time (given in seconds, or the model's FLOPs per step
         at `peak_flops` FLOP/s), and the smallest every=N that keeps it under `budget` (0.05 = 5%)."""
+        for name, v in (("step_time", step_time), ("peak_flops", peak_flops), ("budget", budget)):
+            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf):
+                raise ValueError(f"{name} must be a positive number, got {v!r}")
         if step_time is None and peak_flops is not None:
             step_time = self.flops / peak_flops if self.flops else None
         out = {"step_seconds": step_time, "op_seconds": self.op_seconds, "budget": budget}
@@ -232,6 +235,9 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
     if device is not None and torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise ValueError("plan(device='cuda') needs a torch that can use CUDA (autograd sets up the device); "
                          "plan on CPU tensors with speed='cuda' to get the H100 time figures")
+    if attached_monitor(model) is not None:
+        raise ValueError("plan() copies the model with its hooks, and the monitor attached to it would measure the "
+                         "copy's fake tensors: plan before attach() or after mon.remove()")
     if attach_kwargs.pop("sinks", None) and not attach_kwargs.get("history"):
         attach_kwargs["history"] = True
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -313,7 +319,8 @@ def _positive_int(text):
 def main(argv=None):
     """`python -m hookstats plan MODEL [options]`: prints the plan; bad arguments end with one line, status 2."""
     from . import presets
-    p = argparse.ArgumentParser(prog="hookstats plan", description="What hookstats.attach() would measure on a "
+    from .cli import Parser  # one-line errors with status 2, as the other commands
+    p = Parser(prog="hookstats plan", description="What hookstats.attach() would measure on a "
                                 "model and what it would cost, planned on fake tensors (nothing is downloaded "
                                 "or allocated).")
     add_arguments(p)

@@ -225,6 +225,15 @@ def test_bad_input():
             return self.fc(x) if bool(x.sum() > 0) else -self.fc(x)
     with pytest.raises(ValueError, match="reads tensor values"):
         plan(ReadsValues(), torch.ones(1, 2), speed=False)
+    model = CNN()
+    with hookstats.attach(model):
+        with pytest.raises(ValueError, match="before attach"):
+            plan(model, torch.ones(1, 3, 4, 4), speed=False)
+    assert plan(model, torch.ones(1, 3, 4, 4), speed=False).targets  # removed: fine
+    p = plan(model, torch.ones(1, 3, 4, 4), speed=False)
+    for bad in ({"step_time": 0}, {"step_time": -1.0}, {"budget": 0}, {"peak_flops": float("inf")}):
+        with pytest.raises(ValueError, match="positive number"):
+            p.predict(**bad)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="speed='cuda'"):
             plan(CNN(), torch.ones(1, 3, 4, 4), device="cuda")
