@@ -190,7 +190,7 @@ def test_h100_table_at_a_measured_point_and_cpu_fit_runs():
     assert math.isclose(s.seconds(torch.float32, 64 * op_speed.MB // 4), 64 * op_speed.MB / 1328e9)
     assert math.isclose(s.seconds(torch.bfloat16, 256 * op_speed.MB // 2), 256 * op_speed.MB / 1055e9)
     assert s.seconds(torch.float32, 1) == pytest.approx(op_speed.H100_EAGER_CALL_S, rel=1e-3)
-    cpu = op_speed.MeasuredSpeed(hookstats.StatsConfig(), sizes=(16, 1024), repeats=1)
+    cpu = op_speed.MeasuredSpeed(hookstats.StatsConfig(), sizes=(16, 1024), repeats=1, pool=1 << 12)
     (t16, t1024) = cpu.measure(torch.float32)
     assert cpu.seconds(torch.float32, 16) == t16 and cpu.seconds(torch.float32, 1) == t16
     assert math.isclose(cpu.seconds(torch.float32, 520), (t16 + t1024) / 2)
@@ -279,3 +279,13 @@ def test_llama_70b_preset_is_built_on_meta_with_llama_2_70b_shapes():
     assert all(p.is_meta and p.dtype == torch.bfloat16 for p in params)
     assert sum(p.numel() for p in params) == 68_976_648_192  # Llama 2 70B's published count
     assert ids.shape == (2, 4096) and kw["labels"] is ids
+
+
+def test_cli_help_and_bad_arguments(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["plan", "--help"])
+    assert e.value.code == 0 and "--peak-tflops" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        cli.main(["plan", "gpt2", "--batch", "0"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "must be >= 1" in err
