@@ -124,9 +124,10 @@ class Plan:
         else:
             lines.append(f"op time per measured step: {p['op_seconds'] * 1e3:.3f} ms ({p['speed_source']})")
         if "overhead" in p:
+            at_every = f", {100 * p['overhead']:.2f}% at every={self.every}" if self.every > 1 else ""
             lines.append(f"step time {p['step_seconds'] * 1e3:.3f} ms: overhead {100 * p['overhead_every_1']:.2f}% "
-                         f"measuring every step, {100 * p['overhead']:.2f}% at every={self.every}; every="
-                         f"{p['every_for_budget']} keeps it under {100 * p['budget']:g}%")
+                         f"measuring every step{at_every}; every={p['every_for_budget']} keeps it under "
+                         f"{100 * p['budget']:g}%")
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
     def __repr__(self):
@@ -134,7 +135,7 @@ class Plan:
 
 
 def _size(n):
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{n} B"
