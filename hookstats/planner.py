@@ -12,11 +12,12 @@ import dataclasses
 import json
 import math
 import sys
+import threading
 
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException, FakeTensor,
-                                          FakeTensorMode)
+                                          FakeTensorMode, UnsupportedOperatorException)
 from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -174,26 +175,29 @@ class _Recorder:
     def _ours(self, x):
         return isinstance(x, FakeTensor) and x.fake_mode is self.fake_mode
 
+    _lock = threading.Lock()  # one plan at a time swaps the op: two overlapping swaps would lose one
+
     @contextlib.contextmanager
     def installed(self):
-        real_one, real_many = _ops.accumulate_, _ops.accumulate_many_
+        with self._lock:
+            real_one, real_many = _ops.accumulate_, _ops.accumulate_many_
 
-        def one(x, fstate, *args):
-            if not self._ours(x):
-                return real_one(x, fstate, *args)
-            self._record(x, fstate)
+            def one(x, fstate, *args):
+                if not self._ours(x):
+                    return real_one(x, fstate, *args)
+                self._record(x, fstate)
 
-        def many(xs, fstates, *args):
-            if not all(self._ours(x) for x in xs):
-                return real_many(xs, fstates, *args)
-            for x, f in zip(xs, fstates):
-                self._record(x, f)
+            def many(xs, fstates, *args):
+                if not all(self._ours(x) for x in xs):
+                    return real_many(xs, fstates, *args)
+                for x, f in zip(xs, fstates):
+                    self._record(x, f)
 
-        _ops.accumulate_, _ops.accumulate_many_ = one, many
-        try:
-            yield self
-        finally:
-            _ops.accumulate_, _ops.accumulate_many_ = real_one, real_many
+            _ops.accumulate_, _ops.accumulate_many_ = one, many
+            try:
+                yield self
+            finally:
+                _ops.accumulate_, _ops.accumulate_many_ = real_one, real_many
 
 
 def default_loss(out):
@@ -259,6 +263,9 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
         except (DataDependentOutputException, DynamicOutputShapeException) as e:
             raise ValueError(f"plan(): the model's forward reads tensor values ({e}), which fake tensors do not "
                              "have; pass inputs that avoid that branch (e.g. no attention mask)") from None
+        except UnsupportedOperatorException as e:
+            raise ValueError(f"plan(): the model's forward calls {e}, an op PyTorch cannot run on fake "
+                             "tensors") from None
         listed = _listed(mon, recorder.calls)
         memory = mon.memory()
     if speed is None:

@@ -208,6 +208,20 @@ def test_plan_leaves_the_op_and_other_monitors_working():
     mon.remove()
 
 
+def test_plans_in_two_threads_each_see_their_own_calls():
+    import threading
+    model, args, kw = model_and_inputs("lstm")
+    alone = [(t.id, t.values) for t in plan(model, *args, speed=False, param_grads=True).targets]
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(
+        [(t.id, t.values) for t in plan(model, *args, speed=False, param_grads=True).targets])) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [alone, alone]
+
+
 def test_plan_is_exported():
     assert hookstats.plan is plan and plan_cli.plan is plan
 
