@@ -56,9 +56,15 @@ def build(name_or_path, batch=1, seq=None, dtype="bf16"):
         raise ValueError(f"--seq {seq} is longer than the model's {max_len} positions")
     with torch.device("meta"):
         try:
-            model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype])
-            causal = True
-        except ValueError:
-            model, causal = AutoModel.from_config(config, dtype=DTYPES[dtype]), False
+            model, causal = _from_config(AutoModelForCausalLM, config, DTYPES[dtype]), True
+        except ValueError:  # not a causal LM: the bare model
+            model, causal = _from_config(AutoModel, config, DTYPES[dtype]), False
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
     return model, (ids,), ({"labels": ids, "use_cache": False} if causal else {"use_cache": False})
+
+
+def _from_config(auto, config, dtype):
+    try:
+        return auto.from_config(config, dtype=dtype)
+    except TypeError:  # transformers 4.x calls it torch_dtype
+        return auto.from_config(config, torch_dtype=dtype)
