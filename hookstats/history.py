@@ -130,8 +130,8 @@ class History:
                 by_dev.setdefault(device, []).append(st)
         return by_dev
 
-    def _on_step_end(self, monitor, step):
-        if self._broken or self._closed or not monitor.sampled:
+    def _on_step_end(self, monitor, step, sampled):
+        if self._broken or self._closed or not sampled:
             return
         try:
             self.record(step)
@@ -216,7 +216,7 @@ class History:
         if self._closed:
             return
         self._closed = True
-        if not self._broken and self.monitor.sampled:
+        if not self._broken and self.monitor.step_sampled:
             self.record(self.monitor.step_count)
         self.flush(wait=True)
         for sink in self.sinks:
