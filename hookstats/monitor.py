@@ -455,10 +455,12 @@ class Monitor:
         return host
 
     def reset(self):
+        """Restarts the running totals (stats(), reduce(), histogram(), running min/max). The per-step history
+        is not reset: the open step's record keeps what it measured before, recorded steps stay as they are."""
+        if self._history is not None:
+            self._history.before_reset()
         for st in self._states.values():
             st.reset()
-        if self._param_grads is not None:
-            self._param_grads.clear()
 
     def reduce(self, group=None):
         """Every target's state merged over the ranks of `group` (all ranks must call it), as a snapshot

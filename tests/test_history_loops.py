@@ -24,6 +24,7 @@ class Oracle:
     def __init__(self, model, names, param_grads):
         self.step, self.params = None, param_grads
         self.seen = collections.defaultdict(list)
+        self.total = collections.defaultdict(list)  # target -> train values since the last mon.reset()
         self.model = model
         for name in names:
             model.get_submodule(name).register_forward_hook(self._hook(name))
@@ -34,18 +35,23 @@ class Oracle:
                 return
             step = self.step
             if torch._C._current_graph_task_id() == -1:  # not a checkpointed forward recomputed in backward
-                self.seen[(step, f"{name}:output")].append(out.detach().double().numpy().ravel().copy())
+                self.add(step, f"{name}:output", out)
             if out.requires_grad:
-                out.register_hook(lambda g: self.seen[(step, f"{name}:grad_output")].append(
-                    g.double().numpy().ravel().copy()))
+                out.register_hook(lambda g: self.add(step, f"{name}:grad_output", g))
         return hook
+
+    def add(self, step, target, t):
+        v = t.detach().double().numpy().ravel().copy()
+        self.seen[(step, target)].append(v)
+        if step != "eval":
+            self.total[target].append(v)
 
     def param_grads(self):
         if self.step is None or not self.params:
             return
         for name, p in self.model.named_parameters():
             if p.grad is not None:
-                self.seen[(self.step, f"{name}:param_grad")].append(p.grad.double().numpy().ravel().copy())
+                self.add(self.step, f"{name}:param_grad", p.grad)
 
 
 def model_and_data():
@@ -60,7 +66,7 @@ def run(actions, model, data, mon, oracle, every=1, manual=False):
     fwd/bwd: a train step's forward, then its backward and optimizer step (train = both); micro: a
     micro-batch (forward + backward) of a manual step, ended by "step" (optimizer step, mon.step());
     nograd: a train-mode forward without grad; ckpt: a forward checkpointed whole (use_reentrant=True); eval: a validation pass of 2 batches; summary: summary();
-    pause/resume."""
+    pause/resume; reset: mon.reset()."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     step, paused, loss = -1 if not manual else 0, False, None
 
@@ -104,6 +110,9 @@ def run(actions, model, data, mon, oracle, every=1, manual=False):
         elif a == "summary":
             oracle.step = None
             hookstats.summary(model, data())
+        elif a == "reset":
+            mon.reset()
+            oracle.total.clear()
         elif a in ("pause", "resume"):
             paused = a == "pause"
             getattr(mon, a)()
@@ -122,14 +131,18 @@ def expected(oracle):
     return out
 
 
+COUNTS = ("count", "finite", "near_zero_count", "nan", "posinf", "neginf", "underflow", "overflow", "hist", "log2_hist")
+
+
 def check(items, want, what):
     got = collections.Counter((step, rec["target"]) for step, rec in items)
     assert sorted(got) == sorted(want), what
     assert max(got.values()) == 1, f"{what}: steps written twice: {[k for k, n in got.items() if n > 1]}"
     for step, rec in items:
+        assert all(np.all(np.asarray(rec[k]) >= 0) for k in COUNTS if rec.get(k) is not None), (what, step, rec)
         count, mean, std = want[(step, rec["target"])]
         assert rec["count"] == count, (what, step, rec["target"])
-        assert rec["mean"] == pytest.approx(mean, rel=1e-6, abs=1e-9), (what, step, rec["target"])
+        assert rec["mean"] == pytest.approx(mean, rel=1e-6, abs=1e-6 * std), (what, step, rec["target"])
         assert rec["std"] == pytest.approx(std, rel=1e-6), (what, step, rec["target"])
 
 
@@ -150,6 +163,13 @@ LOOPS = {
     "manual_accumulation_validate_inside": ((["micro", "eval", "micro", "eval", "step", "eval"] * 4),
                                             {"steps": "manual", "param_grads": True}),
     "manual_every_2_summary": ((["micro", "summary", "micro", "step"] * 5), {"steps": "manual", "every": 2}),
+    # reset() restarts the running totals only: the open step's record keeps what it measured before
+    "reset_after_each_step_like_the_callbacks": ((["train", "reset"] * 2 + ["train", "eval", "reset"]) * 2, {}),
+    "reset_between_forward_and_backward": (["train", "fwd", "reset", "bwd", "train", "reset", "reset", "train"],
+                                           {"param_grads": True}),
+    "reset_between_micro_batches": (["micro", "reset", "micro", "step", "micro", "step", "reset", "micro", "micro",
+                                     "reset", "step", "micro", "micro", "step"], {"steps": "manual", "param_grads": True}),
+    "reset_with_every_2": ((["train", "reset", "train"] * 3), {"every": 2}),
 }
 
 
@@ -169,6 +189,11 @@ def test_every_train_step_reaches_the_sinks_once_with_its_own_values(loop, log_e
     check(list(sink.items()), want, "MemorySink")
     check(list(mon._history.memory_sink.items()), want, "history()")
     check(read_csv(tmp_path / "h.csv")[0], want, "CSV")
+    totals = mon.stats()  # the running totals: everything since the last reset()
+    assert {t for t, r in totals.items() if r["count"]} == {t for t, parts in oracle.total.items() if parts}
+    for target, parts in oracle.total.items():
+        v = np.concatenate(parts)
+        assert totals[target]["count"] == v.size and totals[target]["mean"] == pytest.approx(v.mean(), rel=1e-6)
     if kwargs.get("eval"):  # the eval forwards went to the eval phase, whole
         ev = np.concatenate(oracle.seen[("eval", "2:output")])
         got = mon.stats(phase="eval")["2:output"]
