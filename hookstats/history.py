@@ -331,10 +331,13 @@ def histogram(monitor, target, phase="train"):
 
 
 def memory(monitor):
-    """Bytes the monitor holds: running state on the devices, the history rings and host staging buffers."""
+    """Bytes the monitor holds: running state on the devices, the history rings, host staging buffers and
+    the steps mon.history() keeps on the host (host_history_bytes, growing up to `keep` steps)."""
     states = sum(t.numel() * t.element_size() for st in monitor._states.values()
                  for t in (st.fstate, st.istate, st.scratch, st.closed_f) if t is not None)
     states += sum(f.numel() * f.element_size() for f in monitor._flags.values())
     hist = getattr(monitor, "_history", None)
     dev, host = hist.nbytes() if hist is not None else (0, 0)
-    return {"state_bytes": states, "history_bytes": dev, "host_staging_bytes": host, "device_bytes": states + dev}
+    kept = hist.memory_sink.nbytes() if hist is not None else 0
+    return {"state_bytes": states, "history_bytes": dev, "host_staging_bytes": host, "host_history_bytes": kept,
+            "device_bytes": states + dev}
