@@ -282,10 +282,11 @@ def test_a_failing_sink_is_dropped_with_a_warning_and_training_goes_on():
     model = Recorder()
     good = MemorySink()
     mon = hookstats.attach(model, history=True, log_every=2, sinks=[Broken(), good])
-    with pytest.warns(HistoryWarning, match="Broken failed and was dropped.*disk full"):
+    with pytest.warns(HistoryWarning, match="Broken failed and was dropped.*disk full") as caught:
         run(model, mon, 5)
     mon.remove()
     assert [s for s, _ in good.steps] == list(range(5))
+    assert [w.filename for w in caught] == [__file__]  # the user's line (run() here), not hookstats'
 
 
 def test_histogram_and_bad_arguments():
