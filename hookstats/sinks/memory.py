@@ -32,9 +32,11 @@ class _Span:
         self.first, self.rows = first, rows
 
     def put(self, i, h):
-        nz = np.flatnonzero(h[1:]) + 1
-        if nz.size and (nz[0] < self.lo or nz[-1] >= self.hi):
-            lo, hi = (nz[0], nz[-1] + 1) if self.hi == self.lo else (min(self.lo, nz[0]), max(self.hi, nz[-1] + 1))
+        if h[1: self.lo].any() or h[self.hi:].any():
+            nz = np.flatnonzero(h[1:]) + 1
+            lo, hi = int(nz[0]), int(nz[-1]) + 1
+            if self.hi > self.lo:
+                lo, hi = min(self.lo, lo), max(self.hi, hi)
             rows = np.zeros((len(self.rows), hi - lo), dtype=np.int64)
             rows[:, self.lo - lo: self.hi - lo] = self.rows
             self.rows, self.lo, self.hi = rows, lo, hi
