@@ -50,7 +50,7 @@ class Drifting(nn.Module):
 def run(keep, steps=14, **config):
     model = Drifting()
     oracle, mine = Keep(), MemorySink(max_steps=keep)
-    mon = hookstats.attach(model, steps="manual", history=True, log_every=3, keep=keep, sinks=[oracle, mine],
+    mon = hookstats.attach(model, steps="manual", history=True, log_every=3, keep=keep or 1000, sinks=[oracle, mine],
                            alerts=False, **config)
     for s in range(steps):
         model.step = s
@@ -72,10 +72,11 @@ def same(a, b):
 
 
 @pytest.mark.parametrize("config", [{}, {"linear_hist": False}, {"log_hist": False, "nbins": 7}])
-@pytest.mark.parametrize("keep", [4, 1000])
+@pytest.mark.parametrize("keep", [4, 1000, None])
 def test_gives_back_exactly_the_kept_records(keep, config):
     mon, oracle, mine = run(keep, **config)
-    want = [(step, rec) for step, recs in oracle.steps[-keep:] for rec in recs]
+    kept = oracle.steps[-keep:] if keep else oracle.steps
+    want = [(step, rec) for step, recs in kept for rec in recs]
     for sink in (mine, mon._history.memory_sink):
         got = list(sink.items())
         assert [(s, r["target"]) for s, r in got] == [(s, r["target"]) for s, r in want]
@@ -83,7 +84,7 @@ def test_gives_back_exactly_the_kept_records(keep, config):
             assert g.keys() == w.keys()
             bad = [k for k in w if not same(g[k], w[k])]
             assert not bad, (g["target"], bad)
-        assert [s for s, _ in sink.steps] == [s for s, _ in oracle.steps[-keep:]]
+        assert [s for s, _ in sink.steps] == [s for s, _ in kept]
 
 
 @pytest.mark.parametrize("pandas", [True, False])

@@ -121,13 +121,14 @@ class MemorySink:
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
             raise ValueError(f"max_steps must be None or an int >= 1, got {max_steps!r}")
         self.max_steps = max_steps
-        self._window = collections.deque(maxlen=max_steps)  # the kept steps, oldest first
+        self._window = collections.deque(maxlen=max_steps)  # the kept steps, oldest first (with max_steps)
         self._blocks = {}  # target id -> _Block, in first-seen order
         self._writes = 0
         self.alerts = []
 
     def write(self, step, records):
-        self._window.append(step)
+        if self.max_steps is not None:
+            self._window.append(step)
         for rec in records:
             block = self._blocks.get(rec["target"])
             if block is None:
@@ -151,10 +152,10 @@ class MemorySink:
 
     def _kept(self):
         """[(block, physical rows)] of the kept steps."""
-        if not self._window:
-            return []
-        first = self._window[0]
-        return [(b, b.rows_from(first)) for b in self._blocks.values()]
+        if self.max_steps is None:
+            return [(b, b.order()) for b in self._blocks.values()]
+        first = self._window[0] if self._window else None
+        return [(b, b.rows_from(first)) for b in self._blocks.values()] if first is not None else []
 
     def items(self):
         """(step, record) pairs, oldest first; within a step, targets in first-seen order."""
