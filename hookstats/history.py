@@ -2,6 +2,8 @@
 go into a preallocated device ring buffer with device ops only; every `log_every` steps the ring goes to
 the host in one packed transfer (pinned + non_blocking on CUDA) and on to the sinks and the alert checks."""
 import math
+import os
+import sys
 import warnings
 
 import numpy as np
@@ -35,11 +37,17 @@ class _Ring:
         self.closed_f = torch.empty(t, F, dtype=torch.float64, device=device)  # the states' closed_f, gathered
         self.prev_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
         self.empty_f = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
+        # the open step's moments measured before a mon.reset() (which empties the states): the step's
+        # record keeps them, the running totals do not; `carrying` says (host side) whether there are any
+        self.carry_f = self.empty_f.repeat(t, 1)
+        self.carrying = False
         rules.init_row(self.buf[0])
         if old is not None:  # a target appeared: keep what the old ring knew of the others
             idx = [self.keys.index(k) for k in old.keys]
             sel = torch.tensor(idx, device=device)
             self.prev_i.index_copy_(0, sel, old.prev_i)
+            self.carry_f.index_copy_(0, sel, old.carry_f)
+            self.carrying = old.carrying
             self.buf[0].index_copy_(0, sel, old.buf[0])
         pinned = device.type == "cuda"
         self.host = [torch.empty(self.buf.shape, dtype=torch.int64, pin_memory=pinned) for _ in range(2 if pinned else 1)]
@@ -47,8 +55,18 @@ class _Ring:
         self.steps = []  # step number of each filled slot (host side: the step count is host-side)
 
     def nbytes(self):
-        dev = sum(t.numel() * t.element_size() for t in (self.buf, self.cur_f, self.cur_i, self.closed_f, self.prev_i))
+        dev = sum(t.numel() * t.element_size() for t in (self.buf, self.cur_f, self.cur_i, self.closed_f, self.prev_i,
+                                                           self.carry_f))
         return dev, sum(h.numel() * h.element_size() for h in self.host)
+
+    def before_reset(self):
+        """mon.reset() is about to empty the states: what the open step measured so far moves into the carry
+        (moments) and out of prev_i (counts: the step's delta then adds them), so its record stays whole."""
+        torch.cat([s.fstate for s in self.states], out=self.cur_f.view(-1))
+        torch.cat([s.istate for s in self.states], out=self.cur_i.view(-1))
+        self.carry_f.copy_(chan_merge_rows(self.carry_f, self.cur_f))
+        self.prev_i.sub_(self.cur_i)
+        self.carrying = True
 
     def record(self, step, rules):
         """Writes the step's statistics into the next slot and closes the step (its fstate merged into
@@ -57,14 +75,17 @@ class _Ring:
         torch.cat(fs, out=self.cur_f.view(-1))  # the open step's own moments: exact, whatever came before
         torch.cat(closed, out=self.closed_f.view(-1))
         torch.cat([s.istate for s in self.states], out=self.cur_i.view(-1))
-        reset = self.cur_i[:, layout.COUNT] < self.prev_i[:, layout.COUNT]  # mon.reset() since the last step
-        self.prev_i.masked_fill_(reset[:, None], 0)
         row = self.buf[1 + len(self.steps)]
         torch.sub(self.cur_i, self.prev_i, out=row[:, F:])
         total = chan_merge_rows(self.closed_f, self.cur_f)
         rf = row.view(torch.float64)
-        rf[:, : layout.MIN].copy_(self.cur_f[:, : layout.MIN])
-        rf[:, layout.MIN:F].copy_(total[:, layout.MIN:])  # min/max: running, not per step
+        if self.carrying:
+            rf[:, : layout.MIN].copy_(chan_merge_rows(self.carry_f, self.cur_f)[:, : layout.MIN])
+            self.carry_f.copy_(self.empty_f)
+            self.carrying = False
+        else:
+            rf[:, : layout.MIN].copy_(self.cur_f[:, : layout.MIN])
+        rf[:, layout.MIN:F].copy_(total[:, layout.MIN:])  # min/max: running (since attach or reset), not per step
         torch._foreach_copy_(closed, list(total.unbind(0)))
         torch._foreach_copy_(fs, [self.empty_f] * len(fs))
         self.prev_i.copy_(self.cur_i)
@@ -130,8 +151,8 @@ class History:
                 by_dev.setdefault(device, []).append(st)
         return by_dev
 
-    def _on_step_end(self, monitor, step):
-        if self._broken or self._closed or not monitor.sampled:
+    def _on_step_end(self, monitor, step, sampled):
+        if self._broken or self._closed or not sampled:
             return
         try:
             self.record(step)
@@ -139,20 +160,35 @@ class History:
                 self.flush(wait=False)
         except Exception as e:  # the user's training step must go on
             self._broken = True
-            warnings.warn(f"hookstats: history stopped after an error at step {step}: {e!r}", HistoryWarning,
-                          stacklevel=2)
+            warn_user(f"hookstats: history stopped after an error at step {step}: {e!r}", HistoryWarning)
 
     def record(self, step):
         """Snapshots the statistics of `step` (measured since the previous snapshot) on the device."""
         for device, states in self._train_states().items():
-            ring = self._rings.get(device)
-            if ring is None or len(ring.states) != len(states):
-                if ring is not None and ring.steps:
-                    self._start_copy(ring)
-                self._rings[device] = ring = _Ring(device, states, self.capacity, self.cfg, self.rules, old=ring)
-            elif len(ring.steps) == ring.capacity:
+            ring = self._ring(device, states)
+            if len(ring.steps) == ring.capacity:
                 self._start_copy(ring)
             ring.record(step, self.rules)
+
+    def before_reset(self):
+        """mon.reset() restarts the running totals, not the history: the open step keeps what it measured."""
+        if self._broken or self._closed:
+            return
+        try:
+            for device, states in self._train_states().items():
+                self._ring(device, states).before_reset()
+        except Exception as e:  # the user's training step must go on
+            self._broken = True
+            warn_user(f"hookstats: history stopped after an error in reset(): {e!r}", HistoryWarning)
+
+    def _ring(self, device, states):
+        """The ring of `device`, remade (keeping what it knew) when targets appeared since."""
+        ring = self._rings.get(device)
+        if ring is None or len(ring.states) != len(states):
+            if ring is not None and ring.steps:
+                self._start_copy(ring)
+            self._rings[device] = ring = _Ring(device, states, self.capacity, self.cfg, self.rules, old=ring)
+        return ring
 
     def _start_copy(self, ring):
         # a host staging buffer is reused only after what it held went to the sinks
@@ -196,7 +232,7 @@ class History:
         if new:
             self.alerts.extend(new)
             for msg in brief(new):
-                warnings.warn(f"hookstats alert: {msg}", self.rules.warning, stacklevel=4)
+                warn_user(f"hookstats alert: {msg}", self.rules.warning)
             self._write("write_alerts", new[0]["step"], new)
 
     def _write(self, method, step, payload):
@@ -208,23 +244,21 @@ class History:
                 fn(step, payload)
             except Exception as e:
                 self.sinks.remove(sink)
-                warnings.warn(f"hookstats: sink {type(sink).__name__} failed and was dropped: {e!r}",
-                              HistoryWarning, stacklevel=4)
+                warn_user(f"hookstats: sink {type(sink).__name__} failed and was dropped: {e!r}", HistoryWarning)
 
     def close(self):
         """Records the step still open (if it measured anything), flushes and closes every sink."""
         if self._closed:
             return
         self._closed = True
-        if not self._broken and self.monitor.sampled:
+        if not self._broken and self.monitor.step_sampled:
             self.record(self.monitor.step_count)
         self.flush(wait=True)
         for sink in self.sinks:
             try:
                 sink.close()
             except Exception as e:
-                warnings.warn(f"hookstats: closing sink {type(sink).__name__} failed: {e!r}", HistoryWarning,
-                              stacklevel=2)
+                warn_user(f"hookstats: closing sink {type(sink).__name__} failed: {e!r}", HistoryWarning)
 
     # ---- reading ----
     def frame(self):
@@ -239,6 +273,18 @@ class History:
             d, h = r.nbytes()
             dev, host = dev + d, host + h
         return dev, host
+
+
+_INTERNAL = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.dirname(torch.__file__) + os.sep)
+
+
+def warn_user(msg, category):
+    """Warns at the user's line: the first frame outside hookstats and torch (history warnings surface in
+    a forward, an optimizer step, mon.step(), flush() or remove(), each at its own depth)."""
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(msg, category, stacklevel=level)
 
 
 def step_record(key, fstate, istate, cfg):
@@ -285,10 +331,13 @@ def histogram(monitor, target, phase="train"):
 
 
 def memory(monitor):
-    """Bytes the monitor holds: running state on the devices, the history rings and host staging buffers."""
+    """Bytes the monitor holds: running state on the devices, the history rings, host staging buffers and
+    the steps mon.history() keeps on the host (host_history_bytes, growing up to `keep` steps)."""
     states = sum(t.numel() * t.element_size() for st in monitor._states.values()
                  for t in (st.fstate, st.istate, st.scratch, st.closed_f) if t is not None)
     states += sum(f.numel() * f.element_size() for f in monitor._flags.values())
     hist = getattr(monitor, "_history", None)
     dev, host = hist.nbytes() if hist is not None else (0, 0)
-    return {"state_bytes": states, "history_bytes": dev, "host_staging_bytes": host, "device_bytes": states + dev}
+    kept = hist.memory_sink.nbytes() if hist is not None else 0
+    return {"state_bytes": states, "history_bytes": dev, "host_staging_bytes": host, "host_history_bytes": kept,
+            "device_bytes": states + dev}

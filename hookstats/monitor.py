@@ -150,7 +150,7 @@ class Monitor:
         self._flags = {}  # device -> 1-element bool tensor: the device-side copy of _sampled
         self._handles = []
         self._attached = True  # a plain bool: compiled code (watch) can read it, not the list of handles
-        self.step_listeners = []  # callables(monitor, finished_step), run when a step ends
+        self.step_listeners = []  # callables(monitor, finished_step, it_was_sampled), run when a step ends
         self._op_args = cfg.op_args()
         self.separate_calls = separate_calls
         self._calls = {}  # watch name -> its calls so far in this forward (separate_calls=True)
@@ -220,6 +220,7 @@ class Monitor:
             self._compiled = True
             return None
         if targets.in_recompute():
+            self._update_active()  # an eval forward may have run since this step's forward
             return None  # a checkpointed root recomputed in backward is not a new step
         self._eager_point()
         if not self._manual and module.training:
@@ -256,14 +257,20 @@ class Monitor:
             self._optimizers[optimizer] = known
         return known
 
+    # Whether the open step was sampled at any time in it (a pause or an eval forward since does not undo
+    # what it measured): History records exactly these steps.
+    _step_sampled = True
+
     def _end_step(self):
-        finished = self.step_count
+        finished, sampled = self.step_count, self._step_sampled
         self.step_count += 1
+        self._step_sampled = False  # the caller's _update_active() decides for the next step
         for f in self.step_listeners:
-            f(self, finished)
+            f(self, finished, sampled)
 
     def _update_active(self):
         sampled = not self._paused and self.step_count % self.every == 0
+        self._step_sampled = self._step_sampled or sampled
         self._active = sampled and self._measures_phase()
         if sampled != self._sampled:
             self._sampled = sampled
@@ -285,6 +292,11 @@ class Monitor:
     def sampled(self):
         """Whether the current step is being measured."""
         return self._active
+
+    @property
+    def step_sampled(self):
+        """Whether the open step was sampled at any time so far (paused or in an eval forward now or not)."""
+        return self._step_sampled
 
     # ---- measuring ----
     def _flag(self, device):
@@ -443,10 +455,12 @@ class Monitor:
         return host
 
     def reset(self):
+        """Restarts the running totals (stats(), reduce(), histogram(), running min/max). The per-step history
+        is not reset: the open step's record keeps what it measured before, recorded steps stay as they are."""
+        if self._history is not None:
+            self._history.before_reset()
         for st in self._states.values():
             st.reset()
-        if self._param_grads is not None:
-            self._param_grads.clear()
 
     def reduce(self, group=None):
         """Every target's state merged over the ranks of `group` (all ranks must call it), as a snapshot

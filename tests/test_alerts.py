@@ -1,5 +1,7 @@
 """Alerts: NaN/Inf (first target in forward order and step), dead units, exploding/vanishing std, each
 raised once, as a warning and through the sinks; the expected steps come from NumPy over the same data."""
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -140,3 +142,37 @@ def test_alert_state_is_on_the_device_and_one_row_per_target():
     assert row.shape[0] == len(ring.keys)
     assert np.all(row[:, 0].numpy() == -1)  # no NaN/Inf seen
     mon.remove()
+
+
+def _poisoned():
+    model = chain()
+    with torch.no_grad():
+        model[1].weight[0, 0] = float("nan")
+    return model
+
+
+@pytest.mark.parametrize("where", ["forward", "step", "flush", "remove", "history"])
+def test_warnings_point_at_the_users_line_not_at_hookstats(where):
+    # the warnings surface from a root forward (the step end flushes), mon.step(), flush(), remove() or
+    # history(): each at a different depth inside hookstats and torch
+    model = _poisoned()
+    manual = where in ("step", "flush", "remove", "history")
+    mon = hookstats.attach(model, steps="manual" if manual else "forward", history=True,
+                           log_every=1 if where in ("forward", "step") else 1000)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            model(torch.randn(8, 6)).sum().backward()
+            if manual:
+                mon.step()
+        if where == "flush":
+            mon.flush()
+        elif where == "remove":
+            mon.remove()
+        elif where == "history":
+            mon.history()
+        mon.remove()
+    alerts = [w for w in caught if issubclass(w.category, AlertWarning)]
+    assert alerts, where
+    assert {w.filename for w in alerts} == {__file__}, [(w.filename, w.lineno) for w in alerts]
+

@@ -170,6 +170,30 @@ def scenario_sinks(rank, world):
     return out
 
 
+def scenario_history(rank, world):
+    """History beside reduce(): train steps each followed by a validation forward, and a reset() before step
+    3's forward (mid-step: the open step 2 keeps its record, the totals restart). The steps from 3 on, over
+    all ranks, hold what reduce() merges."""
+    model = mlp()
+    mon = hookstats.attach(model, history=True, log_every=2, eval=True, alerts=False, **CFG)
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    for step in range(6):
+        if step == 3:
+            mon.reset()
+        x, y = train_batch(step, rank, world)
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        model.eval()
+        with torch.no_grad():
+            model(x)
+        model.train()
+    reduced = mon.reduce().stats()
+    mon.remove()  # records the open step 5
+    history = [(s, r["target"], r["count"], r["mean"], r["std"]) for s, r in mon._history.memory_sink.items()]
+    return {"history": history, "reduced": reduced, "since": 3}
+
+
 def train(model, mon_model, rank, world, **kw):
     mon = hookstats.attach(mon_model, **kw, **CFG)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
@@ -227,7 +251,7 @@ def worker(rank, world, port, out_dir):
     try:
         res = {name: fn(rank, world) for name, fn in [("reduce", scenario_reduce), ("bad_config", scenario_bad_config),
                                                       ("ddp", scenario_ddp), ("fsdp2", scenario_fsdp2),
-                                                      ("sinks", scenario_sinks)]}
+                                                      ("sinks", scenario_sinks), ("history", scenario_history)]}
         res["device_reduce"] = scenario_device_reduce(rank, world, "cpu")
         if world == 2:
             res["lightning"] = scenario_lightning(rank, world)
@@ -316,6 +340,22 @@ def test_reduce_equals_oracle_over_union_of_ranks(ranks):
     assert_state_matches_oracle(*reduced[("train", "extra:output")], res[-1]["extra"], cfg)
     assert reduced[("train", "1:output")][1][layout.nan_slot(cfg.nbins)] > 0  # rank 1's NaN got through
     assert all(r["world"] == len(ranks) for r in res)
+
+
+def test_history_since_a_reset_holds_what_reduce_merges(ranks):
+    res = [r["history"] for r in ranks]
+    for r in res:
+        assert sorted({s for s, *_ in r["history"]}) == list(range(6))  # the validation forwards lost no step
+    reduced = res[0]["reduced"]
+    assert {t for t, rec in reduced.items() if rec["count"]} == {t for r in res for _, t, *_ in r["history"]}
+    for target, rec in reduced.items():
+        parts = np.array([(c, m, sd) for r in res for s, t, c, m, sd in r["history"] if t == target and s >= r["since"]])
+        n, means, stds = parts[:, 0], parts[:, 1], parts[:, 2]
+        mean = (n * means).sum() / n.sum()
+        m2 = ((n - 1) * stds ** 2 + n * (means - mean) ** 2).sum()
+        assert rec["count"] == n.sum()
+        assert rec["mean"] == pytest.approx(mean, rel=1e-9, abs=1e-12)
+        assert rec["std"] == pytest.approx(np.sqrt(m2 / (n.sum() - 1)), rel=1e-9)
 
 
 def test_reduce_is_chan_merge_in_rank_order_on_every_rank(ranks):

@@ -97,6 +97,43 @@ def test_reset_between_steps_starts_the_next_step_afresh():
         check_step(got[(step, "b:output")], [model.seen[step]["b:output"]], mon.cfg)
 
 
+@pytest.mark.parametrize("steps", ["manual", "forward"])
+def test_reset_mid_step_restarts_the_totals_not_the_open_steps_record(steps):
+    # reset() restarts the running totals; the open step's record keeps what it measured before the reset.
+    # The steps after it measure far more than everything before: subtracting stale running counts gave
+    # negative histogram counts there.
+    model = Recorder()
+    mon = hookstats.attach(model, history=True, log_every=2, steps=steps, nbins=8, lo=-2, hi=2, alerts=False)
+    sizes = {0: [4], 1: [4], 2: [4, 200], 3: [300], 4: [4]}  # the reset comes inside step 2
+    for step, batch in sizes.items():
+        for k, n in enumerate(batch):
+            if step == 2 and k == 1:
+                mon.reset()
+            model(torch.randn(n, 6) * 0.01 + 5.0 if n > 100 else torch.randn(n, 6))  # big batches: few bins
+            if steps == "forward":
+                break  # one forward per step: the reset comes after step 2's forward instead
+        if steps == "forward" and step == 2:
+            mon.reset()
+        if steps == "manual":
+            mon.step()
+    mon.remove()
+    got = by_step(mon)
+    assert sorted({s for s, _ in got}) == list(range(5))
+    seen = iter(model.seen)
+    per_step = {step: [next(seen) for _ in (batch if steps == "manual" else batch[:1])] for step, batch in sizes.items()}
+    for step, forwards in per_step.items():
+        for target in ("a:output", "b:output"):
+            rec = got[(step, target)]
+            for k in ("count", "near_zero_count", "nan", "underflow", "overflow", "hist", "log2_hist"):
+                assert np.all(np.asarray(rec[k]) >= 0), (step, k)
+            check_step(rec, [f[target] for f in forwards], mon.cfg)
+    after = [f["b:output"] for f in model.seen[3:]]  # the forwards after the reset
+    want = finalize(*merge_states([oracle(t, mon.cfg) for t in after]), mon.cfg)
+    total = mon.stats()["b:output"]
+    assert total["count"] == want["count"] and total["mean"] == pytest.approx(want["mean"], rel=1e-6)
+    np.testing.assert_array_equal(total["hist"], want["hist"])
+
+
 def test_several_forwards_in_one_step_and_a_target_that_appears_later():
     class Late(nn.Module):
         def __init__(self):
@@ -152,14 +189,16 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     run(model, mon, 6)
     first = mon.memory()
     run(model, mon, 40)
-    assert mon.memory() == first
+    device = ("state_bytes", "history_bytes", "host_staging_bytes", "device_bytes")
+    assert {k: mon.memory()[k] for k in device} == {k: first[k] for k in device}
     # the byte counts from the layout alone: per state 5 float64 + istate int64 (no scratch on CPU), one
     # flag byte per device; the ring: (log_every + 1) slots of [T, 5 + istate] int64, plus [T, 5] float64
-    # (the open step, the closed steps) and [T, istate] int64 (current, previous); the host staging buffer is one ring copy
+    # (the open step, the closed steps, the carry over a reset) and [T, istate] int64 (current, previous); the
+    # host staging buffer is one ring copy
     isz, t_states, t_ring = mon.cfg.istate_size, len(mon._states), len(next(iter(mon._history._rings.values())).states)
     assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_ring * 5 * 8 + len(mon._flags)  # + closed steps
     ring = (5 + 1) * t_ring * (5 + isz) * 8
-    assert first["history_bytes"] == ring + 2 * t_ring * (5 + isz) * 8
+    assert first["history_bytes"] == ring + 2 * t_ring * (5 + isz) * 8 + t_ring * 5 * 8
     assert first["host_staging_bytes"] == ring
     assert len(copies) == 9  # steps 0..44 ended: flushes after steps 4, 9, ..., 44
     mon.remove()
@@ -243,10 +282,11 @@ def test_a_failing_sink_is_dropped_with_a_warning_and_training_goes_on():
     model = Recorder()
     good = MemorySink()
     mon = hookstats.attach(model, history=True, log_every=2, sinks=[Broken(), good])
-    with pytest.warns(HistoryWarning, match="Broken failed and was dropped.*disk full"):
+    with pytest.warns(HistoryWarning, match="Broken failed and was dropped.*disk full") as caught:
         run(model, mon, 5)
     mon.remove()
     assert [s for s, _ in good.steps] == list(range(5))
+    assert [w.filename for w in caught] == [__file__]  # the user's line (run() here), not hookstats'
 
 
 def test_histogram_and_bad_arguments():

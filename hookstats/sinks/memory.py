@@ -1,18 +1,143 @@
-"""MemorySink: keeps the last `max_steps` steps in memory; the source of Monitor.history()."""
+"""MemorySink: the last `max_steps` steps in memory, the source of Monitor.history(). Columnar: per target one
+block of NumPy arrays with a row per step (scalars, the linear histogram, the log2 histogram's used slots),
+about 0.7 KB a record instead of a dict of Python objects (~4.5 KB); nbytes() is exactly what it holds."""
 import collections
 
-from .base import scalar_items
+import numpy as np
+
+from .base import KEY_FIELDS, SCALARS
+
+INTS = ("count", "finite", "near_zero_count", "nan", "posinf", "neginf", "underflow", "overflow")
+FLOATS = ("mean", "std", "var", "near_zero", "running_min", "running_max")
+HISTS = ("hist", "log2_hist")
+
+
+class _Span:
+    """One histogram of a target over its rows: slot 0 in a column of its own (exact zeros in the log2
+    histogram, frequent after a ReLU) and of the others only slots lo..hi-1, the span the records have used
+    so far (a few dozen of the log2 histogram's 256). Widened, with a copy, when a record reaches further."""
+
+    def __init__(self, size):
+        self.size, self.lo, self.hi = size, 1, 1
+        self.first = np.zeros(0, dtype=np.int64)
+        self.rows = np.zeros((0, 0), dtype=np.int64)
+
+    def arrays(self):
+        return [self.first, self.rows]
+
+    def resize(self, cap, order):
+        """New capacity; `order` are the physical rows to keep, oldest first."""
+        first, rows = np.zeros(cap, dtype=np.int64), np.zeros((cap, self.hi - self.lo), dtype=np.int64)
+        first[: len(order)], rows[: len(order)] = self.first[order], self.rows[order]
+        self.first, self.rows = first, rows
+
+    def put(self, i, h):
+        if h[1: self.lo].any() or h[self.hi:].any():
+            nz = np.flatnonzero(h[1:]) + 1
+            lo, hi = int(nz[0]), int(nz[-1]) + 1
+            if self.hi > self.lo:
+                lo, hi = min(self.lo, lo), max(self.hi, hi)
+            rows = np.zeros((len(self.rows), hi - lo), dtype=np.int64)
+            rows[:, self.lo - lo: self.hi - lo] = self.rows
+            self.rows, self.lo, self.hi = rows, lo, hi
+        self.first[i] = h[0]
+        self.rows[i] = h[self.lo: self.hi]
+
+    def get(self, i):
+        h = np.zeros(self.size, dtype=np.int64)
+        h[0] = self.first[i]
+        h[self.lo: self.hi] = self.rows[i]
+        return h
+
+
+class _Block:
+    """The rows of one target: a ring of up to `max_rows` rows that doubles as it fills."""
+
+    def __init__(self, rec, max_rows):
+        self.key = {k: rec[k] for k in KEY_FIELDS}
+        self.none = [k for k in (*INTS, *FLOATS, *HISTS, "hist_edges") if k in rec and rec[k] is None]
+        self.ints = [k for k in INTS if rec.get(k) is not None]
+        self.floats = [k for k in FLOATS if rec.get(k) is not None]
+        self.edges = rec.get("hist_edges")
+        if self.edges is not None:
+            self.edges = np.array(self.edges, dtype=np.float64)
+            self.edges.flags.writeable = False  # one array shared by every record read back
+        self.hists = {k: _Span(len(rec[k])) for k in HISTS if rec.get(k) is not None}
+        self.max_rows, self.cap, self.n, self.start = max_rows, 0, 0, 0
+        self.steps = np.zeros(0, dtype=np.int64)
+        self.i = np.zeros((0, len(self.ints)), dtype=np.int64)
+        self.f = np.zeros((0, len(self.floats)), dtype=np.float64)
+
+    def arrays(self):
+        return [self.steps, self.i, self.f, *(a for s in self.hists.values() for a in s.arrays())] + \
+            ([self.edges] if self.edges is not None else [])
+
+    def order(self):
+        """Physical row indices, oldest first."""
+        return (self.start + np.arange(self.n)) % max(self.cap, 1)
+
+    def append(self, step, rec):
+        if self.n == self.cap and (self.max_rows is None or self.cap < self.max_rows):
+            cap = max(8, 2 * self.cap) if self.max_rows is None else min(max(8, 2 * self.cap), self.max_rows)
+            order = self.order()
+            for name in ("steps", "i", "f"):
+                old = getattr(self, name)
+                new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
+                new[: self.n] = old[order]
+                setattr(self, name, new)
+            for span in self.hists.values():
+                span.resize(cap, order)
+            self.cap, self.start = cap, 0
+        if self.n < self.cap:
+            at = (self.start + self.n) % self.cap
+            self.n += 1
+        else:  # full at max_rows: the oldest row goes
+            at, self.start = self.start, (self.start + 1) % self.cap
+        self.steps[at] = step
+        self.i[at] = [rec[k] for k in self.ints]
+        self.f[at] = [rec[k] for k in self.floats]
+        for k, span in self.hists.items():
+            span.put(at, np.asarray(rec[k]))
+
+    def rows_from(self, first_step):
+        """Physical indices of the rows at or after `first_step`, oldest first."""
+        order = self.order()
+        return order[self.steps[order] >= first_step]
+
+    def record(self, i):
+        rec = dict(self.key)
+        rec.update({k: None for k in self.none})
+        rec.update({k: int(v) for k, v in zip(self.ints, self.i[i].tolist())})
+        rec.update(zip(self.floats, self.f[i].tolist()))
+        for k, span in self.hists.items():
+            rec[k] = span.get(i)
+        if self.edges is not None:
+            rec["hist_edges"] = self.edges
+        return rec
 
 
 class MemorySink:
     def __init__(self, max_steps=None):
         if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
             raise ValueError(f"max_steps must be None or an int >= 1, got {max_steps!r}")
-        self.steps = collections.deque(maxlen=max_steps)  # (step, records)
+        self.max_steps = max_steps
+        self._window = collections.deque(maxlen=max_steps)  # the kept steps, oldest first (with max_steps)
+        self._blocks = {}  # target id -> _Block, in first-seen order
+        self._writes = 0
         self.alerts = []
 
     def write(self, step, records):
-        self.steps.append((step, records))
+        if self.max_steps is not None:
+            self._window.append(step)
+        for rec in records:
+            block = self._blocks.get(rec["target"])
+            if block is None:
+                block = self._blocks[rec["target"]] = _Block(rec, self.max_steps)
+            block.append(step, rec)
+        self._writes += 1
+        if self.max_steps is not None and self._writes % self.max_steps == 0:  # targets no kept step has
+            first = self._window[0]
+            self._blocks = {t: b for t, b in self._blocks.items() if b.n and b.steps[b.order()[-1]] >= first}
 
     def write_alerts(self, step, alerts):
         self.alerts.extend(alerts)
@@ -20,29 +145,75 @@ class MemorySink:
     def close(self):
         pass
 
+    def nbytes(self):
+        """Bytes of the arrays held (the host side of the history)."""
+        seen = {id(a): a.nbytes for b in self._blocks.values() for a in b.arrays()}
+        return sum(seen.values())
+
+    def _kept(self):
+        """[(block, physical rows)] of the kept steps."""
+        if self.max_steps is None:
+            return [(b, b.order()) for b in self._blocks.values()]
+        first = self._window[0] if self._window else None
+        return [(b, b.rows_from(first)) for b in self._blocks.values()] if first is not None else []
+
     def items(self):
-        """(step, record) pairs, oldest first."""
-        for step, records in self.steps:
-            for rec in records:
-                yield step, rec
+        """(step, record) pairs, oldest first; within a step, targets in first-seen order."""
+        kept = self._kept()
+        order = sorted((int(b.steps[i]), t, i) for t, (b, rows) in enumerate(kept) for i in rows.tolist())
+        for step, t, i in order:
+            yield step, kept[t][0].record(i)
+
+    @property
+    def steps(self):
+        """[(step, records)] of the kept steps, oldest first."""
+        out = {}
+        for step, rec in self.items():
+            out.setdefault(step, []).append(rec)
+        return list(out.items())
+
+    def _long(self):
+        """The long table as arrays (step, target, kind, stat, value, is_int), by step, target, stat."""
+        parts = []
+        for t, (b, rows) in enumerate(self._kept()):
+            if not len(rows):
+                continue
+            for s, stat in enumerate(SCALARS):
+                if stat in b.ints:
+                    vals, is_int = b.i[rows, b.ints.index(stat)].astype(np.float64), True
+                elif stat in b.floats:
+                    vals, is_int = b.f[rows, b.floats.index(stat)], False
+                else:
+                    continue
+                parts.append((b.steps[rows], t, b.key["target"], b.key["kind"], s, stat, vals, is_int))
+        if not parts:
+            return None
+        step = np.concatenate([p[0] for p in parts])
+        t_ix = np.concatenate([np.full(len(p[0]), p[1]) for p in parts])
+        s_ix = np.concatenate([np.full(len(p[0]), p[4]) for p in parts])
+        order = np.lexsort((s_ix, t_ix, step))
+
+        def col(i):
+            return np.concatenate([np.full(len(p[0]), p[i], dtype=object) for p in parts])[order]
+        return (step[order], col(2), col(3), col(5), np.concatenate([p[6] for p in parts])[order],
+                np.concatenate([np.full(len(p[0]), p[7]) for p in parts])[order])
 
     def columns(self):
         """The long table as plain lists: {"step": [...], "target": [...], "kind", "stat", "value"}."""
-        cols = {"step": [], "target": [], "kind": [], "stat": [], "value": []}
-        for step, rec in self.items():
-            for stat, v in scalar_items(rec):
-                cols["step"].append(step)
-                cols["target"].append(rec["target"])
-                cols["kind"].append(rec["kind"])
-                cols["stat"].append(stat)
-                cols["value"].append(v)
-        return cols
+        long = self._long()
+        if long is None:
+            return {"step": [], "target": [], "kind": [], "stat": [], "value": []}
+        step, target, kind, stat, value, is_int = long
+        return {"step": step.tolist(), "target": target.tolist(), "kind": kind.tolist(), "stat": stat.tolist(),
+                "value": [int(v) if i else v for v, i in zip(value.tolist(), is_int.tolist())]}
 
     def frame(self):
-        """A pandas DataFrame of columns() when pandas is installed, else columns() itself."""
+        """A pandas DataFrame of the long table when pandas is installed, else columns()."""
         try:
             import pandas as pd
         except ImportError:
             return self.columns()
-        return pd.DataFrame(self.columns())
-
+        long = self._long()
+        if long is None:
+            return pd.DataFrame(self.columns())
+        return pd.DataFrame(dict(zip(("step", "target", "kind", "stat", "value"), long[:5])))

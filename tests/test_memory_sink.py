@@ -1,0 +1,128 @@
+"""MemorySink's columnar storage: what it gives back is exactly what it was given (the last `max_steps`
+steps; targets appearing, stopping, histograms moving across slots, NaN, histograms switched off), the long
+table matches the records, and mon.memory() counts exactly the bytes of the arrays it holds."""
+import copy
+import gc
+import math
+import sys
+import types
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import hookstats
+from hookstats.sinks import SCALARS, MemorySink
+
+
+class Keep:
+    """A sink keeping a deep copy of every record: the oracle of what MemorySink must give back."""
+
+    def __init__(self):
+        self.steps = []
+
+    def write(self, step, records):
+        self.steps.append((step, copy.deepcopy(records)))
+
+    def close(self):
+        pass
+
+
+class Drifting(nn.Module):
+    """Outputs whose magnitude moves over the binades step by step; `late` joins at step 3 and stops at
+    step 9; a NaN at step 5."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.late = nn.Linear(5, 7), nn.Linear(7, 2)
+        self.step = 0
+
+    def forward(self, x):
+        h = self.a(x) * 10.0 ** (self.step - 6)
+        if self.step == 5:
+            h = h.clone()
+            h[0, 0] = float("nan")
+        return self.late(torch.relu(h)) if 3 <= self.step < 9 else h
+
+
+def run(keep, steps=14, **config):
+    model = Drifting()
+    oracle, mine = Keep(), MemorySink(max_steps=keep)
+    mon = hookstats.attach(model, steps="manual", history=True, log_every=3, keep=keep or 1000, sinks=[oracle, mine],
+                           alerts=False, **config)
+    for s in range(steps):
+        model.step = s
+        with torch.no_grad():
+            model(torch.randn(6, 5))
+        mon.step()
+    mon.remove()
+    return mon, oracle, mine
+
+
+def same(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+    if isinstance(a, float) and math.isnan(a):
+        return isinstance(b, float) and math.isnan(b)
+    return a == b and type(a) is type(b)
+
+
+@pytest.mark.parametrize("config", [{}, {"linear_hist": False}, {"log_hist": False, "nbins": 7}])
+@pytest.mark.parametrize("keep", [4, 1000, None])
+def test_gives_back_exactly_the_kept_records(keep, config):
+    mon, oracle, mine = run(keep, **config)
+    kept = oracle.steps[-keep:] if keep else oracle.steps
+    want = [(step, rec) for step, recs in kept for rec in recs]
+    for sink in (mine, mon._history.memory_sink):
+        got = list(sink.items())
+        assert [(s, r["target"]) for s, r in got] == [(s, r["target"]) for s, r in want]
+        for (_, g), (_, w) in zip(got, want):
+            assert g.keys() == w.keys()
+            bad = [k for k in w if not same(g[k], w[k])]
+            assert not bad, (g["target"], bad)
+        assert [s for s, _ in sink.steps] == [s for s, _ in kept]
+
+
+@pytest.mark.parametrize("pandas", [True, False])
+def test_long_table_matches_the_records(pandas, monkeypatch):
+    mon, oracle, _ = run(1000)
+    want = sorted((step, rec["target"], rec["kind"], stat, rec[stat]) for step, recs in oracle.steps
+                  for rec in recs for stat in SCALARS if rec.get(stat) is not None)
+    if not pandas:
+        monkeypatch.setitem(sys.modules, "pandas", None)
+    cols = mon.history()
+    assert list(cols.keys()) == ["step", "target", "kind", "stat", "value"]
+    got = sorted(zip(*(list(cols[k]) for k in cols)))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g[:4] == w[:4] and same(float(g[4]), float(w[4])), (g, w)
+
+
+def arrays_reachable(root):
+    """Every NumPy array reachable from `root` through object references, by identity."""
+    seen, found, todo = set(), {}, [root]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, np.ndarray):
+            found[id(obj)] = obj
+            continue
+        todo.extend(gc.get_referents(obj))
+    return found.values()
+
+
+def test_memory_counts_the_bytes_of_the_host_history():
+    mon, oracle, mine = run(6, steps=20)
+    arrays = list(arrays_reachable(mon._history.memory_sink))
+    assert all(a.base is None for a in arrays)  # no views: their bytes are the owners'
+    assert mon.memory()["host_history_bytes"] == sum(a.nbytes for a in arrays) > 0
+    assert mine.nbytes() == sum(a.nbytes for a in arrays_reachable(mine))
+    # columns, not a dict per record: the kept records cost a fraction of the 256-slot log2 histogram alone
+    records = sum(len(recs) for _, recs in oracle.steps[-6:])
+    assert mon.memory()["host_history_bytes"] < records * 256 * 8 / 2
