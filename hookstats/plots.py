@@ -257,32 +257,33 @@ def kind_of(target_id):
     return found[0] if found else "?"
 
 
-def save_all(series, out_dir, run_totals=None):
+def save_all(series, out_dir, run_totals=None, progress=None):
     """Every chart of a run as PNG files in out_dir; returns their paths. run_totals: {target: log2 hist}
-    of the whole run (default: summed from the recorded steps)."""
+    of the whole run (default: summed from the recorded steps). progress: wraps the list of charts to draw
+    (e.g. hookstats.progress.progress, a bar)."""
+    from functools import partial
     from pathlib import Path
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    charts = []  # (file name, draw(path))
     kinds = list(dict.fromkeys(s["kind"] for s in series.values()))
     for kind in kinds:
-        p = out / f"layer_stats_{kind}.png"
-        plot_layer_stats(series, p, kind=kind)
-        paths.append(p)
+        charts.append((f"layer_stats_{kind}.png", partial(plot_layer_stats, series, kind=kind)))
         for hist in ("linear", "log2"):
             if any(s["kind"] == kind and s["hist" if hist == "linear" else "log2_hist"] is not None
                    for s in series.values()):
-                p = out / f"hist_{hist}_{kind}.png"
-                plot_hist_heatmap(series, p, hist=hist, kind=kind)
-                paths.append(p)
+                charts.append((f"hist_{hist}_{kind}.png", partial(plot_hist_heatmap, series, hist=hist, kind=kind)))
     log2 = run_totals if run_totals is not None else totals(series)
-    # one chart per kind: "dynamic_range.png" holds the forward outputs, the
-    # activations a lower precision would store; the others are named after their kind
+    # one chart per kind: "dynamic_range.png" holds the forward outputs, the activations a lower precision
+    # would store; the others are named after their kind
     by_kind = {}
     for t, h in log2.items():
         by_kind.setdefault(series[t]["kind"] if t in series else kind_of(t), {})[t] = h
     for kind in sorted(by_kind, key=lambda k: (k != "output", kinds.index(k) if k in kinds else len(kinds))):
-        p = out / ("dynamic_range.png" if kind == "output" or len(by_kind) == 1 else f"dynamic_range_{kind}.png")
-        plot_dynamic_range(by_kind[kind], p)
-        paths.append(p)
+        name = "dynamic_range.png" if kind == "output" or len(by_kind) == 1 else f"dynamic_range_{kind}.png"
+        charts.append((name, partial(plot_dynamic_range, by_kind[kind])))
+    paths = []
+    for name, draw in (progress or iter)(charts):
+        draw(path=out / name)
+        paths.append(out / name)
     return paths
