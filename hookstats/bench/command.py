@@ -57,14 +57,15 @@ def _epilog():
     names = "\n".join(f"  {v.name:20} {v.label}" + ("  (the baseline, always run)" if v.label == BASELINE else "")
                       for v in VARIANT_LIST)
     return (f"variants (--variants takes the names on the left; tables show the labels on the right):\n{names}\n"
-            "fastai's need fastai installed. Workloads: cnn (6 conv/bn/relu, batch 64 of 3x32x32), transformer "
-            "(4 blocks, d=256, seq 128, batch 16), stackN (N Linear(32, 32) + ReLU layers).")
+            "the fastai ones need fastai installed.\n\n"
+            "workloads: cnn (6 conv/bn/relu, batch 64 of 3x32x32), transformer (4 blocks, d=256, seq 128,\n"
+            "batch 16), stackN (N Linear(32, 32) + ReLU layers).")
 
 
 def make_parser(prog="hookstats bench"):
     p = Parser(prog=prog, epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
-               description="Training-step time, host syncs and memory of hookstats against fastai ActivationStats, "
-                           "detach-to-CPU hooks and a wandb.watch-style hook (quick version; the full suite is "
+               description="Training-step time, host syncs and memory of hookstats against fastai ActivationStats,\n"
+                           "detach-to-CPU hooks and a wandb.watch-style hook (quick version; the full suite is\n"
                            "benchmarks/ in the repository). On a loaded machine use --threads 1 --clock cpu.")
     p.add_argument("--workloads", type=comma_list(check_workload), default="cnn,transformer",
                    help="comma list of cnn, transformer, stackN (default: %(default)s)")
