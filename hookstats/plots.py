@@ -69,9 +69,9 @@ def _count(shown, total):
     return f"{total} targets" if shown == total else f"first {shown} of {total} targets"
 
 
-def _save(fig, path):
-    if path is not None:
-        fig.savefig(path, dpi=110, bbox_inches="tight")  # long target names in legends stay whole
+def _save(fig, path, whole_legend=False):
+    if path is not None:  # bbox "tight" keeps a legend's long target names whole, at the cost of a second draw
+        fig.savefig(path, dpi=110, bbox_inches="tight" if whole_legend else None)
     return fig
 
 
@@ -103,7 +103,7 @@ def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets
         fig.legend(loc="upper left", bbox_to_anchor=(0.81, 1 - 0.55 / height), fontsize=7,
                    title="target (forward order)",
                    title_fontsize=8)
-    return _save(fig, path)
+    return _save(fig, path, whole_legend=True)
 
 
 # ---- histogram heatmaps ----

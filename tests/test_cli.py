@@ -150,7 +150,11 @@ def test_demo_shows_progress_of_training_and_charts_on_a_terminal(demo_dir):
 
 @pytest.mark.parametrize("terminal, flag, drawn", [(True, [], True), (True, ["--no-progress"], False),
                                                    (False, [], False)])
-def test_report_progress_only_on_a_terminal_and_without_no_progress(demo_dir, tmp_path, terminal, flag, drawn):
+def test_report_progress_only_on_a_terminal_and_without_no_progress(demo_dir, tmp_path, monkeypatch, terminal, flag,
+                                                                    drawn):
+    from hookstats import plots
+    for chart in ("plot_layer_stats", "plot_hist_heatmap", "plot_dynamic_range"):  # the bar, not the drawing
+        monkeypatch.setattr(plots, chart, lambda *a, path, **k: path.write_bytes(b"png"))
     err, out = Terminal() if terminal else io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         assert cli.main(["report", str(demo_dir / "cnn"), "--out", str(tmp_path), *flag]) == 0
@@ -172,7 +176,9 @@ def test_bench_runs_the_chosen_variants_with_a_progress_bar(capsys, tmp_path):
     assert list(json.loads((tmp_path / "r.json").read_text())["workloads"]["stack2"]) == rows
 
 
-def test_no_empty_alerts_file_and_no_stale_one(tmp_path, capsys):
+def test_no_empty_alerts_file_and_no_stale_one(tmp_path, capsys, monkeypatch):
+    from hookstats import plots
+    monkeypatch.setattr(plots, "save_all", lambda *a, **k: [])  # the files, not the charts
     (tmp_path / "cnn").mkdir()
     (tmp_path / "cnn" / "alerts.txt").write_text("NaN/Inf in an earlier run\n")
     code, out, err = run_main(capsys, "demo", "--out", str(tmp_path), "--steps", "2", "--models", "cnn",
