@@ -62,16 +62,16 @@ def _demo_arguments(d):
     d.add_argument("--nan-at", type=int_in(0), metavar="STEP", help="put a NaN into a weight at this step "
                                                                      "to see the alert")
     d.add_argument("--no-tensorboard", action="store_true", help="skip the TensorBoard logs")
-    _progress_argument(d)
+    progress_argument(d)
 
 
 def _report_arguments(r):
     r.add_argument("run_dir", metavar="RUN_DIR")
     r.add_argument("--out", help="write charts here instead of RUN_DIR/<run>/charts")
-    _progress_argument(r)
+    progress_argument(r)
 
 
-def _progress_argument(p):
+def progress_argument(p):
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bars on stderr (there are none either when stderr is not a terminal)")
 

@@ -151,7 +151,8 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="outp
     title = (f"{'linear' if hist == 'linear' else 'log2-magnitude'} histogram over steps ({kind or 'all kinds'}, "
              f"{_count(len(targets), total)}); color: log(1 + count)")
     if without:
-        title += f"\nno histogram: {', '.join(without[:5])}" + (f" and {len(without) - 5} more" if len(without) > 5 else "")
+        more = f" and {len(without) - 5} more" if len(without) > 5 else ""
+        title += f"\nno histogram: {', '.join(without[:5])}{more}"
     fig.suptitle(title, y=1 - 0.15 / height, va="top")
     return _save(fig, path)
 

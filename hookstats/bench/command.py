@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ..cli import Parser, comma_list, int_in
+from ..cli import Parser, comma_list, int_in, progress_argument
 from ..progress import progress
 from .memory import measure_memory, memory_child
 from .models import check_workload
@@ -22,20 +22,21 @@ def run(workloads, variants, repeats, steps, memory_steps, show_progress=True):
     results = {"machine": machine(), "workloads": {}}
     per_variant = repeats + 1 + bool(memory_steps)  # timed repeats, the sync count, the memory run
     with progress(total=len(workloads) * len(variants) * per_variant, unit="run", enabled=show_progress) as bar:
-        def tick(what):
-            bar.set_description(what)
+        def tick(done):
+            bar.set_postfix_str(f"done: {done}", refresh=False)
             bar.update()
         for w in workloads:
+            bar.set_description(w)
             times = interleaved_step_times(w, variants, repeats=repeats, steps=steps,
-                                           tick=lambda v: tick(f"{w}: timing {v}"))
+                                           tick=lambda v: tick(f"timing {v}"))
             rows = {}
             for v in variants:
                 rows[v] = summarize(times[v], times[BASELINE])
                 rows[v]["syncs_per_step"], rows[v]["sync_ops"] = count_syncs(w, v)
-                tick(f"{w}: host syncs of {v}")
+                tick(f"host syncs of {v}")
                 if memory_steps:
                     rows[v]["memory"] = measure_memory(w, v, memory_steps)
-                    tick(f"{w}: memory of {v}")
+                    tick(f"memory of {v}")
             results["workloads"][w] = rows
     return results
 
@@ -71,16 +72,20 @@ def make_parser(prog="hookstats bench"):
                    help="comma list of cnn, transformer, stackN (default: %(default)s)")
     p.add_argument("--variants", type=comma_list(variant_name), default=None,
                    help="comma list of the names below (default: all available; none, the baseline, always runs)")
-    p.add_argument("--repeats", type=int_in(1), default=3, help="interleaved rounds of every variant (default: %(default)s)")
-    p.add_argument("--steps", type=int_in(1), default=5, help="timed steps per variant per round (default: %(default)s)")
+    p.add_argument("--repeats", type=int_in(1), default=3,
+                   help="interleaved rounds of every variant (default: %(default)s)")
+    p.add_argument("--steps", type=int_in(1), default=5,
+                   help="timed steps per variant per round (default: %(default)s)")
     p.add_argument("--memory-steps", type=int_in(0), default=20,
-                   help="steps of each variant's memory run, in a fresh process (0: no memory runs; default: %(default)s)")
+                   help="steps of each variant's memory run, in a fresh process (0: no memory runs; "
+                        "default: %(default)s)")
     p.add_argument("--json", type=_writable_file, default=None, help="also write the results to this file")
     p.add_argument("--threads", type=int_in(1), default=None, help="torch threads (default: torch's)")
     p.add_argument("--clock", default="wall", choices=list(CLOCKS),
-                   help="cpu: the thread's CPU time, for a loaded shared machine (needs --threads 1; default: %(default)s)")
+                   help="cpu: the thread's CPU time, for a loaded shared machine (needs --threads 1; "
+                        "default: %(default)s)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]: where the models train (default: %(default)s)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (none either when stderr is not a terminal)")
+    progress_argument(p)
     p.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
     return p
 
