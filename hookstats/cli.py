@@ -98,6 +98,8 @@ def _demo(args):
             torch.empty(0, device=dev)
         except (RuntimeError, AssertionError) as e:
             raise UsageError(f"device {args.device!r} is not usable here: {str(e).splitlines()[0]}") from None
+        if dev.type == "meta":
+            raise UsageError("device 'meta' holds no values to train on: cpu, cuda or mps")
     if args.nan_at is not None and args.nan_at >= args.steps:
         raise UsageError(f"--nan-at {args.nan_at} is not a step of this run (steps 0..{args.steps - 1})")
     out = Path(args.out)

@@ -65,6 +65,7 @@ def test_bench_help_lists_the_variants_by_their_plain_names_and_the_defaults(cap
     (["demo", "--seed", "-3"], "argument --seed: must be >= 0, got -3"),
     (["demo", "--seed", str(2**64)], f"argument --seed: must be <= {2**64 - 1}, got {2**64}"),
     (["demo", "--models", "mlp"], "argument --models: invalid choice: 'mlp'"),
+    (["demo", "--device", "meta"], "device 'meta' holds no values to train on"),
     (["bench", "--steps", "0"], "argument --steps: must be >= 1, got 0"),
     (["bench", "--steps", "-1"], "argument --steps: must be >= 1, got -1"),
     (["bench", "--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
