@@ -55,7 +55,8 @@ def _pick(series, targets, kind, max_targets):
         targets = [t for t, s in series.items() if kind is None or s["kind"] == kind]
     missing = [t for t in targets if t not in series]
     if missing:
-        raise KeyError(f"no history for {missing}; targets are {list(series)[:10]}")
+        more = f" and {len(series) - 10} more" if len(series) > 10 else ""
+        raise KeyError(f"no history for {missing}; targets are {list(series)[:10]}{more}")
     return _cap(targets, max_targets)
 
 
