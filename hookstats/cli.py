@@ -17,62 +17,63 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _int_at_least(lo):
+def int_in(lo, hi=None):
+    """An argparse type: an integer in [lo, hi]."""
     def parse(text):
         try:
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}")
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}" if v < lo else f"must be <= {hi}, got {v}")
         return v
     return parse
 
 
-def make_parser():
-    p = Parser(prog="hookstats", description="Activation and gradient statistics for PyTorch training.")
-    sub = p.add_subparsers(dest="command", metavar="{demo,report,bench}", parser_class=Parser)
-    sub.required = True
-    d = sub.add_parser("demo", help="train a small CNN and transformer with every target measured",
-                       description="Trains a small CNN and a small transformer on synthetic data on the best "
-                                   "available device with every target measured; writes TensorBoard logs, "
-                                   "CSV/JSONL history, charts, the summary table and the alerts to --out.")
-    d.add_argument("--out", default="hookstats-demo", help="output folder (default: ./hookstats-demo)")
-    d.add_argument("--steps", type=_int_at_least(1), default=100, help="training steps per model (default: 100)")
+def comma_list(check):
+    """An argparse type: a comma list, each item passed through check(item), which raises ValueError."""
+    def parse(text):
+        items = [t.strip() for t in text.split(",")]
+        if not all(items):
+            raise argparse.ArgumentTypeError(f"an empty name in {text!r}")
+        try:
+            return [check(t) for t in items]
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
+
+
+class Command:
+    """One subcommand: its help line, add_arguments(parser) and run(args) -> exit status. A command with
+    run_argv instead takes its raw arguments and parses them itself (bench, whose module loads on use)."""
+
+    def __init__(self, help, description=None, add_arguments=None, run=None, run_argv=None):
+        self.help, self.description = help, description
+        self.add_arguments, self.run, self.run_argv = add_arguments, run, run_argv
+
+
+def _demo_arguments(d):
+    d.add_argument("--out", default="hookstats-demo", help="output folder (default: ./%(default)s)")
+    d.add_argument("--steps", type=int_in(1), default=100, help="training steps per model (default: %(default)s)")
     d.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the best available)")
-    d.add_argument("--models", nargs="+", choices=["cnn", "transformer"], default=["cnn", "transformer"])
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--nan-at", type=_int_at_least(0), metavar="STEP", help="put a NaN into a weight at this step "
-                                                                       "to see the alert")
+    d.add_argument("--models", nargs="+", choices=["cnn", "transformer"], default=["cnn", "transformer"],
+                   help="which models to train (default: both)")
+    d.add_argument("--seed", type=int_in(0, 2**64 - 1), default=0, help="random seed (default: %(default)s)")
+    d.add_argument("--nan-at", type=int_in(0), metavar="STEP", help="put a NaN into a weight at this step "
+                                                                     "to see the alert")
     d.add_argument("--no-tensorboard", action="store_true", help="skip the TensorBoard logs")
-    d.add_argument("--no-progress", action="store_true", help="no progress bar")
-    r = sub.add_parser("report", help="rebuild charts and tables from a saved run folder",
-                       description="Rebuilds the charts and tables of a run from its history.jsonl (or "
-                                   "history.csv: scalar charts only). RUN_DIR is a run folder or a folder of runs "
-                                   "(like the demo's output).")
+    progress_argument(d)
+
+
+def _report_arguments(r):
     r.add_argument("run_dir", metavar="RUN_DIR")
     r.add_argument("--out", help="write charts here instead of RUN_DIR/<run>/charts")
-    sub.add_parser("bench", help="benchmarks (options: hookstats bench --help)", add_help=False)
-    sub.add_parser("plan", help="what attach() would measure and cost, without running the model "
-                                "(options: hookstats plan --help)", add_help=False)
-    return p
+    progress_argument(r)
 
 
-def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "bench":
-        return _bench(argv[1:])
-    if argv and argv[0] == "plan":
-        from .planner import main as plan
-        return plan(argv[1:])
-    args = make_parser().parse_args(argv)
-    try:
-        if args.command == "demo":
-            return _demo(args)
-        return _report(args)
-    except UsageError as e:
-        print(f"hookstats {args.command}: error: {e}", file=sys.stderr)
-        return 2
+def progress_argument(p):
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars on stderr (there are none either when stderr is not a terminal)")
 
 
 def _bench(argv):
@@ -97,6 +98,8 @@ def _demo(args):
             torch.empty(0, device=dev)
         except (RuntimeError, AssertionError) as e:
             raise UsageError(f"device {args.device!r} is not usable here: {str(e).splitlines()[0]}") from None
+        if dev.type == "meta":
+            raise UsageError("device 'meta' holds no values to train on: cpu, cuda or mps")
     if args.nan_at is not None and args.nan_at >= args.steps:
         raise UsageError(f"--nan-at {args.nan_at} is not a step of this run (steps 0..{args.steps - 1})")
     out = Path(args.out)
@@ -123,7 +126,7 @@ def _report(args):
         if args.out:
             out = Path(args.out) if run == root else Path(args.out) / run.name
         try:
-            report(run, out)
+            report(run, out, show_progress=not args.no_progress)
         except (ValueError, KeyError, OSError) as e:
             raise UsageError(f"{run}: {e}") from None
     return 0
@@ -136,10 +139,11 @@ def find_runs(root):
     return [root] if has(root) else sorted(d for d in root.iterdir() if d.is_dir() and has(d))
 
 
-def report(run_dir, out=None, log=print):
+def report(run_dir, out=None, log=print, show_progress=False):
     """Charts and tables of one run folder from history.jsonl (histograms included) or history.csv."""
     from . import plots
     from .history import brief
+    from .progress import progress
     from .sinks import read_csv, read_jsonl
     from .summary import stats_table
     jsonl = run_dir / HISTORY_JSONL
@@ -147,7 +151,8 @@ def report(run_dir, out=None, log=print):
     if not items:
         raise ValueError("the history holds no steps")
     series = plots.collect(items)
-    paths = plots.save_all(series, out or run_dir / "charts")
+    paths = plots.save_all(series, out or run_dir / "charts", progress=lambda charts: progress(
+        charts, desc=f"charts of {run_dir.name}", unit="chart", enabled=show_progress))
     last = {}
     for step, rec in items:
         if step >= last.get(rec["target"], (-1, None))[0]:
@@ -159,3 +164,48 @@ def report(run_dir, out=None, log=print):
     log(f"alerts ({len(alerts)}):" + "".join(f"\n  {m}" for m in msgs) if alerts else "alerts: none")
     log(f"wrote {len(paths)} charts to {out or run_dir / 'charts'}")
     return paths
+
+
+def _plan(argv):
+    from .planner import main as plan
+    return plan(argv)
+
+
+COMMANDS = {
+    "demo": Command("train a small CNN and transformer with every target measured",
+                    "Trains a small CNN and a small transformer on synthetic data on the best available device "
+                    "with every target measured; writes TensorBoard logs, CSV/JSONL history, charts, the summary "
+                    "table and the alerts (alerts.txt, only when there are any) to --out.",
+                    _demo_arguments, _demo),
+    "report": Command("rebuild charts and tables from a saved run folder",
+                      "Rebuilds the charts and tables of a run from its history.jsonl (or history.csv: scalar "
+                      "charts only). RUN_DIR is a run folder or a folder of runs (like the demo's output).",
+                      _report_arguments, _report),
+    "bench": Command("benchmarks against fastai, detach-to-CPU and wandb-style hooks (hookstats bench --help)",
+                     run_argv=_bench),
+    "plan": Command("what attach() would measure and cost, without running the model (hookstats plan --help)",
+                    run_argv=_plan),
+}
+
+
+def make_parser():
+    p = Parser(prog="hookstats", description="Activation and gradient statistics for PyTorch training.")
+    sub = p.add_subparsers(dest="command", metavar="{" + ",".join(COMMANDS) + "}", parser_class=Parser)
+    sub.required = True
+    for name, cmd in COMMANDS.items():
+        c = sub.add_parser(name, help=cmd.help, description=cmd.description, add_help=cmd.run_argv is None)
+        if cmd.add_arguments is not None:
+            cmd.add_arguments(c)
+    return p
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in COMMANDS and COMMANDS[argv[0]].run_argv is not None:
+        return COMMANDS[argv[0]].run_argv(argv[1:])
+    args = make_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command].run(args)
+    except UsageError as e:
+        print(f"hookstats {args.command}: error: {e}", file=sys.stderr)
+        return 2

@@ -10,6 +10,7 @@ from torch import nn
 from . import plots
 from .history import brief
 from .monitor import attach
+from .progress import progress as show
 from .sinks import run_dir_sinks
 from .summary import stats_table, summary
 
@@ -89,7 +90,7 @@ def train_one(name, out_dir, device, steps, log_every=20, seed=0, nan_at=None, t
     run_dir = Path(out_dir) / name
     mon = attach(model, inputs=True, grads=True, input_grads=True, param_grads=True, steps="manual", log_every=log_every,
                  sinks=run_dir_sinks(run_dir, tensorboard=tensorboard))
-    bar = _progress(range(steps), desc=f"{name} on {device.type}", enabled=progress)
+    bar = show(range(steps), desc=f"{name} on {device.type}", unit="step", enabled=progress)
     t0 = time.perf_counter()
     for step in bar:
         x, y = batch_fn()
@@ -101,39 +102,36 @@ def train_one(name, out_dir, device, steps, log_every=20, seed=0, nan_at=None, t
         opt.step()
         opt.zero_grad(set_to_none=True)
         mon.step()
-        if hasattr(bar, "set_postfix") and step % 10 == 0:
+        if not bar.disable and step % 10 == 0:
             bar.set_postfix(loss=f"{loss.item():.3f}")  # the demo's own read, outside the monitor
     mon.remove()  # flushes the last steps and closes the sinks
     return mon, model, batch_fn()[0], time.perf_counter() - t0
 
 
-def _progress(it, desc, enabled):
-    if not enabled:
-        return it
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return it
-    return tqdm(it, desc=desc, leave=True)
-
-
-def write_reports(name, run_dir, mon, model, example, seconds, log=print):
-    """summary.txt, alerts.txt and the charts of one trained model; prints the summary and alerts."""
+def write_reports(name, run_dir, mon, model, example, seconds, log=print, progress=True, tensorboard=True):
+    """summary.txt, the charts and, only when there are alerts, alerts.txt (one message a line) of one
+    trained model; prints the summary and the alerts."""
     run_dir = Path(run_dir)
     table = str(summary(model, example, monitor=mon))
     stats = stats_table([{"target": k, **v} for k, v in mon.stats().items()], title="running totals")
     (run_dir / "summary.txt").write_text(table + "\n\n" + stats + "\n")
-    (run_dir / "alerts.txt").write_text("".join(a["message"] + "\n" for a in mon.alerts))
+    alerts_file = run_dir / "alerts.txt"
+    if mon.alerts:
+        alerts_file.write_text("".join(a["message"] + "\n" for a in mon.alerts))
+    else:
+        alerts_file.unlink(missing_ok=True)  # an earlier run's alerts into the same folder are not this run's
     alerts = brief(mon.alerts)
     series = plots.collect(mon._history.memory_sink.items())
     totals = {k: v["log2_hist"] for k, v in mon.stats().items() if v["log2_hist"] is not None}
-    charts = plots.save_all(series, run_dir / "charts", run_totals=totals)
+    charts = plots.save_all(series, run_dir / "charts", run_totals=totals, progress=lambda todo: show(
+        todo, desc=f"{name} charts", unit="chart", enabled=progress))
     log(f"\n== {name}: {mon.step_count} steps in {seconds:.1f} s, {len(mon.stats())} targets, monitor memory "
         f"{mon.memory()['device_bytes'] / 2**20:.2f} MiB on the device")
     log(table)
     log(f"alerts ({len(alerts)}):" + "".join(f"\n  {m}" for m in alerts) if alerts else "alerts: none")
-    log(f"wrote {run_dir}/: history.csv, history.jsonl, tensorboard/, summary.txt, alerts.txt, "
-        f"{len(charts)} charts in charts/")
+    written = ["history.csv", "history.jsonl"] + ["tensorboard/"] * tensorboard + ["summary.txt"] + \
+        ["alerts.txt"] * bool(mon.alerts)
+    log(f"wrote {run_dir}/: {', '.join(written)}, {len(charts)} charts in charts/")
 
 
 def run(out="hookstats-demo", steps=100, device=None, models=("cnn", "transformer"), seed=0, nan_at=None,
@@ -143,7 +141,8 @@ def run(out="hookstats-demo", steps=100, device=None, models=("cnn", "transforme
     for name in models:
         mon, model, example, seconds = train_one(name, out, device, steps, seed=seed, nan_at=nan_at,
                                                  tensorboard=tensorboard, progress=progress)
-        write_reports(name, out / name, mon, model, example, seconds, log=log)
+        write_reports(name, out / name, mon, model, example, seconds, log=log, progress=progress,
+                      tensorboard=tensorboard)
     if tensorboard:
         log(f"\nTensorBoard: tensorboard --logdir {out}")
     return out

@@ -50,26 +50,40 @@ def totals(series):
 
 
 def _pick(series, targets, kind, max_targets):
+    """(targets to draw, how many there were): every target of the kind unless max_targets says fewer."""
     if targets is None:
-        targets = [t for t, s in series.items() if kind is None or s["kind"] == kind][:max_targets]
+        targets = [t for t, s in series.items() if kind is None or s["kind"] == kind]
     missing = [t for t in targets if t not in series]
     if missing:
-        raise KeyError(f"no history for {missing}; targets are {list(series)[:10]}")
-    return targets
+        more = f" and {len(series) - 10} more" if len(series) > 10 else ""
+        raise KeyError(f"no history for {missing}; targets are {list(series)[:10]}{more}")
+    return _cap(targets, max_targets)
 
 
-def _save(fig, path):
-    if path is not None:
-        fig.savefig(path, dpi=110)
+def _cap(targets, max_targets):
+    targets = list(targets)
+    return (targets if max_targets is None else targets[:max_targets]), len(targets)
+
+
+def _count(shown, total):
+    """What a chart's title says about the targets it draws: never fewer without saying so."""
+    return f"{total} targets" if shown == total else f"first {shown} of {total} targets"
+
+
+def _save(fig, path, whole_legend=False):
+    if path is not None:  # bbox "tight" keeps a legend's long target names whole, at the cost of a second draw
+        fig.savefig(path, dpi=110, bbox_inches="tight" if whole_legend else None)
     return fig
 
 
 # ---- layer stats ----
-def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets=16):
-    """Mean, std and near-zero % of each target over steps, one line per target in forward order."""
-    targets = _pick(series, targets, kind, max_targets)
-    fig = _figure(figsize=(15, 4.6))
-    fig.subplots_adjust(left=0.05, right=0.8, top=0.86, bottom=0.12, wspace=0.25)
+def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets=None):
+    """Mean, std and near-zero % of each target over steps, one line per target in forward order (every
+    target of the kind; max_targets: the first ones, and the title says how many of how many)."""
+    targets, total = _pick(series, targets, kind, max_targets)
+    height = max(4.6, 1.4 + 0.13 * len(targets))  # the legend holds one line per target
+    fig = _figure(figsize=(15, height))
+    fig.subplots_adjust(left=0.05, right=0.8, top=1 - 0.64 / height, bottom=0.55 / height, wspace=0.25)
     axes = fig.subplots(1, 3)
     cmap = _cmap("viridis")
     for k, t in enumerate(targets):
@@ -85,26 +99,32 @@ def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets
     if any(np.nanmin(series[t]["std"], initial=np.inf) > 0 for t in targets):
         axes[1].set_yscale("log")
     axes[2].set_ylim(-2, 102)
-    fig.suptitle(f"layer stats over steps ({kind or 'all kinds'})")
+    fig.suptitle(f"layer stats over steps ({kind or 'all kinds'}, {_count(len(targets), total)})")
     if targets:
-        fig.legend(loc="upper left", bbox_to_anchor=(0.81, 0.88), fontsize=7, title="target (forward order)",
+        fig.legend(loc="upper left", bbox_to_anchor=(0.81, 1 - 0.55 / height), fontsize=7,
+                   title="target (forward order)",
                    title_fontsize=8)
-    return _save(fig, path)
+    return _save(fig, path, whole_legend=True)
 
 
 # ---- histogram heatmaps ----
-def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="output", max_targets=9, ncols=3):
+def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="output", max_targets=None, ncols=3):
     """Per target, the histogram of each step as one column of log(1 + count) (fastai's color_dim), each
-    panel on its own color scale. hist="linear": the value bins; hist="log2": log2 |x| (zeros and values
-    below 2**-126 in the bottom row)."""
+    panel on its own color scale, in a grid that grows with the targets (max_targets: the first ones, and
+    the title says how many of how many; targets without histograms are named in the title).
+    hist="linear": the value bins; hist="log2": log2 |x| (zeros and values below 2**-126 in the bottom row)."""
     if hist not in ("linear", "log2"):
         raise ValueError(f"hist must be 'linear' or 'log2', got {hist!r}")
     key = "hist" if hist == "linear" else "log2_hist"
-    targets = [t for t in _pick(series, targets, kind, max_targets) if series[t][key] is not None]
+    if targets is None:
+        targets = [t for t, s in series.items() if kind is None or s["kind"] == kind]
+    without = [t for t in targets if t in series and series[t][key] is None]
+    targets, total = _pick(series, [t for t in targets if t not in without], None, max_targets)
     nrows = max(1, math.ceil(len(targets) / ncols))
-    fig = _figure(figsize=(4.6 * ncols, 0.8 + 2.6 * nrows))
-    fig.subplots_adjust(left=0.06, right=0.98, top=1 - 0.8 / (0.8 + 2.6 * nrows), bottom=0.6 / (0.8 + 2.6 * nrows),
-                        hspace=0.45, wspace=0.25)
+    head = 0.8 + 0.2 * bool(without)  # inches above the panels for the title, whatever the grid's height
+    height = head + 2.6 * nrows
+    fig = _figure(figsize=(4.6 * ncols, height))
+    fig.subplots_adjust(left=0.06, right=0.98, top=1 - head / height, bottom=0.6 / height, hspace=0.45, wspace=0.25)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
     for ax in axes[len(targets):]:
         ax.set_visible(False)
@@ -129,8 +149,12 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="outp
         ax.set_title(t, fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel, fontsize=8)
-    fig.suptitle(f"{'linear' if hist == 'linear' else 'log2-magnitude'} histogram over steps ({kind or 'all kinds'}); "
-                 "color: log(1 + count)")
+    title = (f"{'linear' if hist == 'linear' else 'log2-magnitude'} histogram over steps ({kind or 'all kinds'}, "
+             f"{_count(len(targets), total)}); color: log(1 + count)")
+    if without:
+        more = f" and {len(without) - 5} more" if len(without) > 5 else ""
+        title += f"\nno histogram: {', '.join(without[:5])}{more}"
+    fig.suptitle(title, y=1 - 0.15 / height, va="top")
     return _save(fig, path)
 
 
@@ -168,10 +192,11 @@ def range_shares(log2_hist):
     return out
 
 
-def plot_dynamic_range(log2_by_target, path=None, max_targets=24):
-    """Left: each target's log2 |x| distribution (one row, forward order) with each format's range marked
-    (solid: smallest subnormal and max; dashed: smallest normal). Right: under/overflow % per format."""
-    targets = list(log2_by_target)[:max_targets]
+def plot_dynamic_range(log2_by_target, path=None, max_targets=None):
+    """Left: each target's log2 |x| distribution (one row per target, forward order; max_targets: the first
+    ones, and the title says how many of how many) with each format's range marked (solid: smallest
+    subnormal and max; dashed: smallest normal). Right: under/overflow % per format."""
+    targets, total = _cap(log2_by_target, max_targets)
     hists = np.stack([np.asarray(log2_by_target[t], dtype=np.float64) for t in targets]) if targets \
         else np.zeros((0, layout.LOG_SLOTS))
     used = np.flatnonzero(hists[:, 2:].sum(0)) if len(targets) else np.array([], dtype=int)
@@ -202,7 +227,7 @@ def plot_dynamic_range(log2_by_target, path=None, max_targets=24):
     left.set_xlim(lo, hi)
     left.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.16 * 6 / max(n, 4)), ncol=2, fontsize=8,
                 title="representable range", title_fontsize=8, frameon=False)
-    left.set_title("dynamic range per target")
+    left.set_title(f"dynamic range per target ({_count(n, total)})")
 
     shares = [range_shares(log2_by_target[t]) for t in targets]
     cols = [(f, k) for f in FORMATS for k in ("underflow", "overflow")]
@@ -234,32 +259,33 @@ def kind_of(target_id):
     return found[0] if found else "?"
 
 
-def save_all(series, out_dir, run_totals=None):
+def save_all(series, out_dir, run_totals=None, progress=None):
     """Every chart of a run as PNG files in out_dir; returns their paths. run_totals: {target: log2 hist}
-    of the whole run (default: summed from the recorded steps)."""
+    of the whole run (default: summed from the recorded steps). progress: wraps the list of charts to draw
+    (e.g. hookstats.progress.progress, a bar)."""
+    from functools import partial
     from pathlib import Path
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    charts = []  # (file name, draw(path))
     kinds = list(dict.fromkeys(s["kind"] for s in series.values()))
     for kind in kinds:
-        p = out / f"layer_stats_{kind}.png"
-        plot_layer_stats(series, p, kind=kind)
-        paths.append(p)
+        charts.append((f"layer_stats_{kind}.png", partial(plot_layer_stats, series, kind=kind)))
         for hist in ("linear", "log2"):
             if any(s["kind"] == kind and s["hist" if hist == "linear" else "log2_hist"] is not None
                    for s in series.values()):
-                p = out / f"hist_{hist}_{kind}.png"
-                plot_hist_heatmap(series, p, hist=hist, kind=kind)
-                paths.append(p)
+                charts.append((f"hist_{hist}_{kind}.png", partial(plot_hist_heatmap, series, hist=hist, kind=kind)))
     log2 = run_totals if run_totals is not None else totals(series)
-    # one chart per kind (24 rows at most each): "dynamic_range.png" holds the forward outputs, the
-    # activations a lower precision would store; the others are named after their kind
+    # one chart per kind: "dynamic_range.png" holds the forward outputs, the activations a lower precision
+    # would store; the others are named after their kind
     by_kind = {}
     for t, h in log2.items():
         by_kind.setdefault(series[t]["kind"] if t in series else kind_of(t), {})[t] = h
     for kind in sorted(by_kind, key=lambda k: (k != "output", kinds.index(k) if k in kinds else len(kinds))):
-        p = out / ("dynamic_range.png" if kind == "output" or len(by_kind) == 1 else f"dynamic_range_{kind}.png")
-        plot_dynamic_range(by_kind[kind], p)
-        paths.append(p)
+        name = "dynamic_range.png" if kind == "output" or len(by_kind) == 1 else f"dynamic_range_{kind}.png"
+        charts.append((name, partial(plot_dynamic_range, by_kind[kind])))
+    paths = []
+    for name, draw in (progress or iter)(charts):
+        draw(path=out / name)
+        paths.append(out / name)
     return paths

@@ -3,7 +3,9 @@ demo run whose files `report` reads back (its table checked against the CSV the 
 import contextlib
 import csv
 import io
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,12 +29,28 @@ def run_main(capsys, *argv):
 
 
 @pytest.mark.parametrize("argv, words", [([], ["demo", "report", "bench"]),
-                                         (["demo"], ["--out", "--steps", "--device", "--nan-at"]),
-                                         (["report"], ["RUN_DIR", "--out"]),
-                                         (["bench"], ["--workloads", "--variants", "--device", "--clock"])])
+                                         (["demo"], ["--out", "--steps", "--device", "--nan-at", "--no-progress"]),
+                                         (["report"], ["RUN_DIR", "--out", "--no-progress"]),
+                                         (["bench"], ["--workloads", "--variants", "--device", "--clock",
+                                                      "--no-progress"])])
 def test_help_for_every_command(capsys, argv, words):
     code, out, _ = run_main(capsys, *argv, "--help")
     assert code == 0 and all(w in out for w in words)
+
+
+def test_bench_help_lists_the_variants_by_their_plain_names_and_the_defaults(capsys):
+    from hookstats.bench import VARIANT_LIST
+    code, out, _ = run_main(capsys, "bench", "--help")
+    assert code == 0
+    names = [v.name for v in VARIANT_LIST]
+    assert len(names) == 9 and all(re.fullmatch(r"[a-z0-9-]+", n) for n in names)  # typed without quotes
+    listed = {ln.split()[0]: ln.split(None, 1)[1] for ln in out.splitlines() if ln.startswith("  ") and
+              ln.split()[0] in names}
+    assert [n for n in listed] == names and all(v.label in listed[v.name] for v in VARIANT_LIST)
+    flat = " ".join(out.split())
+    for option, default in (("--workloads", "cnn,transformer"), ("--repeats", "3"), ("--steps", "5"),
+                            ("--memory-steps", "20"), ("--clock", "wall"), ("--device", "cpu")):
+        assert re.search(re.escape(option) + r" .*?\(.*?default: " + re.escape(default) + r"\)", flat), option
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -43,18 +61,41 @@ def test_help_for_every_command(capsys, argv, words):
     (["demo", "--steps", "2", "--nan-at", "5"], "--nan-at 5 is not a step of this run (steps 0..1)"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     ([], "the following arguments are required"),
+    (["demo", "--nan-at", "-1"], "argument --nan-at: must be >= 0, got -1"),
+    (["demo", "--seed", "-3"], "argument --seed: must be >= 0, got -3"),
+    (["demo", "--seed", str(2**64)], f"argument --seed: must be <= {2**64 - 1}, got {2**64}"),
+    (["demo", "--models", "mlp"], "argument --models: invalid choice: 'mlp'"),
+    (["demo", "--device", "meta"], "device 'meta' holds no values to train on"),
+    (["bench", "--steps", "0"], "argument --steps: must be >= 1, got 0"),
+    (["bench", "--steps", "-1"], "argument --steps: must be >= 1, got -1"),
+    (["bench", "--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
+    (["bench", "--repeats", "x"], "argument --repeats: not an integer: 'x'"),
+    (["bench", "--memory-steps", "-1"], "argument --memory-steps: must be >= 0, got -1"),
+    (["bench", "--threads", "0"], "argument --threads: must be >= 1, got 0"),
+    (["bench", "--threads", "two"], "argument --threads: not an integer: 'two'"),
+    (["bench", "--workloads", "bogus"], "argument --workloads: unknown workload 'bogus': cnn, transformer or stackN"),
+    (["bench", "--workloads", "cnn,stack0"], "argument --workloads: unknown workload 'stack0'"),
+    (["bench", "--workloads", "cnn,"], "argument --workloads: an empty name in 'cnn,'"),
+    (["bench", "--variants", "hookstats,bogus"], "argument --variants: unknown variant 'bogus'"),
+    (["bench", "--variants", "no hooks"], "argument --variants: unknown variant 'no hooks'"),
+    (["bench", "--clock", "sundial"], "argument --clock: invalid choice: 'sundial'"),
+    (["bench", "--clock", "cpu", "--threads", "2"], "--clock cpu: the cpu clock counts only the calling thread"),
+    (["bench", "--device", "meta"], "--device meta: the benchmarks run on cpu or cuda, not meta"),
+    (["bench", "--device", "gpu"], "--device gpu:"),
+    (["bench", "--json", "/no/such/folder/r.json"], "argument --json: cannot write /no/such/folder/r.json"),
+    (["bench", "--frobnicate"], "unrecognized arguments: --frobnicate"),
 ])
-def test_bad_arguments_give_one_line_and_status_2(capsys, argv, message):
+def test_bad_arguments_give_one_line_and_status_2(capsys, monkeypatch, argv, message):
+    import hookstats.bench.command
+    import hookstats.demo
+
+    def ran(*a, **k):
+        raise AssertionError("bad arguments went through to a run")
+    monkeypatch.setattr(hookstats.bench.command, "run", ran)
+    monkeypatch.setattr(hookstats.demo, "run", ran)
     code, out, err = run_main(capsys, *argv)
-    assert code == 2 and message in err
+    assert code == 2 and message in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-
-
-@pytest.mark.parametrize("threads", ["-1", "0", "two"])
-def test_bench_rejects_a_bad_thread_count_before_running(capsys, threads):
-    code, _, err = run_main(capsys, "bench", "--threads", threads)
-    assert code == 2 and f"argument --threads: expected an integer >= 1, got '{threads}'" in err
-    assert "Traceback" not in err
 
 
 def test_demo_out_below_a_file_is_a_one_line_error(capsys, tmp_path):
@@ -82,16 +123,71 @@ def test_bench_dispatches_to_hookstats_bench_main(capsys, monkeypatch):
     assert code == 2 and err.startswith("hookstats bench: error: the benchmark module is not available")
 
 
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal, as a user's shell is (where progress bars are drawn)."""
+
+    def isatty(self):
+        return True
+
+
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
+    printed, bars = io.StringIO(), Terminal()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(bars):
         code = cli.main(["demo", "--out", str(out), "--steps", "6", "--models", "cnn", "--nan-at", "4",
-                         "--no-progress", "--device", "cpu"])
+                         "--device", "cpu"])
     assert code == 0
     (out / "stdout.txt").write_text(printed.getvalue())
+    (out / "stderr.txt").write_text(bars.getvalue())
     return out
+
+
+def test_demo_shows_progress_of_training_and_charts_on_a_terminal(demo_dir):
+    bars = (demo_dir / "stderr.txt").read_text()
+    assert re.search(r"cnn on cpu: 100%.*6/6", bars) and re.search(r"cnn charts: 100%.*\b(\d+)/\1 ", bars)
+    assert "cnn on cpu" not in (demo_dir / "stdout.txt").read_text()
+
+
+@pytest.mark.parametrize("terminal, flag, drawn", [(True, [], True), (True, ["--no-progress"], False),
+                                                   (False, [], False)])
+def test_report_progress_only_on_a_terminal_and_without_no_progress(demo_dir, tmp_path, monkeypatch, terminal, flag,
+                                                                    drawn):
+    from hookstats import plots
+    for chart in ("plot_layer_stats", "plot_hist_heatmap", "plot_dynamic_range"):  # the bar, not the drawing
+        monkeypatch.setattr(plots, chart, lambda *a, path, **k: path.write_bytes(b"png"))
+    err, out = Terminal() if terminal else io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert cli.main(["report", str(demo_dir / "cnn"), "--out", str(tmp_path), *flag]) == 0
+    charts = len(list(tmp_path.glob("*.png")))
+    assert (f"charts of cnn: 100%" in err.getvalue() and f"{charts}/{charts}" in err.getvalue()) == drawn
+    assert err.getvalue() == "" or drawn
+    assert "charts of cnn" not in out.getvalue()
+
+
+def test_bench_runs_the_chosen_variants_with_a_progress_bar(capsys, tmp_path):
+    err, out = Terminal(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(["bench", "--workloads", "stack2", "--variants", "hookstats", "--repeats", "2", "--steps", "1",
+                         "--memory-steps", "0", "--json", str(tmp_path / "r.json")])
+    assert code == 0
+    rows = [ln.split("  ")[0] for ln in out.getvalue().splitlines()[3:5]]
+    assert rows == ["no hooks", "hookstats"]  # the baseline always, the labels in the table
+    assert "6/6" in err.getvalue()  # 2 variants x (2 timed rounds + the sync count), no memory runs
+    assert list(json.loads((tmp_path / "r.json").read_text())["workloads"]["stack2"]) == rows
+
+
+def test_no_empty_alerts_file_and_no_stale_one(tmp_path, capsys, monkeypatch):
+    from hookstats import plots
+    monkeypatch.setattr(plots, "save_all", lambda *a, **k: [])  # the files, not the charts
+    (tmp_path / "cnn").mkdir()
+    (tmp_path / "cnn" / "alerts.txt").write_text("NaN/Inf in an earlier run\n")
+    code, out, err = run_main(capsys, "demo", "--out", str(tmp_path), "--steps", "2", "--models", "cnn",
+                              "--device", "cpu", "--no-tensorboard")
+    assert code == 0, err
+    assert not (tmp_path / "cnn" / "alerts.txt").exists() and "alerts: none" in out
+    wrote = next(ln for ln in out.splitlines() if ln.startswith("wrote "))
+    assert "alerts.txt" not in wrote and "tensorboard" not in wrote and "summary.txt" in wrote
 
 
 def test_demo_prints_the_layer_table_and_the_alerts(demo_dir):
@@ -103,6 +199,8 @@ def test_demo_prints_the_layer_table_and_the_alerts(demo_dir):
         rows = [r for r in csv.DictReader(f) if r["target"] == "body.0:output" and r["stat"] == "count"]
     assert any(ln.split()[:2] == ["body.0", "Conv2d"] for ln in lines)
     assert "NaN/Inf in head:output at step 4" in printed and rows
+    wrote = next(ln for ln in lines if ln.startswith("wrote "))
+    assert "alerts.txt" in wrote and "tensorboard/" in wrote
 
 
 def test_demo_writes_every_output(demo_dir):

@@ -116,3 +116,45 @@ def test_save_all_and_bad_arguments(series, tmp_path, monkeypatch):
         plots.plot_hist_heatmap(s, hist="cubic")
     with pytest.raises(KeyError, match="no history for \\['nope'\\]"):
         plots.plot_layer_stats(s, targets=["nope"])
+
+
+@pytest.fixture(scope="module")
+def many():
+    """30 Linear layers: more targets of one kind than any chart showed before (heatmap 9, lines 16, range 24)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(30)])
+    mon = hookstats.attach(model, history=True, log_every=3)
+    for _ in range(3):
+        model(torch.randn(8, 4)).square().mean().backward()
+    mon.remove()
+    s = plots.collect(mon._history.memory_sink.items())
+    return s, [f"{k}:output" for k in range(30)], {t: r["log2_hist"] for t, r in mon.stats().items()
+                                                     if r["kind"] == "output"}
+
+
+def test_every_chart_shows_every_target_unless_told_and_then_says_so(many):
+    s, outputs, totals = many
+    fig = plots.plot_hist_heatmap(s, hist="log2")
+    assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == outputs
+    assert "30 targets" in fig.get_suptitle()
+    fig = plots.plot_layer_stats(s)
+    assert [line.get_label() for line in fig.axes[0].lines] == outputs
+    fig = plots.plot_dynamic_range(totals)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == outputs
+    # an explicit cap draws the first ones and says on the chart how many of how many
+    fig = plots.plot_hist_heatmap(s, max_targets=9)
+    assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == outputs[:9]
+    assert "first 9 of 30 targets" in fig.get_suptitle()
+    fig = plots.plot_layer_stats(s, max_targets=5)
+    assert len(fig.axes[0].lines) == 5 and "first 5 of 30 targets" in fig.get_suptitle()
+    fig = plots.plot_dynamic_range(totals, max_targets=7)
+    assert len(fig.axes[0].get_yticklabels()) == 7 and "first 7 of 30 targets" in fig.axes[0].get_title()
+
+
+def test_a_heatmap_names_the_targets_it_has_no_histogram_for(many):
+    s, outputs, _ = many
+    s = {t: dict(v) for t, v in s.items()}
+    s[outputs[3]]["hist"] = None
+    fig = plots.plot_hist_heatmap(s, hist="linear")
+    assert outputs[3] not in [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert f"no histogram: {outputs[3]}" in fig.get_suptitle()
