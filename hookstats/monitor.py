@@ -9,8 +9,9 @@ import torch
 from torch import nn
 
 from . import _ops, targets
+from .alerts import AlertRules
 from .targets import is_measurable, tensor_leaves
-from .config import StatsConfig
+from .config import StatsConfig, check_arg
 from .stats import chan_merge_rows, finalize, merge_states, new_fstate_values
 
 PHASES = ("train", "eval")
@@ -132,15 +133,12 @@ class Monitor:
                  grads=True, input_grads=False, param_grads=False, separate_calls=False):
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be an int >= 1, got {every!r}")
+        check_arg("every", every, int, lo=1)
         self.model, self.cfg, self.every, self.track_eval = model, cfg, every, eval
         self.modules = modules
         self.step_count = 0  # the step being run now
         self._forwards = 0
-        if steps not in ("forward", "manual"):
-            raise ValueError(f"steps must be 'forward' (a root forward in training mode is a step) or 'manual' "
-                             f"(mon.step() ends a step), got {steps!r}")
+        check_arg("steps", steps, ("forward", "manual"))  # a root forward in training mode is a step; mon.step() ends one
         self._manual = steps == "manual"
         self._paused = False
         self._phase = "train"
@@ -171,8 +169,8 @@ class Monitor:
             named = [(f"{name}.{pn}" if name else pn, p) for name, m in modules.items()
                      for pn, p in m.named_parameters(recurse=False)]
             self._param_grads = targets.ParamGrads(self, named)
-        self._handles.append(model.register_forward_pre_hook(self._on_root_forward))
-        self._handles.append(model.register_forward_hook(self._on_root_forward_end, always_call=True))
+        self._handles.append(targets.hook_module(model, self._on_root_forward, pre=True))
+        self._handles.append(targets.hook_module(model, self._on_root_forward_end, always_call=True))
         self._handles.append(targets.global_optimizer_hook(self._on_optimizer_step, post=True))
         self._optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
         self._optimizers = weakref.WeakKeyDictionary()  # optimizer -> it steps this model's parameters
@@ -185,23 +183,23 @@ class Monitor:
         for name, m in modules.items():
             if separate_calls:  # registered first: its pre-hook runs before the others
                 self._call_index[name] = targets.CallIndex(self, name)
-                self._handles.append(m.register_forward_pre_hook(self._call_index[name].pre_hook))
+                self._handles.append(targets.hook_module(m, self._call_index[name].pre_hook, pre=True))
             if outputs or grads:
-                self._handles.append(m.register_forward_hook(targets.output_hook(self, name, outputs, grads)))
+                self._handles.append(targets.hook_module(m, targets.output_hook(self, name, outputs, grads)))
             if outputs:
                 self._preallocate(name, "output", m)
             if grads and any(p.requires_grad for p in m.parameters(recurse=False)):
                 self._preallocate(name, "grad_output", m, phases=PHASES[:1])
             if inputs:
-                self._handles.append(m.register_forward_pre_hook(targets.input_hook(self, name, m), with_kwargs=True))
+                self._handles.append(targets.hook_module(m, targets.input_hook(self, name, m), pre=True, with_kwargs=True))
                 self._preallocate(name, "input", m)
             if input_grads and name not in no_bw:
                 per_call = targets.InputGrads(self, name, m)
                 self._input_grads.append(per_call)
-                self._handles.append(m.register_forward_pre_hook(per_call.pre_hook))
-                self._handles.append(m.register_forward_hook(per_call.forward_hook, always_call=True))
+                self._handles.append(targets.hook_module(m, per_call.pre_hook, pre=True))
+                self._handles.append(targets.hook_module(m, per_call.forward_hook, always_call=True))
             if separate_calls:  # registered last: its forward hook runs after the others
-                self._handles.append(m.register_forward_hook(self._call_index[name].forward_hook, always_call=True))
+                self._handles.append(targets.hook_module(m, self._call_index[name].forward_hook, always_call=True))
 
     # ---- steps and phases ----
     def _on_root_forward(self, module, args):
@@ -546,6 +544,24 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     Under torch.distributed the sinks write on rank 0 only (each rank's own statistics; mon.reduce() merges
     ranks); rank_zero_only=False lets every rank write (give each rank its own paths).
     """
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"attach: model must be an nn.Module, got {type(model).__name__} {model!r:.80}")
+    flags = dict(include_paramless=include_paramless, eval=eval, inputs=inputs, outputs=outputs, grads=grads,
+                 input_grads=input_grads, param_grads=param_grads, separate_calls=separate_calls,
+                 rank_zero_only=rank_zero_only)
+    for name, v in flags.items():
+        check_arg(name, v, bool)
+    if not isinstance(history, bool):
+        check_arg("history", history, int, lo=1)  # True/False, or the ring's capacity in steps
+    check_arg("log_every", log_every, int, lo=1)
+    check_arg("keep", keep, int, lo=1)
+    if sinks is not None and not isinstance(sinks, (list, tuple)):
+        raise ValueError(f"sinks must be a list of sinks, got {type(sinks).__name__}")
+    if not isinstance(alerts, (bool, AlertRules)):
+        raise ValueError(f"alerts must be True, False or an AlertRules, got {alerts!r}")
+    if config is not None and not isinstance(config, StatsConfig):
+        raise ValueError(f"config must be a hookstats.StatsConfig (or pass its fields as keywords: "
+                         f"attach(model, nbins=..., lo=...)), got {type(config).__name__}")
     if config is not None and config_kwargs:
         raise ValueError("pass either config= or its fields as keywords, not both")
     if config is None:

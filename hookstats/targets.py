@@ -2,6 +2,7 @@
 w.r.t. module inputs, parameter gradients once per optimizer step, and any tensor (mon.watch). Each hook
 only resolves a preallocated state and calls the fused op; none of them changes what it observes."""
 import dataclasses
+import functools
 import inspect
 import weakref
 
@@ -32,6 +33,33 @@ def tensor_leaves(obj, path=""):
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for fld in dataclasses.fields(obj):
             yield from tensor_leaves(getattr(obj, fld.name), f"{path}.{fld.name}")
+
+
+class CopiedAway:
+    """What a monitored model's copy holds where the original holds a hookstats hook: a hook that does nothing.
+    copy.deepcopy (EMA, torch.optim.swa_utils.AveragedModel) and pickle (torch.save) copy a module's hook
+    dicts; a copy must not feed the original's monitor, nor drag the monitor along."""
+
+    def __call__(self, *args, **kwargs):
+        return None
+
+
+class ModuleHook(functools.partial):
+    """A module hook of hookstats: calls its function; copied or pickled with its module, it becomes a
+    CopiedAway. A partial, not a class with __call__: its call adds no Python frame, so torch.compile sees
+    each hook's own function (one shared __call__ would recompile for every hook it met)."""
+
+    def __deepcopy__(self, memo):
+        return CopiedAway()
+
+    def __reduce__(self):
+        return CopiedAway, ()
+
+
+def hook_module(module, fn, pre=False, **kwargs):
+    """module.register_forward_(pre_)hook(fn) that the module's copies do not inherit (see CopiedAway)."""
+    register = module.register_forward_pre_hook if pre else module.register_forward_hook
+    return register(ModuleHook(fn), **kwargs)
 
 
 _weak_hooks = []  # (weak method, handle): hooks of monitors that may be gone

@@ -48,12 +48,43 @@ def test_selection_by_glob_type_and_exclude():
     ({"near_zero": "fastai"}, "near_zero"),
     ({"every": 0}, "every"),
     ({"bins": 10}, "unknown argument"),
+    ({"lo": -1e39}, "lo must be a finite number within float32's range"),
+    ({"hi": 1e39}, "hi must be a finite number within float32's range"),
+    ({"lo": 1.0, "hi": 1.0 + 1e-12}, "lo and hi must differ in float32"),
+    ({"lo": 0.0, "hi": 1e-38}, "bins are too narrow for float32"),
+    ({"eps": 1e-50}, "eps=1e-50 rounds to 0 in float32"),
+    ({"eps": 1e39}, "eps must be a finite number within float32's range"),
+    ({"nbins": True}, "nbins must be an int, got bool"),
+    ({"nbins": 4.0}, "nbins must be an int, got float"),
+    ({"lo": "0"}, "lo must be a number, got str"),
+    ({"linear_hist": "no"}, "linear_hist must be True or False, got str 'no'"),
+    ({"log_hist": 0}, "log_hist must be True or False, got int"),
+    ({"config": {"nbins": 4}}, "config must be a hookstats.StatsConfig"),
+    ({"config": hookstats.StatsConfig(), "nbins": 4}, "either config= or its fields"),
+    ({"grads": "no"}, "grads must be True or False"),
+    ({"eval": None}, "eval must be True or False"),
+    ({"include_paramless": 1}, "include_paramless must be True or False"),
+    ({"separate_calls": "yes"}, "separate_calls must be True or False"),
+    ({"every": 2.0}, "every must be an int, got float"),
+    ({"steps": "epoch"}, "steps must be one of 'forward', 'manual'"),
+    ({"history": 0}, "history must be >= 1"),
+    ({"history": "yes"}, "history must be an int"),
+    ({"log_every": 0}, "log_every must be >= 1"),
+    ({"keep": -1}, "keep must be >= 1"),
+    ({"alerts": "on"}, "alerts must be True, False or an AlertRules"),
+    ({"sinks": "x.csv"}, "sinks must be a list"),
 ])
 def test_bad_configuration_is_a_value_error_at_attach(kwargs, match):
     model = mlp()
     with pytest.raises(ValueError, match=match):
         hookstats.attach(model, **kwargs)
     assert all_hooks(model) == 0
+
+
+@pytest.mark.parametrize("model", [None, lambda x: x, nn.Linear], ids=["None", "lambda", "a class"])
+def test_attach_to_something_not_a_module_is_a_value_error_naming_it(model):
+    with pytest.raises(ValueError, match="attach: model must be an nn.Module"):
+        hookstats.attach(model)
 
 
 def captured_outputs(model, names, x, steps=1):
