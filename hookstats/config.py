@@ -90,5 +90,5 @@ def check_arg(name, value, rule, lo=None, hi=None):
         raise ValueError(f"{name} must be a finite number within float32's range (|x| <= {F32_MAX:.4g}), got {value!r}")
     if lo is not None and value < lo or hi is not None and value > hi:
         bounds = f"in [{lo}, {hi}]" if lo is not None and hi is not None else f">= {lo}" if lo is not None else f"<= {hi}"
-        raise ValueError(f"{name} must be {bounds}, got {value!r}")
+        raise ValueError(f"{name} must be {'an int ' if rule is int else ''}{bounds}, got {value!r}")
     return value

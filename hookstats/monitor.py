@@ -15,6 +15,7 @@ from .config import StatsConfig, check_arg
 from .stats import chan_merge_rows, finalize, merge_states, new_fstate_values
 
 PHASES = ("train", "eval")
+KINDS = ("output", "grad_output", "input", "grad_input", "param_grad", "watch", "watch_grad")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,17 +89,31 @@ def own_params(m):
     return next(m.parameters(recurse=False), None) is not None
 
 
-def select_modules(model, modules=None, types=None, exclude=None, include_paramless=False):
-    """name -> module. Default: every module with parameters of its own (fastai's rule).
-    modules: names or glob patterns; types: module classes; exclude: names or glob patterns."""
+def module_names(model):
+    """name -> module as targets are named: named_modules(), except that the root model, named "" there, is
+    named after its class ("GPT2Model:output"; "GPT2Model_root" if a submodule has that name)."""
     named = dict(model.named_modules())
+    root = type(model).__name__
+    root = root if root not in named else f"{root}_root"
+    return {(n or root): m for n, m in named.items()}
+
+
+def select_modules(model, modules=None, types=None, exclude=None, include_paramless=False):
+    """name -> module (module_names). Default: every module with parameters of its own (fastai's rule).
+    modules: names or glob patterns (the root model also matches ""); types: module classes; exclude: names
+    or glob patterns."""
+    named = module_names(model)
+    root = next(iter(named))
+
+    def matches(name, pat):
+        return fnmatch.fnmatchcase(name, pat) or pat == "" and name == root
     for what, pats in (("modules", modules), ("exclude", exclude)):
         if pats is None:
             continue
         if isinstance(pats, str):
             raise ValueError(f"{what} must be a list of names or glob patterns, not a string: {pats!r}")
         for p in pats:
-            if not any(fnmatch.fnmatchcase(n, p) for n in named):
+            if not any(matches(n, p) for n in named):
                 raise ValueError(f"{what}: no module of the model matches {p!r}; "
                                  f"modules are e.g. {list(named)[:8]}")
     if types is not None:
@@ -108,13 +123,13 @@ def select_modules(model, modules=None, types=None, exclude=None, include_paraml
     out = {}
     for name, m in named.items():
         if modules is not None:
-            if not any(fnmatch.fnmatchcase(name, p) for p in modules):
+            if not any(matches(name, p) for p in modules):
                 continue
         elif types is None and not (include_paramless or own_params(m)):
             continue
         if types is not None and not isinstance(m, types):
             continue
-        if exclude is not None and any(fnmatch.fnmatchcase(name, p) for p in exclude):
+        if exclude is not None and any(matches(name, p) for p in exclude):
             continue
         out[name] = m
     if not out:
@@ -166,7 +181,7 @@ class Monitor:
             self._flag(dev)  # compiled code cannot allocate them
         self._flag(torch.device("cpu"))
         if param_grads:  # first: it checks its parameters before any hook is registered
-            named = [(f"{name}.{pn}" if name else pn, p) for name, m in modules.items()
+            named = [(f"{name}.{pn}", p) for name, m in modules.items()
                      for pn, p in m.named_parameters(recurse=False)]
             self._param_grads = targets.ParamGrads(self, named)
         self._handles.append(targets.hook_module(model, self._on_root_forward, pre=True))
@@ -402,8 +417,9 @@ class Monitor:
     # ---- reading ----
     def stats(self, phase="train", kind=None):
         """{target id: record} of running totals since attach or reset(). The one place that reads the device."""
-        if phase not in PHASES:
-            raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+        check_arg("phase", phase, PHASES)
+        if kind is not None:
+            check_arg("kind", kind, KINDS)
         self._eager_point()
         if self._compiled and not self._manual and not self._optimizer_steps:
             self._tell("steps", "hookstats: under torch.compile root forwards are not counted as steps, and no "
