@@ -10,7 +10,7 @@ from torch import nn
 
 from . import _ops, targets
 from .alerts import AlertRules
-from .targets import is_measurable, tensor_leaves
+from .targets import is_measurable, measured, tensor_leaves, unread_reason
 from .config import StatsConfig, check_arg
 from .stats import chan_merge_rows, finalize, merge_states, new_fstate_values
 
@@ -187,6 +187,7 @@ class Monitor:
         self._handles.append(targets.hook_module(model, self._on_root_forward, pre=True))
         self._handles.append(targets.hook_module(model, self._on_root_forward_end, always_call=True))
         self._handles.append(targets.global_optimizer_hook(self._on_optimizer_step, post=True))
+        self._handles.append(targets.global_optimizer_hook(self._allocate_late, post=True))
         self._optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
         self._optimizers = weakref.WeakKeyDictionary()  # optimizer -> it steps this model's parameters
         no_bw = targets.followed_in_place(model, modules) if input_grads else set()
@@ -370,10 +371,13 @@ class Monitor:
                               self._flag(device), *self._op_args)
 
     def _measure_in(self, key, t, phase):
-        if is_measurable(t):
-            target = self._resolve(key, t.device, phase)
+        x = measured(t)
+        if x is not None:
+            target = self._resolve(key, x.device, phase)
             if target is not None:
-                self._accumulate(t, *target)
+                self._accumulate(x, *target)
+        elif (why := unread_reason(t)) is not None:
+            self._tell(f"unread:{key.id}", f"hookstats: {key.id} is {why}: it is not measured")
 
     def measure(self, key, t):
         """Feeds tensor t to the state of `key` in the current phase (skips non-float tensors)."""
@@ -408,6 +412,12 @@ class Monitor:
             self._tell("input_grads", "hookstats: input_grads=True uses PyTorch's backward-hook nodes (those of full "
                                       "backward hooks), which torch.compile cannot trace (a graph break per hooked "
                                       "module); they still run eagerly.")
+
+    def _allocate_late(self, optimizer, args, kwargs):
+        """An optimizer step is an eager point of a compiled training loop: the next compiled call measures
+        what the last one reached first (tuple outputs, watch...), with no stats() or mon.step() call."""
+        if not torch.compiler.is_compiling():
+            self._eager_point()
 
     def _tell(self, what, msg):
         if what not in self._told:

@@ -8,16 +8,50 @@ import weakref
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.nn.parameter import is_lazy
 from torch.utils.hooks import BackwardHook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 MEASURED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
+def measured(t):
+    """The plain strided tensor the op reads for t, or None when t is not measured: integer, bool, complex,
+    quantized and float8 tensors, meta and sparse tensors, lazy parameters, and tensor subclasses whose
+    data hookstats cannot read (a __torch_dispatch__ wrapper). A nested tensor is read through its packed
+    values (TransformerEncoder's eval fast path), a DTensor through this rank's shard (mon.reduce() merges
+    the ranks). Never an error: a monitor must not stop the forward."""
+    if not isinstance(t, torch.Tensor) or t.dtype not in MEASURED_DTYPES:
+        return None
+    if torch.compiler.is_compiling():  # traced tensors are plain; the checks below would not trace
+        return t if t.layout == torch.strided and t.device.type != "meta" else None
+    if t.is_nested:
+        return t.values() if t.layout == torch.jagged or t.is_contiguous() else t.contiguous().values()
+    if t.layout != torch.strided or t.device.type == "meta":
+        return None
+    kind = type(t)
+    if kind is torch.Tensor or kind is torch.nn.Parameter:
+        return t
+    if is_lazy(t):
+        return None
+    if hasattr(t, "to_local"):  # DTensor
+        return measured(t.to_local())
+    return t if kind.__torch_dispatch__ is torch.Tensor.__torch_dispatch__ else None
+
+
 def is_measurable(t):
-    """The tensors the op takes: float8, complex, sparse and meta tensors are skipped, never an error."""
-    return (isinstance(t, torch.Tensor) and t.dtype in MEASURED_DTYPES and t.layout == torch.strided
-            and t.device.type != "meta")
+    return measured(t) is not None
+
+
+def unread_reason(t):
+    """Why a floating tensor holding data is not measured (said once per target), or None when it is measured or
+    is not meant to be (integer, bool, complex and meta tensors)."""
+    if not isinstance(t, torch.Tensor) or t.dtype not in MEASURED_DTYPES or t.device.type == "meta" \
+            or torch.compiler.is_compiling() or measured(t) is not None:
+        return None
+    if t.layout != torch.strided:
+        return f"a {t.layout} tensor"
+    return f"a {type(t).__name__}, a tensor subclass whose data hookstats cannot read"
 
 
 def tensor_leaves(obj, path=""):
@@ -119,6 +153,8 @@ COMPILED_GRAD_TAPS = tuple(int(v) for v in torch.__version__.split("+")[0].split
 def tap_grad(mon, key, t, phase):
     """Measures the gradient of the loss w.r.t. t (the value t had here, before any later in-place op)."""
     if not (t.requires_grad and is_measurable(t)):
+        if t.requires_grad and (why := unread_reason(t)) is not None:
+            mon._tell(f"unread:{key.id}", f"hookstats: {key.id} is not measured: its tensor is {why}")
         return
     if not COMPILED_GRAD_TAPS and torch.compiler.is_compiling():
         mon._untapped = True
@@ -132,9 +168,9 @@ def tap_grad(mon, key, t, phase):
     def on_grad(g):
         if torch.compiler.is_compiling():  # g is dense with t's dtype; the strict backward bans .layout
             mon._accumulate(g, st, flag)
-        elif mon.attached and is_measurable(g):
+        elif mon.attached and measured(g) is not None:
             st.reached = st.reached or mon._sampled  # paused since the forward: the flag masks the op
-            mon._accumulate(g, st, flag)
+            mon._accumulate(measured(g), st, flag)
         return None
 
     t.register_hook(on_grad)
@@ -397,10 +433,8 @@ class ParamGrads:
         by_dev = {}
         for i in ids:
             p = self.fresh.pop(i)
-            g = p.grad
-            if hasattr(g, "to_local"):  # a DTensor (FSDP2): this rank's shard; mon.reduce() merges the ranks
-                g = g.to_local()
-            if not is_measurable(g) or not self.mon._sampled:
+            g = measured(p.grad)  # a DTensor (FSDP2): this rank's shard
+            if g is None or not self.mon._sampled:
                 continue
             target = self.mon._resolve(self.params[i][0], g.device, "train")
             if target is not None:
