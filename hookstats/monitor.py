@@ -174,6 +174,7 @@ class Monitor:
         self._split_steps = False  # train states keep the open step apart (History sets it)
         self._forward_order = {}  # module or watch name -> rank of its first eager forward call (alerts' order)
         self._untapped = False  # a gradient tap was left out of compiled code (targets.COMPILED_GRAD_TAPS)
+        self._view_taps = targets.ViewTaps()  # gradient taps on view outputs, checked for in-place ops
         self._param_grads = None
         self._input_grads = []  # targets.InputGrads (input_grads=True)
         self._root_running = 0  # root forwards running now (separate_calls numbers calls per root forward)
@@ -390,7 +391,8 @@ class Monitor:
 
     def _eager_point(self):
         """Runs outside compiled code (root forward, step, optimizer step, stats): allocates what compiled
-        code reached first, and says once what torch.compile changes."""
+        code reached first, says once what torch.compile changes and which view outputs lost their gradient."""
+        self._view_taps.settle(self)
         if self._late:
             late = sorted(((phase, TargetKey(*k), dev) for phase, *k, dev in self._late),
                           key=lambda t: (t[0], t[1].id, str(t[2])))

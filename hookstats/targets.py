@@ -150,6 +150,47 @@ def recomputing():
 COMPILED_GRAD_TAPS = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
 
 
+class ViewTaps:
+    """Gradient taps on outputs that are views (a Linear on a 3-d input returns a view of its 2-d result;
+    MultiheadAttention, Flatten, x[:, :k] too). A tensor hook gets the gradient of the value the tensor had
+    when the hook was registered, even after an in-place op, except on a view: an in-place op on a view, or
+    on its base, reroutes the base's gradient around the view's node (CopySlices), so the hook gets part of
+    the gradient or none. Such a tap is dropped and its target named in a warning, never measured partly.
+
+    Each tap keeps an alias sharing the view's version counter but not its storage (no activation is kept
+    alive), and the version when tapped. A changed version means an in-place op touched the view's memory
+    after the module returned: checked when the gradient arrives, and at the next eager point for the taps
+    whose gradient never arrived."""
+
+    def __init__(self):
+        self.pending = []  # (key, alias, version) tapped since the last eager point
+
+    def add(self, key, t):
+        alias = t.detach()
+        with torch.autograd._unsafe_preserve_version_counter(alias):
+            alias.set_()  # drops the storage reference, keeps the shared version counter
+        entry = (key, alias, t._version)
+        self.pending.append(entry)
+        return entry
+
+    @staticmethod
+    def modified(entry):
+        return entry[1]._version != entry[2]
+
+    @staticmethod
+    def tell(mon, key):
+        mon._tell(f"view_grad:{key.id}", f"hookstats: {key.id} is not measured: the output is a view that an "
+                  "in-place op (ReLU(inplace=True), Dropout(inplace=True), F.relu_, x.add_(...)) modified after "
+                  "its module returned, and PyTorch then delivers only part of its gradient, or none. Use the "
+                  "op out of place to measure it.")
+
+    def settle(self, mon):
+        for entry in self.pending:
+            if self.modified(entry):
+                self.tell(mon, entry[0])
+        self.pending.clear()
+
+
 def tap_grad(mon, key, t, phase):
     """Measures the gradient of the loss w.r.t. t (the value t had here, before any later in-place op)."""
     if not (t.requires_grad and is_measurable(t)):
@@ -164,10 +205,13 @@ def tap_grad(mon, key, t, phase):
     if target is None:
         return
     st, flag = target
+    view = mon._view_taps.add(key, t) if t._is_view() and not torch.compiler.is_compiling() else None
 
     def on_grad(g):
         if torch.compiler.is_compiling():  # g is dense with t's dtype; the strict backward bans .layout
             mon._accumulate(g, st, flag)
+        elif view is not None and ViewTaps.modified(view):
+            ViewTaps.tell(mon, key)
         elif mon.attached and measured(g) is not None:
             st.reached = st.reached or mon._sampled  # paused since the forward: the flag masks the op
             mon._accumulate(measured(g), st, flag)
