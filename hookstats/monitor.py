@@ -1,7 +1,9 @@
 """attach() and Monitor: which modules are hooked, when a step is sampled, and where each target's
 device-resident state lives. Hooks only call the fused op; the host reads state only in stats()."""
+import contextlib
 import dataclasses
 import fnmatch
+import threading
 import warnings
 import weakref
 
@@ -175,6 +177,7 @@ class Monitor:
         self._forward_order = {}  # module or watch name -> rank of its first eager forward call (alerts' order)
         self._untapped = False  # a gradient tap was left out of compiled code (targets.COMPILED_GRAD_TAPS)
         self._view_taps = targets.ViewTaps()  # gradient taps on view outputs, checked for in-place ops
+        self._lock = threading.Lock()  # _exclusive()
         self._param_grads = None
         self._input_grads = []  # targets.InputGrads (input_grads=True)
         self._root_running = 0  # root forwards running now (separate_calls numbers calls per root forward)
@@ -364,12 +367,19 @@ class Monitor:
             st.reached = True
         return st, flag
 
+    def _exclusive(self):
+        """The op releases the GIL: two threads driving the model must not update one state at once. Compiled
+        code is one graph at a time, and cannot trace a lock."""
+        return contextlib.nullcontext() if torch.compiler.is_compiling() else self._lock
+
     def _accumulate(self, t, st, flag):
-        _ops.accumulate_(t, st.fstate, st.istate, st.scratch, flag, *self._op_args)
+        with self._exclusive():
+            _ops.accumulate_(t, st.fstate, st.istate, st.scratch, flag, *self._op_args)
 
     def _accumulate_many(self, ts, sts, device):
-        _ops.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],
-                              self._flag(device), *self._op_args)
+        with self._exclusive():
+            _ops.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],
+                                  self._flag(device), *self._op_args)
 
     def _measure_in(self, key, t, phase):
         x = measured(t)

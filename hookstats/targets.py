@@ -4,6 +4,7 @@ only resolves a preallocated state and calls the fused op; none of them changes 
 import dataclasses
 import functools
 import inspect
+import threading
 import weakref
 
 import torch
@@ -205,7 +206,7 @@ def tap_grad(mon, key, t, phase):
     if target is None:
         return
     st, flag = target
-    view = mon._view_taps.add(key, t) if t._is_view() and not torch.compiler.is_compiling() else None
+    view = mon._view_taps.add(key, t) if not torch.compiler.is_compiling() and t._is_view() else None
 
     def on_grad(g):
         if torch.compiler.is_compiling():  # g is dense with t's dtype; the strict backward bans .layout
@@ -299,6 +300,41 @@ def input_hook(mon, name, module):
     return hook
 
 
+class CallStacks:
+    """What each running call of a module left open, a stack per thread: nested calls (a module calling itself)
+    stack up, and a call ending in one thread never closes another thread's call. Compiled code is traced
+    as one thread."""
+
+    def __init__(self):
+        self.stacks = {}  # thread id -> [item of each open call, innermost last]
+
+    def push(self, item):
+        self.stacks.setdefault(thread_id(), []).append(item)
+
+    def pop(self):
+        stack = self.stacks.get(thread_id())
+        if not stack:
+            return None
+        item = stack.pop()
+        if not stack:
+            del self.stacks[thread_id()]
+        return item
+
+    def top(self):
+        stack = self.stacks.get(thread_id())
+        return stack[-1] if stack else None
+
+    def clear(self):
+        self.stacks.clear()
+
+    def __bool__(self):
+        return bool(self.stacks)
+
+
+def thread_id():
+    return 0 if torch.compiler.is_compiling() else threading.get_ident()
+
+
 class CallIndex:
     """separate_calls=True: the index of each call of a module in the current forward, given when the call
     starts (a pre-hook registered before the others) and dropped when it ends (a forward hook registered
@@ -309,24 +345,23 @@ class CallIndex:
     def __init__(self, mon, name):
         self.mon, self.name = mon, name
         self.count = 0
-        self.running = []
+        self.running = CallStacks()
 
     def pre_hook(self, module, args):
         if not self.running and self.mon._root_running == 0:
             self.count = 0
-        self.running.append(self.count)
+        self.running.push(self.count)
         self.count += 1
 
     def forward_hook(self, module, args, out):
-        if self.running:
-            self.running.pop()
+        self.running.pop()
 
     def reset(self):
         self.count = 0
         self.running.clear()
 
     def current(self):
-        return self.running[-1] if self.running else None
+        return self.running.top()
 
 
 class InputGrads:
@@ -341,7 +376,7 @@ class InputGrads:
     def __init__(self, mon, name, module):
         self.mon, self.name = mon, name
         self.names = positional_names(module)
-        self.open = []  # BackwardHook (or None) of each call whose forward is running: nested calls stack
+        self.open = CallStacks()  # BackwardHook (or None) of each call whose forward is running
 
     def reset(self):
         self.open.clear()
@@ -352,14 +387,14 @@ class InputGrads:
         if not skip and mon.separate_calls:
             skip = skip_recomputed_call(mon, self.name, recomputing())
         if skip or not (torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
-            self.open.append(None)
+            self.open.push(None)
             return None
         bw = BackwardHook(module, [self._measure(mon._call_of(self.name), mon._phase)], [])
-        self.open.append(bw)
+        self.open.push(bw)
         return bw.setup_input_hook(args)
 
     def forward_hook(self, module, args, out):
-        bw = self.open.pop() if self.open else None
+        bw = self.open.pop()
         if bw is None:
             return None
         leaves, spec = tree_flatten(out)
