@@ -22,17 +22,18 @@ def measured(t):
     data hookstats cannot read (a __torch_dispatch__ wrapper). A nested tensor is read through its packed
     values (TransformerEncoder's eval fast path), a DTensor through this rank's shard (mon.reduce() merges
     the ranks). Never an error: a monitor must not stop the forward."""
+    kind = type(t)
+    if (kind is torch.Tensor or kind is torch.nn.Parameter) and t.dtype in MEASURED_DTYPES \
+            and t.layout == torch.strided and t.device.type != "meta" and not t.is_nested:
+        return t  # the common case first: the hooks run this for every tensor
     if not isinstance(t, torch.Tensor) or t.dtype not in MEASURED_DTYPES:
         return None
     if torch.compiler.is_compiling():  # traced tensors are plain; the checks below would not trace
         return t if t.layout == torch.strided and t.device.type != "meta" else None
     if t.is_nested:
         return t.values() if t.layout == torch.jagged or t.is_contiguous() else t.contiguous().values()
-    if t.layout != torch.strided or t.device.type == "meta":
+    if t.layout != torch.strided or t.device.type == "meta" or kind is torch.Tensor or kind is torch.nn.Parameter:
         return None
-    kind = type(t)
-    if kind is torch.Tensor or kind is torch.nn.Parameter:
-        return t
     if is_lazy(t):
         return None
     if hasattr(t, "to_local"):  # DTensor
@@ -213,9 +214,9 @@ def tap_grad(mon, key, t, phase):
             mon._accumulate(g, st, flag)
         elif view is not None and ViewTaps.modified(view):
             ViewTaps.tell(mon, key)
-        elif mon.attached and measured(g) is not None:
+        elif mon.attached and (g := measured(g)) is not None:
             st.reached = st.reached or mon._sampled  # paused since the forward: the flag masks the op
-            mon._accumulate(measured(g), st, flag)
+            mon._accumulate(g, st, flag)
         return None
 
     t.register_hook(on_grad)
