@@ -22,20 +22,23 @@ class StatsConfig:
     log_hist: bool = True
 
     def __post_init__(self):
-        if isinstance(self.nbins, bool) or not isinstance(self.nbins, int) or not 1 <= self.nbins <= layout.MAX_BINS:
-            raise ValueError(f"nbins must be an int in [1, {layout.MAX_BINS}], got {self.nbins!r}")
+        check_arg("nbins", self.nbins, int, lo=1, hi=layout.MAX_BINS)
         for name in ("lo", "hi", "eps"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-                raise ValueError(f"{name} must be a finite number, got {v!r}")
+            check_arg(name, getattr(self, name), float)
+        check_arg("eps", self.eps, float, lo=0)
         if not self.lo < self.hi:
             raise ValueError(f"lo must be < hi, got lo={self.lo} hi={self.hi}")
-        if not math.isfinite(self.nbins / (self.hi - self.lo)) or self.inv_w <= 0:
-            raise ValueError(f"the bin width (hi - lo) / nbins is not representable in float32: lo={self.lo} hi={self.hi}")
-        if self.eps < 0:
-            raise ValueError(f"eps must be >= 0, got {self.eps}")
-        if self.near_zero not in ("abs", "le"):
-            raise ValueError(f"near_zero must be 'abs' (|x| <= eps) or 'le' (x <= eps), got {self.near_zero!r}")
+        if not self.lo32 < float(np.float32(self.hi)):
+            raise ValueError(f"lo and hi must differ in float32 (the kernels' bin arithmetic), got lo={self.lo} hi={self.hi}")
+        if not math.isfinite(self.inv_w):
+            raise ValueError(f"the bins are too narrow for float32: nbins / (hi - lo) = {self.nbins / (self.hi - self.lo):g} "
+                             f"overflows (lo={self.lo} hi={self.hi} nbins={self.nbins})")
+        if self.eps > 0 and self.eps32 == 0:
+            raise ValueError(f"eps={self.eps!r} rounds to 0 in float32 (the kernels compare in float32): use 0 "
+                             "(exact zeros) or a value >= 1.4e-45")
+        check_arg("near_zero", self.near_zero, ("abs", "le"))
+        check_arg("linear_hist", self.linear_hist, bool)
+        check_arg("log_hist", self.log_hist, bool)
 
     # The kernels bin in float32: these are the exact float32 values every backend uses.
     @property
@@ -44,7 +47,8 @@ class StatsConfig:
 
     @property
     def inv_w(self):
-        return float(np.float32(self.nbins / (self.hi - self.lo)))
+        with np.errstate(over="ignore"):  # too narrow a bin: inf, which __post_init__ rejects
+            return float(np.float32(self.nbins / (self.hi - self.lo)))
 
     @property
     def eps32(self):
@@ -65,3 +69,26 @@ class StatsConfig:
 
     def op_args(self):
         return (self.lo32, self.inv_w, self.eps32, self.nbins, self.flags)
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_arg(name, value, rule, lo=None, hi=None):
+    """The one argument check of attach() and StatsConfig: returns value, or raises a ValueError naming the
+    argument. rule: bool, int or float (a finite number that float32 can hold: the kernels' arithmetic) with
+    optional bounds lo..hi, or a tuple of the allowed values."""
+    if isinstance(rule, tuple):
+        if not any(value == c and type(value) is type(c) for c in rule):
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, rule))}; got {value!r}")
+        return value
+    numbers = {bool: (bool, np.bool_), int: (int, np.integer), float: (int, float, np.integer, np.floating)}[rule]
+    if not isinstance(value, numbers) or rule is not bool and isinstance(value, (bool, np.bool_)):
+        what = {bool: "True or False", int: "an int", float: "a number"}[rule]
+        raise ValueError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+    if rule is float and not (math.isfinite(value) and abs(value) <= F32_MAX):
+        raise ValueError(f"{name} must be a finite number within float32's range (|x| <= {F32_MAX:.4g}), got {value!r}")
+    if lo is not None and value < lo or hi is not None and value > hi:
+        bounds = f"in [{lo}, {hi}]" if lo is not None and hi is not None else f">= {lo}" if lo is not None else f"<= {hi}"
+        raise ValueError(f"{name} must be {'an int ' if rule is int else ''}{bounds}, got {value!r}")
+    return value

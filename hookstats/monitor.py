@@ -1,7 +1,9 @@
 """attach() and Monitor: which modules are hooked, when a step is sampled, and where each target's
 device-resident state lives. Hooks only call the fused op; the host reads state only in stats()."""
+import contextlib
 import dataclasses
 import fnmatch
+import threading
 import warnings
 import weakref
 
@@ -9,11 +11,13 @@ import torch
 from torch import nn
 
 from . import _ops, targets
-from .targets import is_measurable, tensor_leaves
-from .config import StatsConfig
+from .alerts import AlertRules
+from .targets import is_measurable, measured, tensor_leaves, unread_reason
+from .config import StatsConfig, check_arg
 from .stats import chan_merge_rows, finalize, merge_states, new_fstate_values
 
 PHASES = ("train", "eval")
+KINDS = ("output", "grad_output", "input", "grad_input", "param_grad", "watch", "watch_grad")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,17 +91,31 @@ def own_params(m):
     return next(m.parameters(recurse=False), None) is not None
 
 
-def select_modules(model, modules=None, types=None, exclude=None, include_paramless=False):
-    """name -> module. Default: every module with parameters of its own (fastai's rule).
-    modules: names or glob patterns; types: module classes; exclude: names or glob patterns."""
+def module_names(model):
+    """name -> module as targets are named: named_modules(), except that the root model, named "" there, is
+    named after its class ("GPT2Model:output"; "GPT2Model_root" if a submodule has that name)."""
     named = dict(model.named_modules())
+    root = type(model).__name__
+    root = root if root not in named else f"{root}_root"
+    return {(n or root): m for n, m in named.items()}
+
+
+def select_modules(model, modules=None, types=None, exclude=None, include_paramless=False):
+    """name -> module (module_names). Default: every module with parameters of its own (fastai's rule).
+    modules: names or glob patterns (the root model also matches ""); types: module classes; exclude: names
+    or glob patterns."""
+    named = module_names(model)
+    root = next(iter(named))
+
+    def matches(name, pat):
+        return fnmatch.fnmatchcase(name, pat) or pat == "" and name == root
     for what, pats in (("modules", modules), ("exclude", exclude)):
         if pats is None:
             continue
         if isinstance(pats, str):
             raise ValueError(f"{what} must be a list of names or glob patterns, not a string: {pats!r}")
         for p in pats:
-            if not any(fnmatch.fnmatchcase(n, p) for n in named):
+            if not any(matches(n, p) for n in named):
                 raise ValueError(f"{what}: no module of the model matches {p!r}; "
                                  f"modules are e.g. {list(named)[:8]}")
     if types is not None:
@@ -107,13 +125,13 @@ def select_modules(model, modules=None, types=None, exclude=None, include_paraml
     out = {}
     for name, m in named.items():
         if modules is not None:
-            if not any(fnmatch.fnmatchcase(name, p) for p in modules):
+            if not any(matches(name, p) for p in modules):
                 continue
         elif types is None and not (include_paramless or own_params(m)):
             continue
         if types is not None and not isinstance(m, types):
             continue
-        if exclude is not None and any(fnmatch.fnmatchcase(name, p) for p in exclude):
+        if exclude is not None and any(matches(name, p) for p in exclude):
             continue
         out[name] = m
     if not out:
@@ -132,15 +150,12 @@ class Monitor:
                  grads=True, input_grads=False, param_grads=False, separate_calls=False):
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be an int >= 1, got {every!r}")
+        check_arg("every", every, int, lo=1)
         self.model, self.cfg, self.every, self.track_eval = model, cfg, every, eval
         self.modules = modules
         self.step_count = 0  # the step being run now
         self._forwards = 0
-        if steps not in ("forward", "manual"):
-            raise ValueError(f"steps must be 'forward' (a root forward in training mode is a step) or 'manual' "
-                             f"(mon.step() ends a step), got {steps!r}")
+        check_arg("steps", steps, ("forward", "manual"))  # a root forward in training mode is a step; mon.step() ends one
         self._manual = steps == "manual"
         self._paused = False
         self._phase = "train"
@@ -161,6 +176,8 @@ class Monitor:
         self._split_steps = False  # train states keep the open step apart (History sets it)
         self._forward_order = {}  # module or watch name -> rank of its first eager forward call (alerts' order)
         self._untapped = False  # a gradient tap was left out of compiled code (targets.COMPILED_GRAD_TAPS)
+        self._view_taps = targets.ViewTaps()  # gradient taps on view outputs, checked for in-place ops
+        self._lock = threading.Lock()  # _exclusive()
         self._param_grads = None
         self._input_grads = []  # targets.InputGrads (input_grads=True)
         self._root_running = 0  # root forwards running now (separate_calls numbers calls per root forward)
@@ -168,12 +185,13 @@ class Monitor:
             self._flag(dev)  # compiled code cannot allocate them
         self._flag(torch.device("cpu"))
         if param_grads:  # first: it checks its parameters before any hook is registered
-            named = [(f"{name}.{pn}" if name else pn, p) for name, m in modules.items()
+            named = [(f"{name}.{pn}", p) for name, m in modules.items()
                      for pn, p in m.named_parameters(recurse=False)]
             self._param_grads = targets.ParamGrads(self, named)
-        self._handles.append(model.register_forward_pre_hook(self._on_root_forward))
-        self._handles.append(model.register_forward_hook(self._on_root_forward_end, always_call=True))
+        self._handles.append(targets.hook_module(model, self._on_root_forward, pre=True))
+        self._handles.append(targets.hook_module(model, self._on_root_forward_end, always_call=True))
         self._handles.append(targets.global_optimizer_hook(self._on_optimizer_step, post=True))
+        self._handles.append(targets.global_optimizer_hook(self._allocate_late, post=True))
         self._optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
         self._optimizers = weakref.WeakKeyDictionary()  # optimizer -> it steps this model's parameters
         no_bw = targets.followed_in_place(model, modules) if input_grads else set()
@@ -185,23 +203,23 @@ class Monitor:
         for name, m in modules.items():
             if separate_calls:  # registered first: its pre-hook runs before the others
                 self._call_index[name] = targets.CallIndex(self, name)
-                self._handles.append(m.register_forward_pre_hook(self._call_index[name].pre_hook))
+                self._handles.append(targets.hook_module(m, self._call_index[name].pre_hook, pre=True))
             if outputs or grads:
-                self._handles.append(m.register_forward_hook(targets.output_hook(self, name, outputs, grads)))
+                self._handles.append(targets.hook_module(m, targets.output_hook(self, name, outputs, grads)))
             if outputs:
                 self._preallocate(name, "output", m)
             if grads and any(p.requires_grad for p in m.parameters(recurse=False)):
                 self._preallocate(name, "grad_output", m, phases=PHASES[:1])
             if inputs:
-                self._handles.append(m.register_forward_pre_hook(targets.input_hook(self, name, m), with_kwargs=True))
+                self._handles.append(targets.hook_module(m, targets.input_hook(self, name, m), pre=True, with_kwargs=True))
                 self._preallocate(name, "input", m)
             if input_grads and name not in no_bw:
                 per_call = targets.InputGrads(self, name, m)
                 self._input_grads.append(per_call)
-                self._handles.append(m.register_forward_pre_hook(per_call.pre_hook))
-                self._handles.append(m.register_forward_hook(per_call.forward_hook, always_call=True))
+                self._handles.append(targets.hook_module(m, per_call.pre_hook, pre=True))
+                self._handles.append(targets.hook_module(m, per_call.forward_hook, always_call=True))
             if separate_calls:  # registered last: its forward hook runs after the others
-                self._handles.append(m.register_forward_hook(self._call_index[name].forward_hook, always_call=True))
+                self._handles.append(targets.hook_module(m, self._call_index[name].forward_hook, always_call=True))
 
     # ---- steps and phases ----
     def _on_root_forward(self, module, args):
@@ -361,18 +379,28 @@ class Monitor:
             st.reached = True
         return st, flag
 
+    def _exclusive(self):
+        """The op releases the GIL: two threads driving the model must not update one state at once. Compiled
+        code is one graph at a time, and cannot trace a lock."""
+        return contextlib.nullcontext() if torch.compiler.is_compiling() else self._lock
+
     def _accumulate(self, t, st, flag):
-        _ops.accumulate_(t, st.fstate, st.istate, st.scratch, flag, *self._op_args)
+        with self._exclusive():
+            _ops.accumulate_(t, st.fstate, st.istate, st.scratch, flag, *self._op_args)
 
     def _accumulate_many(self, ts, sts, device):
-        _ops.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],
-                              self._flag(device), *self._op_args)
+        with self._exclusive():
+            _ops.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],
+                                  self._flag(device), *self._op_args)
 
     def _measure_in(self, key, t, phase):
-        if is_measurable(t):
-            target = self._resolve(key, t.device, phase)
+        x = measured(t)
+        if x is not None:
+            target = self._resolve(key, x.device, phase)
             if target is not None:
-                self._accumulate(t, *target)
+                self._accumulate(x, *target)
+        elif (why := unread_reason(t)) is not None:
+            self._tell(f"unread:{key.id}", f"hookstats: {key.id} is {why}: it is not measured")
 
     def measure(self, key, t):
         """Feeds tensor t to the state of `key` in the current phase (skips non-float tensors)."""
@@ -385,7 +413,8 @@ class Monitor:
 
     def _eager_point(self):
         """Runs outside compiled code (root forward, step, optimizer step, stats): allocates what compiled
-        code reached first, and says once what torch.compile changes."""
+        code reached first, says once what torch.compile changes and which view outputs lost their gradient."""
+        self._view_taps.settle(self)
         if self._late:
             late = sorted(((phase, TargetKey(*k), dev) for phase, *k, dev in self._late),
                           key=lambda t: (t[0], t[1].id, str(t[2])))
@@ -408,6 +437,12 @@ class Monitor:
                                       "backward hooks), which torch.compile cannot trace (a graph break per hooked "
                                       "module); they still run eagerly.")
 
+    def _allocate_late(self, optimizer, args, kwargs):
+        """An optimizer step is an eager point of a compiled training loop: the next compiled call measures
+        what the last one reached first (tuple outputs, watch...), with no stats() or mon.step() call."""
+        if not torch.compiler.is_compiling():
+            self._eager_point()
+
     def _tell(self, what, msg):
         if what not in self._told:
             self._told.add(what)
@@ -416,8 +451,9 @@ class Monitor:
     # ---- reading ----
     def stats(self, phase="train", kind=None):
         """{target id: record} of running totals since attach or reset(). The one place that reads the device."""
-        if phase not in PHASES:
-            raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+        check_arg("phase", phase, PHASES)
+        if kind is not None:
+            check_arg("kind", kind, KINDS)
         self._eager_point()
         if self._compiled and not self._manual and not self._optimizer_steps:
             self._tell("steps", "hookstats: under torch.compile root forwards are not counted as steps, and no "
@@ -560,6 +596,24 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     Under torch.distributed the sinks write on rank 0 only (each rank's own statistics; mon.reduce() merges
     ranks); rank_zero_only=False lets every rank write (give each rank its own paths).
     """
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"attach: model must be an nn.Module, got {type(model).__name__} {model!r:.80}")
+    flags = dict(include_paramless=include_paramless, eval=eval, inputs=inputs, outputs=outputs, grads=grads,
+                 input_grads=input_grads, param_grads=param_grads, separate_calls=separate_calls,
+                 rank_zero_only=rank_zero_only)
+    for name, v in flags.items():
+        check_arg(name, v, bool)
+    if not isinstance(history, bool):
+        check_arg("history", history, int, lo=1)  # True/False, or the ring's capacity in steps
+    check_arg("log_every", log_every, int, lo=1)
+    check_arg("keep", keep, int, lo=1)
+    if sinks is not None and not isinstance(sinks, (list, tuple)):
+        raise ValueError(f"sinks must be a list of sinks, got {type(sinks).__name__}")
+    if not isinstance(alerts, (bool, AlertRules)):
+        raise ValueError(f"alerts must be True, False or an AlertRules, got {alerts!r}")
+    if config is not None and not isinstance(config, StatsConfig):
+        raise ValueError(f"config must be a hookstats.StatsConfig (or pass its fields as keywords: "
+                         f"attach(model, nbins=..., lo=...)), got {type(config).__name__}")
     if config is not None and config_kwargs:
         raise ValueError("pass either config= or its fields as keywords, not both")
     if config is None:

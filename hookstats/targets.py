@@ -2,21 +2,58 @@
 w.r.t. module inputs, parameter gradients once per optimizer step, and any tensor (mon.watch). Each hook
 only resolves a preallocated state and calls the fused op; none of them changes what it observes."""
 import dataclasses
+import functools
 import inspect
+import threading
 import weakref
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.nn.parameter import is_lazy
 from torch.utils.hooks import BackwardHook
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 MEASURED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
+def measured(t):
+    """The plain strided tensor the op reads for t, or None when t is not measured: integer, bool, complex,
+    quantized and float8 tensors, meta and sparse tensors, lazy parameters, and tensor subclasses whose
+    data hookstats cannot read (a __torch_dispatch__ wrapper). A nested tensor is read through its packed
+    values (TransformerEncoder's eval fast path), a DTensor through this rank's shard (mon.reduce() merges
+    the ranks). Never an error: a monitor must not stop the forward."""
+    kind = type(t)
+    if (kind is torch.Tensor or kind is torch.nn.Parameter) and t.dtype in MEASURED_DTYPES \
+            and t.layout == torch.strided and t.device.type != "meta" and not t.is_nested:
+        return t  # the common case first: the hooks run this for every tensor
+    if not isinstance(t, torch.Tensor) or t.dtype not in MEASURED_DTYPES:
+        return None
+    if torch.compiler.is_compiling():  # traced tensors are plain; the checks below would not trace
+        return t if t.layout == torch.strided and t.device.type != "meta" else None
+    if t.is_nested:
+        return t.values() if t.layout == torch.jagged or t.is_contiguous() else t.contiguous().values()
+    if t.layout != torch.strided or t.device.type == "meta" or kind is torch.Tensor or kind is torch.nn.Parameter:
+        return None
+    if is_lazy(t):
+        return None
+    if hasattr(t, "to_local"):  # DTensor
+        return measured(t.to_local())
+    return t if kind.__torch_dispatch__ is torch.Tensor.__torch_dispatch__ else None
+
+
 def is_measurable(t):
-    """The tensors the op takes: float8, complex, sparse and meta tensors are skipped, never an error."""
-    return (isinstance(t, torch.Tensor) and t.dtype in MEASURED_DTYPES and t.layout == torch.strided
-            and t.device.type != "meta")
+    return measured(t) is not None
+
+
+def unread_reason(t):
+    """Why a floating tensor holding data is not measured (said once per target), or None when it is measured or
+    is not meant to be (integer, bool, complex and meta tensors)."""
+    if not isinstance(t, torch.Tensor) or t.dtype not in MEASURED_DTYPES or t.device.type == "meta" \
+            or torch.compiler.is_compiling() or measured(t) is not None:
+        return None
+    if t.layout != torch.strided:
+        return f"a {t.layout} tensor"
+    return f"a {type(t).__name__}, a tensor subclass whose data hookstats cannot read"
 
 
 def tensor_leaves(obj, path=""):
@@ -32,6 +69,33 @@ def tensor_leaves(obj, path=""):
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for fld in dataclasses.fields(obj):
             yield from tensor_leaves(getattr(obj, fld.name), f"{path}.{fld.name}")
+
+
+class CopiedAway:
+    """What a monitored model's copy holds where the original holds a hookstats hook: a hook that does nothing.
+    copy.deepcopy (EMA, torch.optim.swa_utils.AveragedModel) and pickle (torch.save) copy a module's hook
+    dicts; a copy must not feed the original's monitor, nor drag the monitor along."""
+
+    def __call__(self, *args, **kwargs):
+        return None
+
+
+class ModuleHook(functools.partial):
+    """A module hook of hookstats: calls its function; copied or pickled with its module, it becomes a
+    CopiedAway. A partial, not a class with __call__: its call adds no Python frame, so torch.compile sees
+    each hook's own function (one shared __call__ would recompile for every hook it met)."""
+
+    def __deepcopy__(self, memo):
+        return CopiedAway()
+
+    def __reduce__(self):
+        return CopiedAway, ()
+
+
+def hook_module(module, fn, pre=False, **kwargs):
+    """module.register_forward_(pre_)hook(fn) that the module's copies do not inherit (see CopiedAway)."""
+    register = module.register_forward_pre_hook if pre else module.register_forward_hook
+    return register(ModuleHook(fn), **kwargs)
 
 
 _weak_hooks = []  # (weak method, handle): hooks of monitors that may be gone
@@ -88,9 +152,52 @@ def recomputing():
 COMPILED_GRAD_TAPS = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
 
 
+class ViewTaps:
+    """Gradient taps on outputs that are views (a Linear on a 3-d input returns a view of its 2-d result;
+    MultiheadAttention, Flatten, x[:, :k] too). A tensor hook gets the gradient of the value the tensor had
+    when the hook was registered, even after an in-place op, except on a view: an in-place op on a view, or
+    on its base, reroutes the base's gradient around the view's node (CopySlices), so the hook gets part of
+    the gradient or none. Such a tap is dropped and its target named in a warning, never measured partly.
+
+    Each tap keeps an alias sharing the view's version counter but not its storage (no activation is kept
+    alive), and the version when tapped. A changed version means an in-place op touched the view's memory
+    after the module returned: checked when the gradient arrives, and at the next eager point for the taps
+    whose gradient never arrived."""
+
+    def __init__(self):
+        self.pending = []  # (key, alias, version) tapped since the last eager point
+
+    def add(self, key, t):
+        alias = t.detach()
+        with torch.autograd._unsafe_preserve_version_counter(alias):
+            alias.set_()  # drops the storage reference, keeps the shared version counter
+        entry = (key, alias, t._version)
+        self.pending.append(entry)
+        return entry
+
+    @staticmethod
+    def modified(entry):
+        return entry[1]._version != entry[2]
+
+    @staticmethod
+    def tell(mon, key):
+        mon._tell(f"view_grad:{key.id}", f"hookstats: {key.id} is not measured: the output is a view that an "
+                  "in-place op (ReLU(inplace=True), Dropout(inplace=True), F.relu_, x.add_(...)) modified after "
+                  "its module returned, and PyTorch then delivers only part of its gradient, or none. Use the "
+                  "op out of place to measure it.")
+
+    def settle(self, mon):
+        for entry in self.pending:
+            if self.modified(entry):
+                self.tell(mon, entry[0])
+        self.pending.clear()
+
+
 def tap_grad(mon, key, t, phase):
     """Measures the gradient of the loss w.r.t. t (the value t had here, before any later in-place op)."""
     if not (t.requires_grad and is_measurable(t)):
+        if t.requires_grad and (why := unread_reason(t)) is not None:
+            mon._tell(f"unread:{key.id}", f"hookstats: {key.id} is not measured: its tensor is {why}")
         return
     if not COMPILED_GRAD_TAPS and torch.compiler.is_compiling():
         mon._untapped = True
@@ -100,11 +207,14 @@ def tap_grad(mon, key, t, phase):
     if target is None:
         return
     st, flag = target
+    view = mon._view_taps.add(key, t) if not torch.compiler.is_compiling() and t._is_view() else None
 
     def on_grad(g):
         if torch.compiler.is_compiling():  # g is dense with t's dtype; the strict backward bans .layout
             mon._accumulate(g, st, flag)
-        elif mon.attached and is_measurable(g):
+        elif view is not None and ViewTaps.modified(view):
+            ViewTaps.tell(mon, key)
+        elif mon.attached and (g := measured(g)) is not None:
             st.reached = st.reached or mon._sampled  # paused since the forward: the flag masks the op
             mon._accumulate(g, st, flag)
         return None
@@ -191,6 +301,41 @@ def input_hook(mon, name, module):
     return hook
 
 
+class CallStacks:
+    """What each running call of a module left open, a stack per thread: nested calls (a module calling itself)
+    stack up, and a call ending in one thread never closes another thread's call. Compiled code is traced
+    as one thread."""
+
+    def __init__(self):
+        self.stacks = {}  # thread id -> [item of each open call, innermost last]
+
+    def push(self, item):
+        self.stacks.setdefault(thread_id(), []).append(item)
+
+    def pop(self):
+        stack = self.stacks.get(thread_id())
+        if not stack:
+            return None
+        item = stack.pop()
+        if not stack:
+            del self.stacks[thread_id()]
+        return item
+
+    def top(self):
+        stack = self.stacks.get(thread_id())
+        return stack[-1] if stack else None
+
+    def clear(self):
+        self.stacks.clear()
+
+    def __bool__(self):
+        return bool(self.stacks)
+
+
+def thread_id():
+    return 0 if torch.compiler.is_compiling() else threading.get_ident()
+
+
 class CallIndex:
     """separate_calls=True: the index of each call of a module in the current forward, given when the call
     starts (a pre-hook registered before the others) and dropped when it ends (a forward hook registered
@@ -201,24 +346,23 @@ class CallIndex:
     def __init__(self, mon, name):
         self.mon, self.name = mon, name
         self.count = 0
-        self.running = []
+        self.running = CallStacks()
 
     def pre_hook(self, module, args):
         if not self.running and self.mon._root_running == 0:
             self.count = 0
-        self.running.append(self.count)
+        self.running.push(self.count)
         self.count += 1
 
     def forward_hook(self, module, args, out):
-        if self.running:
-            self.running.pop()
+        self.running.pop()
 
     def reset(self):
         self.count = 0
         self.running.clear()
 
     def current(self):
-        return self.running[-1] if self.running else None
+        return self.running.top()
 
 
 class InputGrads:
@@ -233,7 +377,7 @@ class InputGrads:
     def __init__(self, mon, name, module):
         self.mon, self.name = mon, name
         self.names = positional_names(module)
-        self.open = []  # BackwardHook (or None) of each call whose forward is running: nested calls stack
+        self.open = CallStacks()  # BackwardHook (or None) of each call whose forward is running
 
     def reset(self):
         self.open.clear()
@@ -244,14 +388,14 @@ class InputGrads:
         if not skip and mon.separate_calls:
             skip = skip_recomputed_call(mon, self.name, recomputing())
         if skip or not (torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
-            self.open.append(None)
+            self.open.push(None)
             return None
         bw = BackwardHook(module, [self._measure(mon._call_of(self.name), mon._phase)], [])
-        self.open.append(bw)
+        self.open.push(bw)
         return bw.setup_input_hook(args)
 
     def forward_hook(self, module, args, out):
-        bw = self.open.pop() if self.open else None
+        bw = self.open.pop()
         if bw is None:
             return None
         leaves, spec = tree_flatten(out)
@@ -369,10 +513,8 @@ class ParamGrads:
         by_dev = {}
         for i in ids:
             p = self.fresh.pop(i)
-            g = p.grad
-            if hasattr(g, "to_local"):  # a DTensor (FSDP2): this rank's shard; mon.reduce() merges the ranks
-                g = g.to_local()
-            if not is_measurable(g) or not self.mon._sampled:
+            g = measured(p.grad)  # a DTensor (FSDP2): this rank's shard
+            if g is None or not self.mon._sampled:
                 continue
             target = self.mon._resolve(self.params[i][0], g.device, "train")
             if target is not None:

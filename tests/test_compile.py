@@ -202,3 +202,40 @@ def test_cuda_graphs_reduce_overhead_measure_what_eager_measures(fresh_dynamo):
         assert got[tid]["mean"] == pytest.approx(rec["mean"], abs=1e-4 * rec["std"] + 1e-12), tid
     mon.remove()
     eager.remove()
+
+
+class Attn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        h, _ = self.attn(x, x, x)
+        return self.head(h)
+
+
+def test_tuple_output_targets_of_a_compiled_optimizer_loop_are_measured_from_the_second_step(fresh_dynamo):
+    """MultiheadAttention's (out, weights) leaves are first reached inside the compiled forward; the optimizer
+    step that follows allocates them, so steps 2.. are measured with no stats() or mon.step() in the loop."""
+    torch.manual_seed(0)
+    model = Attn()
+    xs = [torch.randn(2, 5, 8) for _ in range(5)]
+    seen = []  # the test's own hook: attn's first output at each step
+    model.attn.register_forward_hook(lambda m, a, out: seen.append(out[0].detach().clone()))
+    mon = hookstats.attach(model)
+    cm = torch.compile(model, fullgraph=True, backend="aot_eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.warns(RuntimeWarning, match=r"attn:output\[0\].*first reached inside torch.compile"):
+        for x in xs:
+            cm(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    got = mon.stats()
+    mon.remove()
+    assert dict(counters["graph_break"]) == {}
+    measured = torch.cat([t.reshape(-1) for t in seen[1:]]).double().numpy()
+    rec = got["attn:output[0]"]
+    assert rec["count"] == measured.size == 4 * 2 * 5 * 8
+    assert rec["mean"] == pytest.approx(measured.mean(), rel=1e-5, abs=1e-7)
+    assert got["attn:grad_output[0]"]["count"] == 4 * 2 * 5 * 8

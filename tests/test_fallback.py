@@ -29,7 +29,7 @@ def test_missing_extension_warns_once_with_the_build_command_and_still_works():
             "import torch, hookstats\n"
             "m = torch.nn.Linear(3, 3)\n"
             "with hookstats.attach(m) as mon: m(torch.randn(2, 3)); m(torch.randn(2, 3))\n"
-            "print(hookstats.backend(), mon.stats()[':output']['count'])")
+            "print(hookstats.backend(), mon.stats()['Linear:output']['count'])")
     out = python(code)
     assert out.stdout.split() == ["reference", "12"]
     assert out.stderr.count("RuntimeWarning") == 1

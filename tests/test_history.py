@@ -260,12 +260,12 @@ def test_step_moments_stay_exact_after_a_long_drifting_run():
     mon.remove()  # flushes the last steps
     got = by_step(mon)  # the last 1000 steps are kept on the host
     for s in (1000, 1001, 1500, 1998, 1999):
-        rec = got[(s, ":output")]
+        rec = got[(s, "Linear:output")]
         want = xs[s].numpy().ravel()
         assert rec["count"] == 64
         assert rec["mean"] == pytest.approx(want.mean(), rel=1e-12, abs=1e-12)
         assert rec["std"] == pytest.approx(want.std(ddof=1), rel=1e-6), s
-    total = mon.stats()[":output"]  # and the running totals are still the whole run's
+    total = mon.stats()["Linear:output"]  # and the running totals are still the whole run's
     allx = torch.cat(xs).numpy().ravel()
     assert total["count"] == allx.size and total["mean"] == pytest.approx(allx.mean(), rel=1e-12)
     assert total["std"] == pytest.approx(allx.std(ddof=1), rel=1e-9)
@@ -302,7 +302,7 @@ def test_histogram_and_bad_arguments():
     with pytest.raises(RuntimeError, match="history=True"):
         mon.history()
     for kwargs, match in (({"history": True, "log_every": 0}, "log_every must be an int >= 1"),
-                          ({"history": 0}, "capacity must be an int >= 1"),
+                          ({"history": 0}, "history must be an int >= 1"),
                           ({"sinks": [object()]}, "write\\(step, records\\) and close\\(\\)"),
                           ({"history": True, "alerts": "yes"}, "alerts must be")):
         with pytest.raises(ValueError, match=match):

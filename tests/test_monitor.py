@@ -32,7 +32,9 @@ def test_selection_by_glob_type_and_exclude():
     assert set(hookstats.attach(model, modules=["[01]"]).modules) == {"0", "1"}
     assert set(hookstats.attach(model, types=[nn.Linear]).modules) == {"0", "2", "4"}
     assert set(hookstats.attach(model, exclude=["3", "4"]).modules) == {"0", "2"}
-    assert set(hookstats.attach(model, include_paramless=True).modules) == {"", "0", "1", "2", "3", "4"}
+    assert set(hookstats.attach(model, include_paramless=True).modules) == {"Sequential", "0", "1", "2", "3", "4"}
+    assert set(hookstats.attach(model, modules=[""]).modules) == {"Sequential"}  # the root by its name in named_modules()
+    assert set(hookstats.attach(model, modules=["Seq*"]).modules) == {"Sequential"}
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -48,12 +50,43 @@ def test_selection_by_glob_type_and_exclude():
     ({"near_zero": "fastai"}, "near_zero"),
     ({"every": 0}, "every"),
     ({"bins": 10}, "unknown argument"),
+    ({"lo": -1e39}, "lo must be a finite number within float32's range"),
+    ({"hi": 1e39}, "hi must be a finite number within float32's range"),
+    ({"lo": 1.0, "hi": 1.0 + 1e-12}, "lo and hi must differ in float32"),
+    ({"lo": 0.0, "hi": 1e-38}, "bins are too narrow for float32"),
+    ({"eps": 1e-50}, "eps=1e-50 rounds to 0 in float32"),
+    ({"eps": 1e39}, "eps must be a finite number within float32's range"),
+    ({"nbins": True}, "nbins must be an int, got bool"),
+    ({"nbins": 4.0}, "nbins must be an int, got float"),
+    ({"lo": "0"}, "lo must be a number, got str"),
+    ({"linear_hist": "no"}, "linear_hist must be True or False, got str 'no'"),
+    ({"log_hist": 0}, "log_hist must be True or False, got int"),
+    ({"config": {"nbins": 4}}, "config must be a hookstats.StatsConfig"),
+    ({"config": hookstats.StatsConfig(), "nbins": 4}, "either config= or its fields"),
+    ({"grads": "no"}, "grads must be True or False"),
+    ({"eval": None}, "eval must be True or False"),
+    ({"include_paramless": 1}, "include_paramless must be True or False"),
+    ({"separate_calls": "yes"}, "separate_calls must be True or False"),
+    ({"every": 2.0}, "every must be an int, got float"),
+    ({"steps": "epoch"}, "steps must be one of 'forward', 'manual'"),
+    ({"history": 0}, "history must be an int >= 1"),
+    ({"history": "yes"}, "history must be an int"),
+    ({"log_every": 0}, "log_every must be an int >= 1"),
+    ({"keep": -1}, "keep must be an int >= 1"),
+    ({"alerts": "on"}, "alerts must be True, False or an AlertRules"),
+    ({"sinks": "x.csv"}, "sinks must be a list"),
 ])
 def test_bad_configuration_is_a_value_error_at_attach(kwargs, match):
     model = mlp()
     with pytest.raises(ValueError, match=match):
         hookstats.attach(model, **kwargs)
     assert all_hooks(model) == 0
+
+
+@pytest.mark.parametrize("model", [None, lambda x: x, nn.Linear], ids=["None", "lambda", "a class"])
+def test_attach_to_something_not_a_module_is_a_value_error_naming_it(model):
+    with pytest.raises(ValueError, match="attach: model must be an nn.Module"):
+        hookstats.attach(model)
 
 
 def captured_outputs(model, names, x, steps=1):
@@ -202,8 +235,8 @@ def test_tuple_and_dict_outputs_measure_each_float_leaf_and_skip_the_rest():
     with hookstats.attach(model) as mon:
         model(torch.randn(5, 3))
     got = mon.stats()
-    assert set(got) == {":output[0]", ":output[2]['a']"}
-    assert got[":output[2]['a']"]["count"] == 15
+    assert set(got) == {"Odd:output[0]", "Odd:output[2]['a']"}
+    assert got["Odd:output[2]['a']"]["count"] == 15
 
 
 def test_lstm_tuple_outputs():
@@ -211,8 +244,8 @@ def test_lstm_tuple_outputs():
     with hookstats.attach(model) as mon:
         model(torch.randn(2, 5, 4))
     got = mon.stats()
-    assert {":output[0]", ":output[1][0]", ":output[1][1]"} <= set(got)
-    assert got[":output[0]"]["count"] == 2 * 5 * 6
+    assert {"LSTM:output[0]", "LSTM:output[1][0]", "LSTM:output[1][1]"} <= set(got)
+    assert got["LSTM:output[0]"]["count"] == 2 * 5 * 6
 
 
 def test_in_place_activation_after_the_hooked_layer_does_not_change_what_was_measured():
@@ -232,7 +265,7 @@ def test_low_and_high_precision_models(dtype):
     with hookstats.attach(model) as mon:
         y = model(x)
     f, i = oracle(y, mon.cfg)
-    rec = mon.stats()[":output"]
+    rec = mon.stats()["Linear:output"]
     assert rec["count"] == 128 and rec["max"] == f[4]
     np.testing.assert_array_equal(rec["hist"], finalize(f, i, mon.cfg)["hist"])
 
@@ -266,3 +299,32 @@ def test_stats_can_be_read_at_any_time_without_disturbing_training():
         first = mon.stats()["0:output"]["count"]
         model(x)
     assert first == 64 and mon.stats()["0:output"]["count"] == 128
+
+
+def test_stats_of_a_kind_that_does_not_exist_is_an_error_listing_the_kinds():
+    model = mlp()
+    with hookstats.attach(model) as mon:
+        model(torch.randn(4, 8)).sum().backward()
+    assert set(mon.stats(kind="grad_output")) == {"0:grad_output", "2:grad_output", "3:grad_output", "4:grad_output"}
+    with pytest.raises(ValueError, match="kind must be one of 'output', 'grad_output', .*'watch_grad'; got 'grad'"):
+        mon.stats(kind="grad")
+    with pytest.raises(ValueError, match="phase must be one of 'train', 'eval'; got 'valid'"):
+        mon.stats(phase="valid")
+
+
+def test_the_root_model_is_named_after_its_class():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(4))
+            self.Net = nn.Linear(4, 4)  # a submodule with the class's name: the root becomes "Net_root"
+
+        def forward(self, x):
+            return self.Net(x * self.scale)
+
+    model = Net()
+    with hookstats.attach(model, param_grads=True) as mon:
+        model(torch.randn(3, 4)).sum().backward()
+        mon.step()
+    assert set(mon.modules) == {"Net_root", "Net"}
+    assert {"Net_root:output", "Net_root:grad_output", "Net_root.scale:param_grad", "Net:output"} <= set(mon.stats())

@@ -8,6 +8,7 @@ from fastai.layers import flatten_model
 from fastcore.foundation import L
 
 import hookstats
+from hookstats.monitor import module_names
 
 # fastai's numbers: near_zero = mean(o <= 0.05), hist = o.histc(40, 0, 10)
 FASTAI_CONFIG = dict(nbins=40, lo=0.0, hi=10.0, eps=0.05, near_zero="le")
@@ -49,7 +50,7 @@ class ActivationStats(FastaiActivationStats):
     def before_fit(self):
         if self.modules is None:
             self.modules = [m for m in flatten_model(self.model) if self.include_paramless or has_params(m)]
-        names = {id(m): n for n, m in self.model.named_modules()}
+        names = {id(m): n for n, m in module_names(self.model).items()}  # the root as hookstats names it
         missing = [type(m).__name__ for m in self.modules if id(m) not in names]
         if missing:
             raise ValueError(f"ActivationStats: modules {missing} are not modules of learn.model")
