@@ -8,6 +8,7 @@ import threading
 import weakref
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._pytree import tree_flatten, tree_unflatten
 from torch.nn.parameter import is_lazy
 from torch.utils.hooks import BackwardHook
@@ -38,6 +39,8 @@ def measured(t):
         return None
     if hasattr(t, "to_local"):  # DTensor
         return measured(t.to_local())
+    if isinstance(t, FakeTensor):  # stands for a real tensor: the op's fake kernel takes it (hookstats.plan)
+        return t
     return t if kind.__torch_dispatch__ is torch.Tensor.__torch_dispatch__ else None
 
 
