@@ -19,10 +19,7 @@ def window_stats(monitor, phase="train"):
 def flat_metrics(stats, prefix="hookstats/", fields=DEFAULT_STATS):
     """{name: float} for the loggers; targets that saw nothing in the window are left out."""
     out = {}
-    for tid, rec in stats.items():
-        if rec["count"] == 0:
-            continue
-        base = prefix + _UNSAFE.sub("_", f"{rec['module'] or 'model'}/{tid.split(':', 1)[1]}")
+    for base, rec in measured(stats, prefix):
         for f in fields:
             if f not in rec:
                 raise ValueError(f"unknown statistic {f!r}; records have {sorted(k for k in rec if k != 'module')}")
@@ -30,6 +27,13 @@ def flat_metrics(stats, prefix="hookstats/", fields=DEFAULT_STATS):
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out[f"{base}/{f}"] = float(v)
     return out
+
+
+def measured(stats, prefix="hookstats/"):
+    """(name base `<prefix><module>/<kind><leaf>`, record) of each target that saw values in the window."""
+    for tid, rec in stats.items():
+        if rec["count"]:
+            yield prefix + _UNSAFE.sub("_", f"{rec['module'] or 'model'}/{tid.split(':', 1)[1]}"), rec
 
 
 def check_every(name, v):

@@ -89,10 +89,14 @@ def file_lines(path):
     return lines, sorted(bad)
 
 
-def warn_skipped(path, bad):
-    """One warning for the lines of `path` that were skipped, if any."""
-    if bad:
-        bad = sorted(bad)
-        where = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
-        warnings.warn(f"{path}: skipped {len(bad)} line(s) that are not whole records (line {where}); "
-                      "read the rest", SkippedLinesWarning, stacklevel=3)
+def warn_skipped(path, bad, read, what):
+    """One warning for the lines of `path` that were skipped, if any; an error when no line was read (a file
+    with nothing whole in it is not a torn one). what: what a skipped line is not ("JSON", "a CSV row")."""
+    if not bad:
+        return
+    bad = sorted(bad)
+    if not read:
+        raise ValueError(f"{path}:{bad[0]}: not {what}; the file holds no whole record")
+    where = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+    warnings.warn(f"{path}: skipped {len(bad)} line(s) that are not whole records (line {where}); read the rest",
+                  SkippedLinesWarning, stacklevel=3)

@@ -67,12 +67,11 @@ def read_csv(path):
 def _rows(path, columns, step_col, float_col=None):
     """(step, {column: value}) of each whole row of a file with `columns` as its header."""
     lines, bad = file_lines(path)
-    out = []
+    out, header = [], 0
     if lines and lines[0][0] == 1:
-        header = next(csv.reader([lines[0][1]]))
-        if tuple(header) != columns:
+        if tuple(next(csv.reader([lines[0][1]]), ())) != columns:
             raise ValueError(f"{path} is not a hookstats CSV: expected columns {','.join(columns)}")
-        lines = lines[1:]
+        lines, header = lines[1:], 1
     for n, text in lines:
         try:
             (row,) = csv.reader([text])
@@ -84,5 +83,5 @@ def _rows(path, columns, step_col, float_col=None):
             out.append((int(row[step_col]), row))
         except (ValueError, csv.Error):
             bad.append(n)
-    warn_skipped(path, bad)
+    warn_skipped(path, bad, len(out) + header, "a whole CSV row")
     return out

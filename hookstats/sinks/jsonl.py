@@ -71,7 +71,7 @@ def read_jsonl(path):
             items.append(_record(obj))
         except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
             raise ValueError(f"{path}:{n}: malformed hookstats record ({type(e).__name__}: {e})") from None
-    warn_skipped(path, bad)
+    warn_skipped(path, bad, len(items) + len(alerts), "JSON")
     return items, alerts
 
 
