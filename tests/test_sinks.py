@@ -159,9 +159,13 @@ def test_readers_take_empty_files_and_a_header_only(tmp_path, fmt):
     if fmt == "csv":
         path.write_bytes(b"step,target,module,kind,leaf,stat,value\r\n")
         assert read_quietly(read_csv, path) == (([], []), [])
-        path.write_bytes(b"step,target,mod")  # the header itself torn
-        (items, _), skipped = read_quietly(read_csv, path)
-        assert items == [] and "skipped 1 line(s)" in skipped[0]
+        path.write_bytes(b"step,target,mod")  # the header itself torn: nothing whole in the file
+        with pytest.raises(ValueError, match="h.csv:1: not a whole CSV row; the file holds no whole record"):
+            read_csv(path)
+    else:
+        path.write_bytes(b'{"type": "stats", "st')
+        with pytest.raises(ValueError, match="h.jsonl:1: not JSON; the file holds no whole record"):
+            read_jsonl(path)
 
 
 def test_report_reads_a_run_with_torn_files_and_says_so_in_one_line(tmp_path, capsys):

@@ -10,9 +10,8 @@ except ImportError:  # the standalone package
 
 import hookstats
 
-from ..sinks.tensorboard import add_histograms
-from ..sinks.wandb import histograms as wandb_histograms
-from .metrics import DEFAULT_STATS, check_every, flat_metrics, measured, window_stats
+from .metrics import (DEFAULT_STATS, check_every, flat_metrics, measured, tensorboard_histograms, wandb_histograms,
+                      window_stats)
 
 
 class HookStatsCallback(Callback):
@@ -86,13 +85,9 @@ class HookStatsCallback(Callback):
     def _log_histograms(loggers, targets, step):
         for logger in loggers:
             if isinstance(logger, TensorBoardLogger):
-                for base, rec in targets:
-                    add_histograms(logger.experiment, base, rec, step)
+                tensorboard_histograms(logger.experiment, targets, step)
             elif isinstance(logger, WandbLogger):
-                import wandb
-                data = {}
-                for base, rec in targets:
-                    data.update(wandb_histograms(wandb, base, rec))
+                data = wandb_histograms(targets)
                 if data:
                     logger.log_metrics(data, step=step)  # its own step key and prefix, as for its scalars
 

@@ -3,6 +3,8 @@ named `<prefix><module>/<kind><leaf>/<stat>` (characters loggers such as MLflow 
 import re
 
 from .. import distributed
+from ..sinks.tensorboard import add_histograms
+from ..sinks.wandb import histograms
 
 DEFAULT_STATS = ("mean", "std", "min", "max", "near_zero", "nan", "posinf", "neginf")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/ ]")
@@ -34,6 +36,21 @@ def measured(stats, prefix="hookstats/"):
     for tid, rec in stats.items():
         if rec["count"]:
             yield prefix + _UNSAFE.sub("_", f"{rec['module'] or 'model'}/{tid.split(':', 1)[1]}"), rec
+
+
+def tensorboard_histograms(writer, targets, step):
+    """Both histograms of each (name base, record) to a SummaryWriter."""
+    for base, rec in targets:
+        add_histograms(writer, base, rec, step)
+
+
+def wandb_histograms(targets):
+    """{name: wandb.Histogram} of both histograms of each (name base, record)."""
+    import wandb
+    data = {}
+    for base, rec in targets:
+        data.update(histograms(wandb, base, rec))
+    return data
 
 
 def check_every(name, v):

@@ -37,5 +37,5 @@ def run_dir_sinks(out_dir, tensorboard=True):
     return sinks
 
 
-__all__ = ["DASHBOARD_CHOICES", "DASHBOARD_STATS", "SCALARS", "SkippedLinesWarning", "CSVSink", "JSONLSink", "MemorySink", "TensorBoardSink", "WandbSink", "read_csv", "read_jsonl",
-           "read_history", "run_dir_sinks"]
+__all__ = ["DASHBOARD_CHOICES", "DASHBOARD_STATS", "SCALARS", "SkippedLinesWarning", "CSVSink", "JSONLSink",
+           "MemorySink", "TensorBoardSink", "WandbSink", "read_csv", "read_jsonl", "read_history", "run_dir_sinks"]
