@@ -74,19 +74,16 @@ class SkippedLinesWarning(UserWarning):
     were read."""
 
 
-def file_lines(path):
-    """(line number, text) of each whole line of a file a sink wrote, and the numbers of the lines that are
-    not: no line end (the line being written when the process died) or not UTF-8 (a torn character)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    *whole, last = data.split(b"\n")
-    lines, bad = [], [len(whole) + 1] if last else []
-    for n, raw in enumerate(whole, 1):
-        try:
-            lines.append((n, raw.decode("utf-8").rstrip("\r")))
-        except UnicodeDecodeError:
-            bad.append(n)
-    return lines, sorted(bad)
+def file_lines(path, bad):
+    """Yields (line number, text) of each whole line of a file a sink wrote, and appends to `bad` the
+    numbers of the lines that are not: no line end (the line being written when the process died; a
+    character torn there is in that line). Bytes that are not UTF-8 elsewhere read as U+FFFD."""
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        for n, line in enumerate(f, 1):
+            if line.endswith("\n"):
+                yield n, line.rstrip("\r\n")
+            else:
+                bad.append(n)
 
 
 def warn_skipped(path, bad, read, what):

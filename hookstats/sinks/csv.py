@@ -65,23 +65,27 @@ def read_csv(path):
 
 
 def _rows(path, columns, step_col, float_col=None):
-    """(step, {column: value}) of each whole row of a file with `columns` as its header."""
-    lines, bad = file_lines(path)
-    out, header = [], 0
-    if lines and lines[0][0] == 1:
-        if tuple(next(csv.reader([lines[0][1]]), ())) != columns:
-            raise ValueError(f"{path} is not a hookstats CSV: expected columns {','.join(columns)}")
-        lines, header = lines[1:], 1
-    for n, text in lines:
+    """Yields (step, {column: value}) of each whole row of a file with `columns` as its header. Line by line,
+    so a torn line cannot pull the next ones into an open quote."""
+    read, bad = 0, []
+    for n, text in file_lines(path, bad):
+        # csv.writer quotes only fields holding a quote, comma or line break: the rest split plainly
+        row = text.split(",") if '"' not in text else next(csv.reader([text]), [])
+        if n == 1:
+            if tuple(row) != columns:
+                raise ValueError(f"{path} is not a hookstats CSV: expected columns {','.join(columns)}")
+            read += 1
+            continue
         try:
-            (row,) = csv.reader([text])
             if len(row) != len(columns):
                 raise ValueError
             row = dict(zip(columns, row))
             if float_col is not None:
                 row[float_col] = float(row[float_col])
-            out.append((int(row[step_col]), row))
-        except (ValueError, csv.Error):
+            step = int(row[step_col])
+        except ValueError:
             bad.append(n)
-    warn_skipped(path, bad, len(out) + header, "a whole CSV row")
-    return out
+            continue
+        read += 1
+        yield step, row
+    warn_skipped(path, bad, read, "a whole CSV row")

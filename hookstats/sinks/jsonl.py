@@ -51,9 +51,8 @@ def read_jsonl(path):
     """(step, record) pairs (histograms back as NumPy arrays, null back to NaN) and the alerts. Lines that
     are not whole JSON (a run that died while writing) are skipped with one SkippedLinesWarning per file;
     a whole line that is not a hookstats record is an error."""
-    items, alerts = [], []
-    lines, bad = file_lines(path)
-    for n, line in lines:
+    items, alerts, bad = [], [], []
+    for n, line in file_lines(path, bad):
         if not line.strip():
             continue
         try:
