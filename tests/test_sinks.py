@@ -351,3 +351,17 @@ def test_collect_takes_the_memory_sink_a_file_or_a_run_folder(tmp_path):
         plots.collect(read_jsonl(tmp_path / "history.jsonl"))  # (items, alerts): not pairs
     with pytest.raises(TypeError, match="collect takes a MemorySink"):
         plots.collect({"0:output": {}})
+
+
+def test_csv_alerts_file_with_a_torn_line(tmp_path):
+    from hookstats.alerts import AlertWarning
+    path = tmp_path / "h.csv"
+    with pytest.warns(AlertWarning):
+        mon, _ = train([CSVSink(path)], steps=4, nan_at=1)
+    alerts_path = tmp_path / "h_alerts.csv"
+    whole = alerts_path.read_bytes()
+    alerts_path.write_bytes(whole + b"3,2:output,nonfin")
+    (items, alerts), skipped = read_quietly(read_csv, path)
+    assert len(skipped) == 1 and "h_alerts.csv: skipped 1 line(s)" in skipped[0]
+    assert [(a["step"], a["target"], a["kind"]) for a in alerts] == \
+        [(a["step"], a["target"], a["kind"]) for a in mon.alerts]
