@@ -125,11 +125,15 @@ def test_hf_add_to_reports_histograms_through_wandb(tmp_path, monkeypatch):
     for k, v in (("WANDB_MODE", "offline"), ("WANDB_DIR", str(tmp_path)), ("WANDB_SILENT", "true"),
                  ("WANDB_PROJECT", "hookstats-test")):
         monkeypatch.setenv(k, v)
-    trainer, cb, seen = train(tmp_path, ["wandb"], "add_to", stats=("mean",))
     import wandb
-    if wandb.run is not None:
-        wandb.run.finish()
-    rows = offline_history(tmp_path, min_rows=STEPS // LOG_EVERY)
+    runs = []
+    # the run it makes; offline and in tmp_path even where an earlier test fixed wandb's settings in this process
+    monkeypatch.setattr(wandb, "init", lambda *a, init=wandb.init, **k: runs.append(
+        init(*a, **{**k, "mode": "offline", "dir": str(tmp_path)})) or runs[-1])
+    trainer, cb, seen = train(tmp_path, ["wandb"], "add_to", stats=("mean",))
+    (run,) = runs
+    run.finish()
+    rows = offline_history(run, min_rows=STEPS // LOG_EVERY)
     base = f"train/hookstats/{HOOKED[0]}/output"
     scalar_steps = [r["train/global_step"] for r in rows if f"{base}/mean" in r]
     hist_rows = [r for r in rows if f"{base}/hist/values" in r]

@@ -193,11 +193,13 @@ def test_lightning_histograms_reach_a_wandb_logger(tmp_path, monkeypatch):
     from lightning.pytorch.loggers import WandbLogger
     from wandb_file import offline_history
     monkeypatch.setenv("WANDB_SILENT", "true")
-    logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="hookstats-test")
+    # mode= as well: wandb reads WANDB_MODE (which offline=True sets) only at its first use in a process
+    logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="hookstats-test", mode="offline")
     cb = HookStatsCallback(nbins=8, lo=-2, hi=2)
     per_batch = fit(logger, cb, log_every_n_steps=4)
-    logger.experiment.finish()
-    rows = offline_history(tmp_path, min_rows=4)
+    run = logger.experiment
+    run.finish()
+    rows = offline_history(run, min_rows=4)
     base = "hookstats/net.0/output"
     scalar_steps = [r["trainer/global_step"] for r in rows if f"{base}/mean" in r]
     hist_rows = [r for r in rows if f"{base}/hist/values" in r]
@@ -208,3 +210,36 @@ def test_lightning_histograms_reach_a_wandb_logger(tmp_path, monkeypatch):
         assert r[f"{base}/hist/values"] == [w["underflow"], *map(int, w["hist"]), w["overflow"]]
         nz = np.flatnonzero(w["log2_hist"][1:])
         assert r[f"{base}/log2_abs/values"] == list(w["log2_hist"][1:][nz[0]: nz[-1] + 1])
+
+
+def test_lightning_a_failing_histogram_writer_does_not_stop_training(tmp_path):
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    class Broken:
+        def __init__(self):
+            self.scalars = []
+
+        def add_scalar(self, tag, value, step):
+            self.scalars.append((tag, step))
+
+        def add_histogram_raw(self, *args, **kwargs):
+            raise OSError("disk full")
+
+        def flush(self):
+            pass
+
+    class BrokenLogger(TensorBoardLogger):
+        writer = Broken()
+
+        @property
+        def experiment(self):
+            return self.writer
+
+        def log_hyperparams(self, *args, **kwargs):
+            pass
+
+    logger = BrokenLogger(tmp_path, name="broken")
+    with pytest.warns(RuntimeWarning, match="histograms to the loggers failed and is switched off: OSError") as w:
+        fit(logger, HookStatsCallback(), log_every_n_steps=2)
+    assert sum("switched off" in str(x.message) for x in w) == 1
+    assert [s for t, s in logger.writer.scalars if t == "hookstats/net.0/output/mean"] == [1, 3, 5, 7]

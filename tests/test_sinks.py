@@ -294,8 +294,9 @@ def test_wandb_offline_run_holds_the_steps(tmp_path, monkeypatch):
     from hookstats.sinks import WandbSink
     monkeypatch.setenv("WANDB_SILENT", "true")
     sink = WandbSink(mode="offline", dir=str(tmp_path), project="hookstats-test")
+    run = sink.run
     mon, want = train([sink], steps=3)
-    rows = offline_history(tmp_path, min_rows=3)
+    rows = offline_history(run, min_rows=3)
     assert [r["hookstats/step"] for r in rows] == [0, 1, 2]
     np.testing.assert_allclose([r["hookstats/0:output/mean"] for r in rows], [w["mean"] for w in want], rtol=1e-6)
     assert {k.rsplit("/", 1)[1] for k in rows[0] if k.startswith("hookstats/0:output/") and "hist" not in k
@@ -326,7 +327,7 @@ def test_wandb_sink_beside_the_users_own_wandb_log(tmp_path, monkeypatch):
         assert run.settings.mode == "offline" and wandb.run is run  # the sink leaves the user's run open
     finally:
         run.finish()
-    rows = offline_history(tmp_path, min_rows=10)
+    rows = offline_history(run, min_rows=10)
     assert [r["loss"] for r in rows if "loss" in r] == [0, 1, 2, 3, 4]
     ours = [r for r in rows if "hookstats/step" in r]
     assert [r["hookstats/step"] for r in ours] == [0, 1, 2, 3, 4]

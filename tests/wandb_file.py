@@ -1,6 +1,5 @@
 """Reads an offline W&B run file back without wandb's service: the .wandb file is a LevelDB-style log of
 wandb Record protobufs (32 KiB blocks, 7-byte chunk headers), written by wandb-core."""
-import glob
 import json
 import struct
 import time
@@ -30,9 +29,10 @@ def read_history(path):
     return rows
 
 
-def offline_history(root, min_rows=1, timeout=20):
-    """History rows of the one offline run under root/wandb, waiting for wandb-core to finish writing."""
-    (run_file,) = glob.glob(str(root / "wandb" / "offline-run-*" / "run-*.wandb"))
+def offline_history(run, min_rows=1, timeout=20):
+    """History rows of an offline run (its settings.sync_file: wandb keeps the first WANDB_DIR it saw in a
+    process), waiting for wandb-core to finish writing after run.finish()."""
+    run_file = run.settings.sync_file
     deadline = time.monotonic() + timeout
     while len(rows := read_history(run_file)) < min_rows and time.monotonic() < deadline:
         time.sleep(0.2)

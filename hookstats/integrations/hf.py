@@ -6,7 +6,8 @@ from transformers.integrations import INTEGRATION_TO_CALLBACK, TensorBoardCallba
 
 import hookstats
 
-from .metrics import DEFAULT_STATS, flat_metrics, measured, tensorboard_histograms, wandb_histograms, window_stats
+from .metrics import (DEFAULT_STATS, flat_metrics, measured, sent, tensorboard_histograms, wandb_histograms,
+                      window_stats)
 
 
 class HookStatsCallback(TrainerCallback):
@@ -53,8 +54,8 @@ class HookStatsCallback(TrainerCallback):
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(metrics)
         if self.histograms and state.is_world_process_zero:
-            _log_histograms(self.reporters, [("train/" + b, r) for b, r in measured(stats, self.prefix)],
-                            state.global_step)
+            self.histograms = sent("histograms to the Trainer's integrations", _log_histograms, self.reporters,
+                                   [("train/" + b, r) for b, r in measured(stats, self.prefix)], state.global_step)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.monitor is not None:

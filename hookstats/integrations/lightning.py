@@ -10,8 +10,8 @@ except ImportError:  # the standalone package
 
 import hookstats
 
-from .metrics import (DEFAULT_STATS, check_every, flat_metrics, measured, tensorboard_histograms, wandb_histograms,
-                      window_stats)
+from .metrics import (DEFAULT_STATS, check_every, flat_metrics, measured, sent, tensorboard_histograms,
+                      wandb_histograms, window_stats)
 
 
 class HookStatsCallback(Callback):
@@ -79,7 +79,8 @@ class HookStatsCallback(Callback):
             pl_module.log_dict(metrics, on_step=True, on_epoch=False)
         if self.histograms and trainer.is_global_zero:
             # the trainer logs this batch's row at the optimizer steps taken before it
-            self._log_histograms(trainer.loggers, list(measured(stats, self.prefix)), trainer.global_step - 1)
+            self.histograms = sent("histograms to the loggers", self._log_histograms, trainer.loggers,
+                                   list(measured(stats, self.prefix)), trainer.global_step - 1)
 
     @staticmethod
     def _log_histograms(loggers, targets, step):

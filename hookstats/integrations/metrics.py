@@ -1,6 +1,7 @@
 """What the Lightning and HF callbacks log: the window's statistics merged over ranks, as flat scalars
 named `<prefix><module>/<kind><leaf>/<stat>` (characters loggers such as MLflow reject become '_')."""
 import re
+import warnings
 
 from .. import distributed
 from ..sinks.tensorboard import add_histograms
@@ -51,6 +52,16 @@ def wandb_histograms(targets):
     for base, rec in targets:
         data.update(histograms(wandb, base, rec))
     return data
+
+
+def sent(what, fn, *args):
+    """Runs fn(*args); False, with one warning, when it raises: a logger's failure must not stop training."""
+    try:
+        fn(*args)
+        return True
+    except Exception as e:
+        warnings.warn(f"hookstats: {what} failed and is switched off: {e!r}", RuntimeWarning, stacklevel=3)
+        return False
 
 
 def check_every(name, v):
