@@ -3,7 +3,9 @@ pass a run, or keyword arguments for wandb.init (mode="offline" works with no ac
 
 hookstats flushes several steps at once, after the user's own wandb.log calls of those steps, so it never
 passes step= (W&B drops a row whose step is below the run's current one): each row carries its step as
-`<prefix>step`, declared with define_metric as the x-axis of every `<prefix>*` metric."""
+`<prefix>step`, declared with define_metric as the x-axis of every `<prefix>*` metric. W&B keeps one step
+counter per run and these rows advance it: the user's own wandb.log calls beside them must not pass step=
+either (or must have an x-axis of their own, from define_metric)."""
 import numpy as np
 
 from .base import DASHBOARD_STATS, PREFIX, check_prefix, check_stats, chosen_items
