@@ -243,3 +243,45 @@ def test_lightning_a_failing_histogram_writer_does_not_stop_training(tmp_path):
         fit(logger, HookStatsCallback(), log_every_n_steps=2)
     assert sum("switched off" in str(x.message) for x in w) == 1
     assert [s for t, s in logger.writer.scalars if t == "hookstats/net.0/output/mean"] == [1, 3, 5, 7]
+
+
+class TwoOptimizers(Tiny):
+    """Manual optimization, two optimizer steps per batch (a GAN's shape): global_step grows by 2 a batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        for opt, part in zip(self.optimizers(), (self.net[0], self.net[2])):
+            loss = F.mse_loss(self.net(x), y)
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+        self.log("train_loss", loss)
+
+    def configure_optimizers(self):
+        return [torch.optim.SGD(self.net[0].parameters(), lr=0.1), torch.optim.SGD(self.net[2].parameters(), lr=0.1)]
+
+
+def test_lightning_manual_optimization_windows_follow_the_trainers_rows(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger
+    logger = CSVLogger(tmp_path, name="manual")
+    cb = HookStatsCallback(stats=("mean",), modules=["net.0"])
+    trainer = L.Trainer(max_epochs=EPOCHS, limit_train_batches=TRAIN_BATCHES, limit_val_batches=0,
+                        log_every_n_steps=2, accelerator="cpu", devices=1, logger=logger, callbacks=[cb],
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    model = TwoOptimizers()
+    seen = []  # net.0's outputs: two forwards per batch
+    model.net[0].register_forward_hook(lambda m, a, o: seen.append(o.detach().double().clone()))
+    trainer.fit(model, loader(20, 0))
+    assert trainer.global_step == 2 * EPOCHS * TRAIN_BATCHES
+    rows = read_metrics_csv(logger)
+    train_rows = [r for r in rows if r.get("train_loss")]
+    hs_rows = [r for r in rows if r.get("hookstats/net.0/output/mean")]
+    assert [int(r["step"]) for r in train_rows] == [1, 3, 5, 7]
+    assert hs_rows == train_rows  # one window per trainer row, none left over to repeat
+    for w, r in enumerate(hs_rows):  # a window: 2 batches, 4 forwards
+        want = window_record(seen[4 * w: 4 * (w + 1)], StatsConfig())
+        assert float(r["hookstats/net.0/output/mean"]) == pytest.approx(want["mean"], rel=1e-5, abs=1e-7)

@@ -15,15 +15,16 @@ from .metrics import (DEFAULT_STATS, check_every, flat_metrics, measured, sent, 
 
 
 class HookStatsCallback(Callback):
-    """A window ends on each batch where the trainer logs (every log_every_n_steps optimizer steps, counted
-    by trainer.global_step): its statistics go through pl_module.log_dict, so they land in the trainer's
-    own rows (same step, epoch column, one CSVLogger row), and its histograms (linear and log2 |x|, with
-    histograms=True) go to each TensorBoardLogger (add_histogram_raw on its SummaryWriter) and WandbLogger
-    (wandb.Histogram) at the same step; the monitor is reset after each window. The windows cannot be
-    longer than the trainer's logging interval: Lightning repeats a value logged at one step in the rows of
-    its later steps. log_every: None, or the trainer's log_every_n_steps (checked). stats: the record
-    fields logged; prefix: of every metric name. Other keywords go to hookstats.attach (modules=, every=,
-    param_grads=, nbins=, ...). After fit, `callback.monitor` holds the last window's statistics."""
+    """A window ends on each batch where the trainer logs (every log_every_n_steps batches that stepped
+    the optimizer; with manual optimization every batch counts, from the fit's first): its statistics go
+    through pl_module.log_dict, so they land in the trainer's own rows (same step, epoch column, one
+    CSVLogger row), and its histograms (linear and log2 |x|, with histograms=True) go to each
+    TensorBoardLogger (add_histogram_raw on its SummaryWriter) and WandbLogger (wandb.Histogram) at the same
+    step; the monitor is reset after each window. The windows cannot be longer than the trainer's logging
+    interval: Lightning repeats a value logged at one step in the rows of its later steps. log_every: None,
+    or the trainer's log_every_n_steps (checked). stats: the record fields logged; prefix: of every metric
+    name. Other keywords go to hookstats.attach (modules=, every=, param_grads=, nbins=, ...). After fit,
+    `callback.monitor` holds the last window's statistics."""
 
     def __init__(self, log_every=None, stats=DEFAULT_STATS, prefix="hookstats/", histograms=True, **attach_kwargs):
         self.log_every = check_every("log_every", log_every)
@@ -42,18 +43,23 @@ class HookStatsCallback(Callback):
         # the strategy has moved (and wrapped) the model by now: states are allocated on its device
         self.monitor = hookstats.attach(pl_module, steps="manual", **self.attach_kwargs)
         self._every = n
-        self._last_step = trainer.global_step
+        self._stepped = trainer.global_step if pl_module.automatic_optimization else 0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         mon = self.monitor
         if mon is None or not mon.attached:
             return
         mon.step()
-        step = trainer.global_step
-        if step == self._last_step:
-            return  # gradient accumulation: the trainer logs only on batches that step the optimizer
-        self._last_step = step
-        if self._every and step % self._every == 0:
+        # the trainer logs when the batches that stepped the optimizer reach a multiple of log_every_n_steps:
+        # with automatic optimization those are counted by global_step (not by a gradient-accumulation
+        # batch), with manual optimization every batch is one (global_step counts each optimizer's steps)
+        if pl_module.automatic_optimization:
+            if trainer.global_step == self._stepped:
+                return
+            self._stepped = trainer.global_step
+        else:
+            self._stepped += 1
+        if self._every and self._stepped % self._every == 0:
             self._log(trainer, pl_module)
 
     # validation inside fit runs the module in eval mode; pausing keeps it out of the training window
@@ -80,7 +86,7 @@ class HookStatsCallback(Callback):
         if self.histograms and trainer.is_global_zero:
             # the trainer logs this batch's row at the optimizer steps taken before it
             self.histograms = sent("histograms to the loggers", self._log_histograms, trainer.loggers,
-                                   list(measured(stats, self.prefix)), trainer.global_step - 1)
+                                   list(measured(stats, self.prefix)), self._stepped - 1)
 
     @staticmethod
     def _log_histograms(loggers, targets, step):
