@@ -3,6 +3,7 @@ on stderr and exit status 2, never a traceback."""
 import argparse
 import importlib
 import sys
+import warnings
 from pathlib import Path
 
 from .sinks import HISTORY_CSV, HISTORY_JSONL
@@ -139,15 +140,32 @@ def find_runs(root):
     return [root] if has(root) else sorted(d for d in root.iterdir() if d.is_dir() and has(d))
 
 
+def load_run(run_dir, warn=None):
+    """(items, alerts) of a run folder; each file's skipped torn lines are said in one line through warn
+    (default: stderr)."""
+    from .sinks import SkippedLinesWarning, read_history
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SkippedLinesWarning)
+        loaded = read_history(run_dir)
+    for w in caught:
+        if issubclass(w.category, SkippedLinesWarning):
+            (warn or _stderr)(f"hookstats report: warning: {w.message}")
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return loaded
+
+
+def _stderr(msg):
+    print(msg, file=sys.stderr)
+
+
 def report(run_dir, out=None, log=print, show_progress=False):
     """Charts and tables of one run folder from history.jsonl (histograms included) or history.csv."""
     from . import plots
     from .history import brief
     from .progress import progress
-    from .sinks import read_csv, read_jsonl
     from .summary import stats_table
-    jsonl = run_dir / HISTORY_JSONL
-    items, alerts = read_jsonl(jsonl) if jsonl.is_file() else read_csv(run_dir / HISTORY_CSV)
+    items, alerts = load_run(run_dir)
     if not items:
         raise ValueError("the history holds no steps")
     series = plots.collect(items)

@@ -23,10 +23,13 @@ def _figure(**kw):
 
 
 # ---- data ----
-def collect(items):
-    """(step, record) pairs (a MemorySink's items(), read_jsonl, read_csv) -> {target: series}, where a
-    series holds NumPy arrays over steps: steps, mean, std, near_zero, and hist / log2_hist ([steps, bins],
-    None when the records have none), plus kind and hist_edges. Targets keep their first-seen order."""
+def collect(source):
+    """-> {target: series}, where a series holds NumPy arrays over steps: steps, mean, std, near_zero, and
+    hist / log2_hist ([steps, bins], None when the records have none), plus kind and hist_edges. Targets
+    keep their first-seen order. source: a MemorySink (or anything with items() giving (step, record)
+    pairs), a saved history.jsonl / history.csv or the run folder holding one, or (step, record) pairs
+    (read_jsonl(path)[0], read_csv(path)[0])."""
+    items = _items(source)
     rows = {}
     for step, rec in items:
         rows.setdefault(rec["target"], []).append((step, rec))
@@ -42,6 +45,26 @@ def collect(items):
         s["hist_edges"] = recs[0][1].get("hist_edges")
         out[target] = s
     return out
+
+
+def _items(source):
+    import os
+    from collections.abc import Mapping
+
+    from .sinks import read_history
+    if isinstance(source, (str, os.PathLike)):
+        return read_history(source)[0]
+    if callable(getattr(source, "items", None)) and not isinstance(source, Mapping):
+        source = source.items()
+    if isinstance(source, Mapping) or not hasattr(source, "__iter__"):
+        raise TypeError("collect takes a MemorySink, a history file or run folder, or (step, record) pairs; "
+                        f"got {type(source).__name__}")
+    pairs = list(source)
+    for p in pairs:
+        if not (isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], Mapping) and "target" in p[1]):
+            raise TypeError("collect takes a MemorySink, a history file or run folder, or (step, record) "
+                            f"pairs; got an item {type(p).__name__} {str(p)[:60]}")
+    return pairs
 
 
 def totals(series):

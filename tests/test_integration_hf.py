@@ -7,6 +7,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from helpers import oracle  # noqa: E402
+
+from hookstats.config import StatsConfig  # noqa: E402
+from hookstats.stats import finalize  # noqa: E402
 
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed")
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402
@@ -93,6 +97,51 @@ def test_hf_add_to_reports_through_tensorboard(tmp_path, capsys):
     logged = {h["step"]: h[tag[len("train/"):]] for h in trainer.state.log_history if "loss" in h}
     assert scalars.keys() == logged.keys()
     np.testing.assert_allclose([scalars[s] for s in logged], list(logged.values()), rtol=1e-6)
+    # both histograms of each window, at the scalars' steps, against the oracle's bins
+    base = f"train/hookstats/{HOOKED[0]}/output"
+    acc = EventAccumulator(next(d for d in event_dirs if tag in EventAccumulator(d).Reload().Tags()["scalars"]),
+                           size_guidance={"histograms": 0})
+    acc.Reload()
+    hists, logs = acc.Histograms(f"{base}/hist"), acc.Histograms(f"{base}/log2_abs")
+    assert [e.step for e in hists] == [e.step for e in logs] == sorted(logged)
+    for h, lg, want in zip(hists, logs, window_records(seen[HOOKED[0]], StatsConfig())):
+        assert list(h.histogram_value.bucket) == [want["underflow"], *want["hist"], want["overflow"]]
+        nz = np.flatnonzero(want["log2_hist"][1:])
+        assert list(lg.histogram_value.bucket) == list(want["log2_hist"][1:][nz[0]: nz[-1] + 1])
+
+
+def window_records(batches, cfg):
+    """The float64 oracle's record of each logging window's forwards."""
+    per_window = LOG_EVERY * ACCUM
+    return [finalize(*oracle(torch.cat([t.reshape(-1) for t in batches[w * per_window:(w + 1) * per_window]]), cfg),
+                     cfg) for w in range(STEPS // LOG_EVERY)]
+
+
+def test_hf_add_to_reports_histograms_through_wandb(tmp_path, monkeypatch):
+    """W&B integration (offline, read back from the run file): both histograms in rows with the
+    integration's own train/global_step, the step of the window's scalars."""
+    pytest.importorskip("wandb")
+    from wandb_file import offline_history
+    for k, v in (("WANDB_MODE", "offline"), ("WANDB_DIR", str(tmp_path)), ("WANDB_SILENT", "true"),
+                 ("WANDB_PROJECT", "hookstats-test")):
+        monkeypatch.setenv(k, v)
+    import wandb
+    runs = []
+    # the run it makes; offline and in tmp_path even where an earlier test fixed wandb's settings in this process
+    monkeypatch.setattr(wandb, "init", lambda *a, init=wandb.init, **k: runs.append(
+        init(*a, **{**k, "mode": "offline", "dir": str(tmp_path)})) or runs[-1])
+    trainer, cb, seen = train(tmp_path, ["wandb"], "add_to", stats=("mean",))
+    (run,) = runs
+    run.finish()
+    rows = offline_history(run, min_rows=STEPS // LOG_EVERY)
+    base = f"train/hookstats/{HOOKED[0]}/output"
+    scalar_steps = [r["train/global_step"] for r in rows if f"{base}/mean" in r]
+    hist_rows = [r for r in rows if f"{base}/hist/values" in r]
+    assert scalar_steps == [r["train/global_step"] for r in hist_rows] == list(range(LOG_EVERY, STEPS + 1, LOG_EVERY))
+    for r, want in zip(hist_rows, window_records(seen[HOOKED[0]], StatsConfig())):
+        assert r[f"{base}/hist/values"] == [want["underflow"], *map(int, want["hist"]), want["overflow"]]
+        nz = np.flatnonzero(want["log2_hist"][1:])
+        assert r[f"{base}/log2_abs/values"] == list(want["log2_hist"][1:][nz[0]: nz[-1] + 1])
 
 
 def test_hf_callback_rejects_steps():

@@ -1,10 +1,17 @@
 """HookStatsCallback with a real Lightning Trainer on CPU: logged windows vs a float64 NumPy oracle over
-the same training batches, validation kept out, hooks removed at fit end."""
+the same training batches, in the trainer's own rows (CSVLogger read back), histograms through a
+TensorBoardLogger (read back with TensorBoard's reader), validation kept out, hooks removed at fit end."""
+import csv
+
 import numpy as np
 import pytest
 import torch
+from helpers import oracle
 from torch import nn
 from torch.nn import functional as F
+
+from hookstats.config import StatsConfig
+from hookstats.stats import finalize
 
 L = pytest.importorskip("lightning.pytorch", reason="the lightning extra is not installed")
 from lightning.pytorch.loggers.logger import Logger  # noqa: E402
@@ -42,7 +49,9 @@ class Tiny(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
-        return F.mse_loss(self.net(x), y)  # not self(x): the callback must not rely on the root forward
+        loss = F.mse_loss(self.net(x), y)  # not self(x): the callback must not rely on the root forward
+        self.log("train_loss", loss)
+        return loss
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
@@ -58,26 +67,39 @@ def loader(n, seed):
     return torch.utils.data.DataLoader(ds, batch_size=5)
 
 
-def test_lightning_callback_logs_windows_that_match_the_oracle():
+def fit(logger, cb, log_every_n_steps=1, accumulate=1, epochs=EPOCHS):
+    """Fits Tiny with the callback; returns {module name: [activations of each training batch]}."""
     model = Tiny()
     seen = []  # (module name, activations) of training batches only, in order
     for name in ("0", "2"):
         model.net.get_submodule(name).register_forward_hook(
             lambda m, a, o, name=name: seen.append((name, o.detach().double().clone())) if m.training else None)
-    logger = MemoryLogger()
-    cb = HookStatsCallback(log_every=EVERY, nbins=8, lo=-2, hi=2)
-    trainer = L.Trainer(max_epochs=EPOCHS, limit_train_batches=TRAIN_BATCHES, limit_val_batches=2,
-                        num_sanity_val_steps=1, log_every_n_steps=1, accelerator="cpu", devices=1, logger=logger,
-                        callbacks=[cb], enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False)
+    trainer = L.Trainer(max_epochs=epochs, limit_train_batches=TRAIN_BATCHES, limit_val_batches=2,
+                        num_sanity_val_steps=1, log_every_n_steps=log_every_n_steps, accelerator="cpu", devices=1,
+                        logger=logger, callbacks=[cb], enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accumulate_grad_batches=accumulate)
     trainer.fit(model, loader(20, 0), loader(10, 1))
-
     assert not cb.monitor.attached  # removed at fit end
+    return {n: [t for nm, t in seen if nm == n] for n in ("0", "2")}
+
+
+def window_record(batches, cfg):
+    """The float64 oracle's record of the activations of a window of batches."""
+    x = torch.cat([t.reshape(-1) for t in batches])
+    return finalize(*oracle(x, cfg), cfg)
+
+
+def test_lightning_callback_logs_windows_that_match_the_oracle():
+    logger = MemoryLogger()
+    cb = HookStatsCallback(nbins=8, lo=-2, hi=2)
+    per_batch = fit(logger, cb, log_every_n_steps=EVERY)
     logged = [(s, {k: v for k, v in m.items() if k.startswith("hookstats/")}) for s, m in logger.rows]
+    # in the trainer's own rows: its train_loss and epoch are there too, at the trainer's step
+    assert all("train_loss" in m and "epoch" in m for s, m in logger.rows if any(k.startswith("hookstats/") for k in m))
     logged = [(s, m) for s, m in logged if m]
     batches = EPOCHS * TRAIN_BATCHES
-    assert [s for s, _ in logged] == list(range(EVERY, batches + 1, EVERY))  # optimizer steps = batches here
-    per_batch = {n: [t for nm, t in seen if nm == n] for n in ("0", "2")}
+    # the trainer logs batch k (0-based) at step k; windows end on every EVERY-th optimizer step
+    assert [s for s, _ in logged] == [k - 1 for k in range(EVERY, batches + 1, EVERY)]
     assert all(len(v) == batches for v in per_batch.values())  # the oracle's data: train batches only
     for w, (_, metrics) in enumerate(logged):
         for n in ("0", "2"):
@@ -93,9 +115,63 @@ def test_lightning_callback_logs_windows_that_match_the_oracle():
             assert gbase + "mean" in metrics and np.isfinite(metrics[gbase + "std"])
 
 
-def test_lightning_callback_rejects_bad_arguments():
+def read_metrics_csv(logger):
+    with open(f"{logger.log_dir}/metrics.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_lightning_metrics_share_the_trainers_csv_rows(tmp_path):
+    """CSVLogger: each window is in the trainer's row of that step (train_loss and epoch filled in), no
+    row of its own."""
+    from lightning.pytorch.loggers import CSVLogger
+    logger = CSVLogger(tmp_path, name="csv")
+    cb = HookStatsCallback(log_every=2, stats=("mean", "std"))
+    per_batch = fit(logger, cb, log_every_n_steps=2)
+    rows = read_metrics_csv(logger)
+    train_rows = [r for r in rows if r.get("train_loss")]
+    hs_rows = [r for r in rows if r.get("hookstats/net.0/output/mean")]
+    assert [int(r["step"]) for r in train_rows] == [1, 3, 5, 7]
+    assert hs_rows == train_rows and all(r["epoch"] != "" for r in hs_rows)
+    cfg = StatsConfig()
+    for r in hs_rows:
+        k = int(r["step"]) + 1  # batches done
+        w = window_record(per_batch["0"][k - 2:k], cfg)
+        np.testing.assert_allclose([float(r["hookstats/net.0/output/mean"]), float(r["hookstats/net.0/output/std"])],
+                                   [w["mean"], w["std"]], rtol=1e-5)
+
+
+def test_lightning_histograms_reach_a_tensorboard_logger(tmp_path):
+    """TensorBoardLogger: scalars and both histograms of each window at the trainer's own step, read back
+    with TensorBoard's EventAccumulator and compared with the oracle's bins; gradient accumulation: the
+    windows end on optimizer steps."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    logger = TensorBoardLogger(tmp_path, name="tb")
+    cb = HookStatsCallback(nbins=8, lo=-2, hi=2)  # windows: the trainer's log_every_n_steps
+    per_batch = fit(logger, cb, log_every_n_steps=2, accumulate=2, epochs=2)
+    acc = EventAccumulator(logger.log_dir, size_guidance={"scalars": 0, "histograms": 0})
+    acc.Reload()
+    loss_steps = [e.step for e in acc.Scalars("train_loss")]
+    base = "hookstats/net.0/output"
+    means = acc.Scalars(f"{base}/mean")
+    hists, logs = acc.Histograms(f"{base}/hist"), acc.Histograms(f"{base}/log2_abs")
+    # 2 epochs x 4 batches, 2 per optimizer step: optimizer steps 1..4, logged every 2 -> trainer steps 1, 3
+    assert loss_steps == [e.step for e in means] == [e.step for e in hists] == [e.step for e in logs] == [1, 3]
+    cfg = StatsConfig(nbins=8, lo=-2, hi=2)
+    for i, (m, h, lg) in enumerate(zip(means, hists, logs)):
+        w = window_record(per_batch["0"][4 * i: 4 * (i + 1)], cfg)  # 2 optimizer steps x 2 batches
+        assert m.value == pytest.approx(w["mean"], rel=1e-5)
+        assert list(h.histogram_value.bucket) == [w["underflow"], *w["hist"], w["overflow"]]
+        np.testing.assert_allclose(list(h.histogram_value.bucket_limit)[:-1], w["hist_edges"], rtol=1e-6)
+        nz = np.flatnonzero(w["log2_hist"][1:])
+        assert list(lg.histogram_value.bucket) == list(w["log2_hist"][1:][nz[0]: nz[-1] + 1])
+
+
+def test_lightning_callback_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="log_every"):
         HookStatsCallback(log_every=0)
+    with pytest.raises(ValueError, match=r"differs from the trainer's log_every_n_steps \(2\)"):
+        fit(MemoryLogger(), HookStatsCallback(log_every=4), log_every_n_steps=2)
     with pytest.raises(ValueError, match="steps"):
         HookStatsCallback(steps="forward")
 
@@ -108,3 +184,104 @@ def test_importing_hookstats_imports_no_integration_or_framework():
             "'transformers', 'accelerate') or m.startswith('hookstats.integrations')); print(bad); sys.exit(bool(bad))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_lightning_histograms_reach_a_wandb_logger(tmp_path, monkeypatch):
+    """WandbLogger (offline, read back from the run file): both histograms in rows at the trainer/global_step
+    of the trainer's own row holding the window's scalars."""
+    pytest.importorskip("wandb")
+    from lightning.pytorch.loggers import WandbLogger
+    from wandb_file import offline_history
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    # mode= as well: wandb reads WANDB_MODE (which offline=True sets) only at its first use in a process
+    logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="hookstats-test", mode="offline")
+    cb = HookStatsCallback(nbins=8, lo=-2, hi=2)
+    per_batch = fit(logger, cb, log_every_n_steps=4)
+    run = logger.experiment
+    run.finish()
+    rows = offline_history(run, min_rows=4)
+    base = "hookstats/net.0/output"
+    scalar_steps = [r["trainer/global_step"] for r in rows if f"{base}/mean" in r]
+    hist_rows = [r for r in rows if f"{base}/hist/values" in r]
+    assert scalar_steps == [r["trainer/global_step"] for r in hist_rows] == [3, 7]
+    cfg = StatsConfig(nbins=8, lo=-2, hi=2)
+    for i, r in enumerate(hist_rows):
+        w = window_record(per_batch["0"][4 * i: 4 * (i + 1)], cfg)
+        assert r[f"{base}/hist/values"] == [w["underflow"], *map(int, w["hist"]), w["overflow"]]
+        nz = np.flatnonzero(w["log2_hist"][1:])
+        assert r[f"{base}/log2_abs/values"] == list(w["log2_hist"][1:][nz[0]: nz[-1] + 1])
+
+
+def test_lightning_a_failing_histogram_writer_does_not_stop_training(tmp_path):
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    class Broken:
+        def __init__(self):
+            self.scalars = []
+
+        def add_scalar(self, tag, value, step):
+            self.scalars.append((tag, step))
+
+        def add_histogram_raw(self, *args, **kwargs):
+            raise OSError("disk full")
+
+        def flush(self):
+            pass
+
+    class BrokenLogger(TensorBoardLogger):
+        writer = Broken()
+
+        @property
+        def experiment(self):
+            return self.writer
+
+        def log_hyperparams(self, *args, **kwargs):
+            pass
+
+    logger = BrokenLogger(tmp_path, name="broken")
+    with pytest.warns(RuntimeWarning, match="histograms to the loggers failed and is switched off: OSError") as w:
+        fit(logger, HookStatsCallback(), log_every_n_steps=2)
+    assert sum("switched off" in str(x.message) for x in w) == 1
+    assert [s for t, s in logger.writer.scalars if t == "hookstats/net.0/output/mean"] == [1, 3, 5, 7]
+
+
+class TwoOptimizers(Tiny):
+    """Manual optimization, two optimizer steps per batch (a GAN's shape): global_step grows by 2 a batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        for opt, part in zip(self.optimizers(), (self.net[0], self.net[2])):
+            loss = F.mse_loss(self.net(x), y)
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+        self.log("train_loss", loss)
+
+    def configure_optimizers(self):
+        return [torch.optim.SGD(self.net[0].parameters(), lr=0.1), torch.optim.SGD(self.net[2].parameters(), lr=0.1)]
+
+
+def test_lightning_manual_optimization_windows_follow_the_trainers_rows(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger
+    logger = CSVLogger(tmp_path, name="manual")
+    cb = HookStatsCallback(stats=("mean",), modules=["net.0"])
+    trainer = L.Trainer(max_epochs=EPOCHS, limit_train_batches=TRAIN_BATCHES, limit_val_batches=0,
+                        log_every_n_steps=2, accelerator="cpu", devices=1, logger=logger, callbacks=[cb],
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    model = TwoOptimizers()
+    seen = []  # net.0's outputs: two forwards per batch
+    model.net[0].register_forward_hook(lambda m, a, o: seen.append(o.detach().double().clone()))
+    trainer.fit(model, loader(20, 0))
+    assert trainer.global_step == 2 * EPOCHS * TRAIN_BATCHES
+    rows = read_metrics_csv(logger)
+    train_rows = [r for r in rows if r.get("train_loss")]
+    hs_rows = [r for r in rows if r.get("hookstats/net.0/output/mean")]
+    assert [int(r["step"]) for r in train_rows] == [1, 3, 5, 7]
+    assert hs_rows == train_rows  # one window per trainer row, none left over to repeat
+    for w, r in enumerate(hs_rows):  # a window: 2 batches, 4 forwards
+        want = window_record(seen[4 * w: 4 * (w + 1)], StatsConfig())
+        assert float(r["hookstats/net.0/output/mean"]) == pytest.approx(want["mean"], rel=1e-5, abs=1e-7)

@@ -3,17 +3,18 @@ EventAccumulator, W&B's offline run file) and compared with a float64 NumPy orac
 import glob
 import json
 import math
-import struct
-import time
+import warnings
 
 import numpy as np
 import pytest
 import torch
 from helpers import oracle
+from wandb_file import offline_history
 from torch import nn
 
 import hookstats
-from hookstats.sinks import CSVSink, JSONLSink, MemorySink, TensorBoardSink, read_csv, read_jsonl, run_dir_sinks
+from hookstats.sinks import (CSVSink, JSONLSink, MemorySink, SkippedLinesWarning, TensorBoardSink, read_csv,
+                             read_jsonl, run_dir_sinks)
 from hookstats.stats import finalize
 
 pytestmark = pytest.mark.filterwarnings("error::hookstats.history.HistoryWarning")
@@ -96,43 +97,176 @@ def test_readers_reject_files_that_are_not_ours(tmp_path):
     with pytest.raises(ValueError, match="not a hookstats CSV"):
         read_csv(bad)
     bad = tmp_path / "x.jsonl"
-    bad.write_text('{"type": "stats", "step": 0, "target": "a"}\nnot json\n')
-    with pytest.raises(ValueError, match="x.jsonl:2: not JSON"):
+    bad.write_text('{"type": "stats", "step": 0, "target": "a"}\n{"a": 1}\n')
+    with pytest.raises(ValueError, match="x.jsonl:2: not a hookstats JSONL record"):
         read_jsonl(bad)
 
 
-def test_tensorboard_event_files_read_back_with_tensorboards_reader(tmp_path):
+def torn_run(tmp_path, steps=4):
+    """A run's CSV and JSONL files, their lines, and the oracle's records."""
+    paths = tmp_path / "h.csv", tmp_path / "h.jsonl"
+    mon, want = train([CSVSink(paths[0]), JSONLSink(paths[1])], steps=steps)
+    return paths, [p.read_bytes().split(b"\n")[:-1] for p in paths], want
+
+
+def read_quietly(reader, path):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = reader(path)
+    skipped = [str(w.message) for w in caught if issubclass(w.category, SkippedLinesWarning)]
+    assert len(skipped) <= 1 and len(caught) == len(skipped)
+    return got, skipped
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_readers_skip_torn_lines_anywhere_and_keep_every_whole_record(tmp_path, fmt):
+    (csv_path, jsonl_path), (csv_lines, jsonl_lines), want = torn_run(tmp_path)
+    path, lines, reader = (csv_path, csv_lines, read_csv) if fmt == "csv" else (jsonl_path, jsonl_lines, read_jsonl)
+    sep = b"\r\n" if fmt == "csv" else b"\n"
+    lines = [ln.rstrip(b"\r") for ln in lines]
+    body = lines[1:] if fmt == "csv" else lines
+    head = [lines[0]] if fmt == "csv" else []
+    k = len(body) // 2
+    # a middle line torn and glued to the next (a second writer, a copy cut short), a torn last line
+    # (the run died while writing), a torn multi-byte character
+    torn = head + body[:k] + [body[k][: len(body[k]) // 2] + body[k + 1]] + body[k + 2:-1]
+    data = sep.join(torn) + sep + b"\xe2\x82" + sep + body[-1][:-3]
+    path.write_bytes(data)
+    (items, _), skipped = read_quietly(reader, path)
+    assert len(skipped) == 1 and "skipped 3 line(s)" in skipped[0] and str(path) in skipped[0]
+    # every whole line is read: compare with the oracle record by record
+    kept = body[:k] + body[k + 2:-1]
+    if fmt == "jsonl":
+        assert len(items) == len(kept)
+    got = {(s, r["target"]): r for s, r in items}
+    for (s, t), r in got.items():
+        if t == "0:output":
+            w = want[s]
+            for stat in ("mean", "std", "near_zero"):
+                if stat in r:
+                    np.testing.assert_allclose(r[stat], w[stat], rtol=1e-6)
+    n_values = sum(len([k for k in r if k in ("count", "finite", "mean", "std", "near_zero", "nan", "posinf",
+                                               "neginf", "underflow", "overflow", "running_min", "running_max")])
+                   for r in got.values())
+    assert n_values == (len(kept) if fmt == "csv" else 12 * len(kept))
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_readers_take_empty_files_and_a_header_only(tmp_path, fmt):
+    path = tmp_path / f"h.{fmt}"
+    path.write_bytes(b"")
+    assert read_quietly(read_csv if fmt == "csv" else read_jsonl, path) == (([], []), [])
+    if fmt == "csv":
+        path.write_bytes(b"step,target,module,kind,leaf,stat,value\r\n")
+        assert read_quietly(read_csv, path) == (([], []), [])
+        path.write_bytes(b"step,target,mod")  # the header itself torn: nothing whole in the file
+        with pytest.raises(ValueError, match="h.csv:1: not a whole CSV row; the file holds no whole record"):
+            read_csv(path)
+    else:
+        path.write_bytes(b'{"type": "stats", "st')
+        with pytest.raises(ValueError, match="h.jsonl:1: not JSON; the file holds no whole record"):
+            read_jsonl(path)
+
+
+def test_report_reads_a_run_with_torn_files_and_says_so_in_one_line(tmp_path, capsys):
+    from hookstats import cli
+    run = tmp_path / "run"
+    train(run_dir_sinks(run, tensorboard=False), steps=4)
+    for name in ("history.csv", "history.jsonl"):
+        p = run / name
+        p.write_bytes(p.read_bytes()[:-7])
+    assert cli.main(["report", str(run), "--out", str(tmp_path / "charts")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hookstats report: warning: ") and "history.jsonl" in err[0]
+    (run / "history.jsonl").unlink()
+    assert cli.main(["report", str(run), "--out", str(tmp_path / "charts")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "history.csv: skipped 1 line(s)" in err[0]
+
+
+def tb_events(path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    mon, want = train([TensorBoardSink(tmp_path)], steps=4)
-    acc = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0, "histograms": 0})
+    acc = EventAccumulator(str(path), size_guidance={"scalars": 0, "histograms": 0, "tensors": 0})
     acc.Reload()
-    tags = acc.Tags()
-    assert "0:output/mean" in tags["scalars"] and "0:output/hist" in tags["histograms"]
-    means = acc.Scalars("0:output/mean")
-    assert [e.step for e in means] == [0, 1, 2, 3]
-    np.testing.assert_allclose([e.value for e in means], [w["mean"] for w in want], rtol=1e-5)
-    for ev, w in zip(acc.Histograms("0:output/hist"), want):
+    return acc
+
+
+def check_tb_histograms(acc, tag, want):
+    """The hist and log2_abs histograms of `tag` in TensorBoard's reader against the oracle's records."""
+    hists = acc.Histograms(f"{tag}/hist")
+    assert len(hists) == len(want)
+    for ev, w in zip(hists, want):
         h = ev.histogram_value
-        counts = [w["underflow"], *w["hist"], w["overflow"]]
-        assert list(h.bucket) == counts
+        assert list(h.bucket) == [w["underflow"], *w["hist"], w["overflow"]]
         np.testing.assert_allclose(list(h.bucket_limit)[:-1], w["hist_edges"], rtol=1e-6)
         assert h.num == w["finite"]
         assert h.sum == pytest.approx(w["mean"] * w["finite"], rel=1e-5)
-    for ev, w in zip(acc.Histograms("0:output/log2_abs"), want):
+    logs = acc.Histograms(f"{tag}/log2_abs")
+    assert len(logs) == len(want)
+    for ev, w in zip(logs, want):
         h = ev.histogram_value
         nz = np.flatnonzero(w["log2_hist"][1:])
         assert list(h.bucket) == list(w["log2_hist"][1:][nz[0]: nz[-1] + 1])
         assert h.bucket_limit[0] == nz[0] - 126  # slot 2+k holds |x| in [2**(k-126), 2**(k-125))
 
 
+def test_tensorboard_event_files_read_back_with_tensorboards_reader(tmp_path):
+    mon, want = train([TensorBoardSink(tmp_path)], steps=4)
+    acc = tb_events(tmp_path)
+    tags = acc.Tags()
+    # one section: every tag under hookstats/; the default statistics only (not count, finite, underflow...)
+    assert all(t.startswith("hookstats/") for t in tags["scalars"] + tags["histograms"])
+    assert sorted(tags["scalars"]) == sorted(f"hookstats/{t}:{k}/{s}" for t in ("0", "2")
+                                             for k in ("output",) for s in ("mean", "std", "near_zero", "nonfinite"))
+    means = acc.Scalars("hookstats/0:output/mean")
+    assert [e.step for e in means] == [0, 1, 2, 3]
+    np.testing.assert_allclose([e.value for e in means], [w["mean"] for w in want], rtol=1e-5)
+    np.testing.assert_allclose([e.value for e in acc.Scalars("hookstats/0:output/near_zero")],
+                               [w["near_zero"] for w in want], rtol=1e-6)
+    assert [e.value for e in acc.Scalars("hookstats/0:output/nonfinite")] == [0] * 4
+    check_tb_histograms(acc, "hookstats/0:output", want)
+
+
+def test_tensorboard_sink_takes_a_writer_and_a_choice_of_statistics(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from hookstats.alerts import AlertWarning
+    writer = SummaryWriter(str(tmp_path))
+    sink = TensorBoardSink(writer=writer, stats=("std", "running_max", "nonfinite"), prefix="mon/")
+    with pytest.warns(AlertWarning):
+        mon, want = train([sink], steps=3, nan_at=1)
+    writer.add_scalar("after", 1.0, 0)  # the writer stays the caller's: close() flushed it, did not close it
+    writer.close()
+    acc = tb_events(tmp_path)
+    assert sorted(t for t in acc.Tags()["scalars"] if t.startswith("mon/0:")) == \
+        ["mon/0:output/nonfinite", "mon/0:output/running_max", "mon/0:output/std"]
+    assert "after" in acc.Tags()["scalars"]
+    assert [e.value for e in acc.Scalars("mon/0:output/nonfinite")] == [w["nan"] + w["posinf"] + w["neginf"]
+                                                                        for w in want] == [0, 7, 0]
+    np.testing.assert_allclose([e.value for e in acc.Scalars("mon/0:output/running_max")],
+                               np.maximum.accumulate([w["max"] for w in want]), rtol=1e-6)
+    check_tb_histograms(acc, "mon/0:output", want)
+    none = TensorBoardSink(tmp_path / "none", stats=(), histograms=False)
+    none.write(0, [{"target": "t:output", "mean": 1.0, "finite": 1, "hist": np.ones(3)}])
+    none.close()
+    assert tb_events(tmp_path / "none").Tags()["scalars"] == []
+
+
+def test_sink_arguments_are_checked():
+    with pytest.raises(ValueError, match="log_dir or writer"):
+        TensorBoardSink()
+    with pytest.raises(ValueError, match="log_dir or writer"):
+        TensorBoardSink("x", writer=object())
+    with pytest.raises(ValueError, match=r"unknown statistic\(s\) \['avg'\]"):
+        TensorBoardSink(writer=object(), stats=("mean", "avg"))
+
+
 def test_tensorboard_gets_the_alerts_as_text(tmp_path):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from hookstats.alerts import AlertWarning
     with pytest.warns(AlertWarning):
         mon, _ = train([TensorBoardSink(tmp_path)], steps=4, nan_at=2)
-    acc = EventAccumulator(str(tmp_path), size_guidance={"tensors": 0})
-    acc.Reload()
-    texts = [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors("alerts/text_summary")]
+    acc = tb_events(tmp_path)
+    texts = [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors("hookstats/alerts/text_summary")]
     nonfinite = [a for a in mon.alerts if a["kind"] == "nonfinite"]
     assert nonfinite and [(a["step"], a["message"]) for a in mon.alerts] == texts
     assert texts[0][0] == 2 and "NaN/Inf in 0:output at step 2" in texts[0][1]
@@ -144,28 +278,15 @@ def test_run_dir_sinks_write_what_report_reads(tmp_path):
     assert glob.glob(str(tmp_path / "tensorboard" / "events.out.tfevents.*"))
 
 
-def read_wandb_history(path):
-    """History rows of an offline .wandb file: LevelDB-style log records holding wandb Record protobufs."""
-    from wandb.proto import wandb_internal_pb2 as pb
-    data = open(path, "rb").read()
-    pos, block, pieces, rows = 7, 32768, b"", []
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:
-            pos += left
-            continue
-        _, n, kind = struct.unpack("<IHB", data[pos: pos + 7])
-        if kind == 0:
-            pos += left
-            continue
-        chunk, pos = data[pos + 7: pos + 7 + n], pos + 7 + n
-        pieces = chunk if kind in (1, 2) else pieces + chunk
-        if kind in (1, 4):
-            rec = pb.Record()
-            rec.ParseFromString(pieces)
-            if rec.WhichOneof("record_type") == "history":
-                rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
-    return rows
+def check_wandb_histograms(row, base, w):
+    """Both histograms of one W&B history row against the oracle's record."""
+    lin = (row[f"{base}/hist/values"], row[f"{base}/hist/bins"])
+    assert lin[0] == [w["underflow"], *map(int, w["hist"]), w["overflow"]]
+    np.testing.assert_allclose(lin[1][1:-1], w["hist_edges"], rtol=1e-6)
+    nz = np.flatnonzero(w["log2_hist"][1:])
+    values, bins = row[f"{base}/log2_abs/values"], row[f"{base}/log2_abs/bins"]
+    assert values == list(w["log2_hist"][1:][nz[0]: nz[-1] + 1])
+    assert bins == list(range(nz[0] - 127, nz[-1] - 126 + 1))  # slot 2+k: log2|x| in [k-126, k-125)
 
 
 def test_wandb_offline_run_holds_the_steps(tmp_path, monkeypatch):
@@ -173,11 +294,75 @@ def test_wandb_offline_run_holds_the_steps(tmp_path, monkeypatch):
     from hookstats.sinks import WandbSink
     monkeypatch.setenv("WANDB_SILENT", "true")
     sink = WandbSink(mode="offline", dir=str(tmp_path), project="hookstats-test")
+    run = sink.run
     mon, want = train([sink], steps=3)
-    (run_file,) = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "run-*.wandb"))
-    deadline = time.monotonic() + 20
-    while len(rows := read_wandb_history(run_file)) < 3 and time.monotonic() < deadline:
-        time.sleep(0.2)  # wandb-core may still be writing the file after run.finish() returns
-    assert [r["_step"] for r in rows] == [0, 1, 2]
-    np.testing.assert_allclose([r["0:output/mean"] for r in rows], [w["mean"] for w in want], rtol=1e-6)
-    assert rows[0]["0:output/hist/values"] == [int(c) for c in want[0]["hist"]]
+    rows = offline_history(run, min_rows=3)
+    assert [r["hookstats/step"] for r in rows] == [0, 1, 2]
+    np.testing.assert_allclose([r["hookstats/0:output/mean"] for r in rows], [w["mean"] for w in want], rtol=1e-6)
+    assert {k.rsplit("/", 1)[1] for k in rows[0] if k.startswith("hookstats/0:output/") and "hist" not in k
+            and "log2" not in k} == {"mean", "std", "near_zero", "nonfinite"}
+    for r, w in zip(rows, want):
+        check_wandb_histograms(r, "hookstats/0:output", w)
+
+
+def test_wandb_sink_beside_the_users_own_wandb_log(tmp_path, monkeypatch):
+    """The user logs each step to the same run; hookstats flushes every 2 steps, after the user's rows of
+    those steps: W&B used to drop every hookstats row ("step less than the current step")."""
+    wandb = pytest.importorskip("wandb")
+    from hookstats.sinks import WandbSink
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = wandb.init(mode="offline", dir=str(tmp_path), project="hookstats-test")
+    try:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 3)
+        mon = hookstats.attach(model, steps="manual", sinks=[WandbSink(run=run)], log_every=2, grads=False)
+        outs = []
+        for s in range(5):
+            x = torch.randn(8, 4)
+            with torch.no_grad():
+                outs.append(model(x).double())
+            run.log({"loss": float(s)})
+            mon.step()
+        mon.remove()
+        assert run.settings.mode == "offline" and wandb.run is run  # the sink leaves the user's run open
+    finally:
+        run.finish()
+    rows = offline_history(run, min_rows=10)
+    assert [r["loss"] for r in rows if "loss" in r] == [0, 1, 2, 3, 4]
+    ours = [r for r in rows if "hookstats/step" in r]
+    assert [r["hookstats/step"] for r in ours] == [0, 1, 2, 3, 4]
+    for r, o in zip(ours, outs):
+        np.testing.assert_allclose(r["hookstats/:output/mean"], o.mean().item(), rtol=1e-6)
+        np.testing.assert_allclose(r["hookstats/:output/std"], o.std().item(), rtol=1e-6)
+
+
+def test_collect_takes_the_memory_sink_a_file_or_a_run_folder(tmp_path):
+    from hookstats import plots
+    mem = MemorySink()
+    mon, want = train([mem, *run_dir_sinks(tmp_path, tensorboard=False)], steps=4)
+    for source in (mem, tmp_path, tmp_path / "history.jsonl", str(tmp_path / "history.csv"), list(mem.items())):
+        series = plots.collect(source)
+        assert list(series) == ["0:output", "2:output"]
+        s = series["0:output"]
+        assert list(s["steps"]) == [0, 1, 2, 3]
+        np.testing.assert_allclose(s["mean"], [w["mean"] for w in want], rtol=1e-6)
+        if not str(source).endswith(".csv"):
+            np.testing.assert_array_equal(s["hist"], np.stack([w["hist"] for w in want]))
+    with pytest.raises(TypeError, match="collect takes a MemorySink"):
+        plots.collect(read_jsonl(tmp_path / "history.jsonl"))  # (items, alerts): not pairs
+    with pytest.raises(TypeError, match="collect takes a MemorySink"):
+        plots.collect({"0:output": {}})
+
+
+def test_csv_alerts_file_with_a_torn_line(tmp_path):
+    from hookstats.alerts import AlertWarning
+    path = tmp_path / "h.csv"
+    with pytest.warns(AlertWarning):
+        mon, _ = train([CSVSink(path)], steps=4, nan_at=1)
+    alerts_path = tmp_path / "h_alerts.csv"
+    whole = alerts_path.read_bytes()
+    alerts_path.write_bytes(whole + b"3,2:output,nonfin")
+    (items, alerts), skipped = read_quietly(read_csv, path)
+    assert len(skipped) == 1 and "h_alerts.csv: skipped 1 line(s)" in skipped[0]
+    assert [(a["step"], a["target"], a["kind"]) for a in alerts] == \
+        [(a["step"], a["target"], a["kind"]) for a in mon.alerts]

@@ -1,11 +1,13 @@
 """HookStatsCallback for the Hugging Face Trainer: attaches hookstats at train begin, adds each logging
-window's statistics (merged over ranks) to the Trainer's logs, removes the hooks at train end."""
+window's statistics (merged over ranks) to the Trainer's logs and its histograms to the Trainer's
+TensorBoard and W&B writers, removes the hooks at train end."""
 from transformers import TrainerCallback
-from transformers.integrations import INTEGRATION_TO_CALLBACK
+from transformers.integrations import INTEGRATION_TO_CALLBACK, TensorBoardCallback, WandbCallback
 
 import hookstats
 
-from .metrics import DEFAULT_STATS, flat_metrics, window_stats
+from .metrics import (DEFAULT_STATS, flat_metrics, measured, sent, tensorboard_histograms, wandb_histograms,
+                      window_stats)
 
 
 class HookStatsCallback(TrainerCallback):
@@ -15,18 +17,22 @@ class HookStatsCallback(TrainerCallback):
 
     The Trainer runs user callbacks after its reporting integrations (TensorBoard, W&B, MLflow...): in
     `callbacks=[...]` the statistics go to `trainer.state.log_history` only; `add_to(trainer)` also hands
-    them to the integrations. Either way the console printer does not print them. stats: record fields
-    logged; other keywords go to hookstats.attach (modules=, every=, param_grads=, nbins=, ...)."""
+    them to the integrations, and both histograms (linear, log2 |x|; histograms=False for none) to the
+    TensorBoard integration's SummaryWriter and the W&B integration's run, under the same names as its
+    scalars (`train/<prefix><module>/<kind>/hist`, `.../log2_abs`) at the same global step. Either way the
+    console printer does not print them. stats: record fields logged; other keywords go to
+    hookstats.attach (modules=, every=, param_grads=, nbins=, ...)."""
 
-    def __init__(self, stats=DEFAULT_STATS, prefix="hookstats/", **attach_kwargs):
+    def __init__(self, stats=DEFAULT_STATS, prefix="hookstats/", histograms=True, **attach_kwargs):
         if "steps" in attach_kwargs:
             raise ValueError("steps is set by the callback: one optimizer step is one step")
         if not isinstance(prefix, str) or not prefix:
             raise ValueError(f"prefix must be a non-empty string (it tells hookstats' metrics apart), got {prefix!r}")
-        self.fields, self.prefix = tuple(stats), prefix
+        self.fields, self.prefix, self.histograms = tuple(stats), prefix, bool(histograms)
         self.attach_kwargs = attach_kwargs
         self.monitor = None
         self.to_logs = False  # set by add_to: the callback then runs before the reporting integrations
+        self.reporters = []  # set by add_to: the Trainer's TensorBoard and W&B callbacks
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if model is None:
@@ -41,11 +47,15 @@ class HookStatsCallback(TrainerCallback):
         # every rank runs on_log (the Trainer gathers the loss first), so the merge over ranks is safe here
         if self.monitor is None or logs is None or any(k.startswith(("eval_", "test_")) for k in logs):
             return
-        metrics = flat_metrics(window_stats(self.monitor), self.prefix, self.fields)
+        stats = window_stats(self.monitor)
+        metrics = flat_metrics(stats, self.prefix, self.fields)
         if self.to_logs:
             logs.update(metrics)
         if state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1].update(metrics)
+        if self.histograms and state.is_world_process_zero:
+            self.histograms = sent("histograms to the Trainer's integrations", _log_histograms, self.reporters,
+                                   [("train/" + b, r) for b, r in measured(stats, self.prefix)], state.global_step)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.monitor is not None:
@@ -59,11 +69,25 @@ def add_to(trainer, **kwargs):
     cb = HookStatsCallback(**kwargs)
     cb.to_logs = True
     callbacks = trainer.callback_handler.callbacks
+    cb.reporters = [c for c in callbacks if isinstance(c, (TensorBoardCallback, WandbCallback))]
     reporters = [i for i, c in enumerate(callbacks) if isinstance(c, tuple(INTEGRATION_TO_CALLBACK.values()))]
     first, last = (reporters[0], reporters[-1] + 1) if reporters else (len(callbacks), len(callbacks))
     callbacks.insert(last, _RemoveFromLogs(cb.prefix))
     callbacks.insert(first, cb)
     return cb
+
+
+def _log_histograms(reporters, targets, step):
+    """Both histograms of each (name, record) through the integrations' own writers, named and stepped
+    as they name and step the scalars (train/ prefix, state.global_step; W&B's train/global_step axis)."""
+    for rep in reporters:
+        if isinstance(rep, TensorBoardCallback) and rep.tb_writer is not None:
+            tensorboard_histograms(rep.tb_writer, targets, step)
+        elif isinstance(rep, WandbCallback):
+            import wandb
+            data = wandb_histograms(targets) if wandb.run is not None else None
+            if data:
+                wandb.run.log({**data, "train/global_step": step})
 
 
 class _RemoveFromLogs(TrainerCallback):

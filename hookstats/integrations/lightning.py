@@ -1,41 +1,66 @@
 """HookStatsCallback for PyTorch Lightning: attaches hookstats at fit start, logs each window's
-statistics (merged over ranks) through the trainer's loggers, removes the hooks at fit end."""
+statistics (merged over ranks) in the trainer's own logging rows and its histograms through the loggers
+that take them (TensorBoardLogger, WandbLogger), removes the hooks at fit end."""
 try:
     from lightning.pytorch.callbacks import Callback
+    from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 except ImportError:  # the standalone package
     from pytorch_lightning.callbacks import Callback
+    from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
 
 import hookstats
 
-from .metrics import DEFAULT_STATS, check_every, flat_metrics, window_stats
+from .metrics import (DEFAULT_STATS, check_every, flat_metrics, measured, sent, tensorboard_histograms,
+                      wandb_histograms, window_stats)
 
 
 class HookStatsCallback(Callback):
-    """log_every: training batches per logged window (default: the trainer's log_every_n_steps); the
-    monitor is reset after each log, so each logged value covers one window. stats: the record fields
-    logged; prefix: of every metric name. Other keywords go to hookstats.attach (modules=, every=,
-    param_grads=, nbins=, ...). After fit, `callback.monitor` holds the last window's statistics."""
+    """A window ends on each batch where the trainer logs (every log_every_n_steps batches that stepped
+    the optimizer; with manual optimization every batch counts, from the fit's first): its statistics go
+    through pl_module.log_dict, so they land in the trainer's own rows (same step, epoch column, one
+    CSVLogger row), and its histograms (linear and log2 |x|, with histograms=True) go to each
+    TensorBoardLogger (add_histogram_raw on its SummaryWriter) and WandbLogger (wandb.Histogram) at the same
+    step; the monitor is reset after each window. The windows cannot be longer than the trainer's logging
+    interval: Lightning repeats a value logged at one step in the rows of its later steps. log_every: None,
+    or the trainer's log_every_n_steps (checked). stats: the record fields logged; prefix: of every metric
+    name. Other keywords go to hookstats.attach (modules=, every=, param_grads=, nbins=, ...). After fit,
+    `callback.monitor` holds the last window's statistics."""
 
-    def __init__(self, log_every=None, stats=DEFAULT_STATS, prefix="hookstats/", **attach_kwargs):
+    def __init__(self, log_every=None, stats=DEFAULT_STATS, prefix="hookstats/", histograms=True, **attach_kwargs):
         self.log_every = check_every("log_every", log_every)
-        self.fields, self.prefix = tuple(stats), prefix
+        self.fields, self.prefix, self.histograms = tuple(stats), prefix, bool(histograms)
         self.attach_kwargs = attach_kwargs
         if "steps" in attach_kwargs:
             raise ValueError("steps is set by the callback: one training batch is one step")
         self.monitor = None
 
     def on_fit_start(self, trainer, pl_module):
+        n = trainer.log_every_n_steps
+        if self.log_every is not None and self.log_every != n:
+            raise ValueError(f"log_every={self.log_every} differs from the trainer's log_every_n_steps ({n}): "
+                             "hookstats' windows go out in the trainer's own logging rows; set "
+                             "Trainer(log_every_n_steps=...) instead")
         # the strategy has moved (and wrapped) the model by now: states are allocated on its device
         self.monitor = hookstats.attach(pl_module, steps="manual", **self.attach_kwargs)
-        self._every = self.log_every or max(1, trainer.log_every_n_steps)
+        self._every = n
+        self._stepped = trainer.global_step if pl_module.automatic_optimization else 0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         mon = self.monitor
         if mon is None or not mon.attached:
             return
         mon.step()
-        if mon.step_count % self._every == 0:
-            self._log(trainer)
+        # the trainer logs when the batches that stepped the optimizer reach a multiple of log_every_n_steps:
+        # with automatic optimization those are counted by global_step (not by a gradient-accumulation
+        # batch), with manual optimization every batch is one (global_step counts each optimizer's steps)
+        if pl_module.automatic_optimization:
+            if trainer.global_step == self._stepped:
+                return
+            self._stepped = trainer.global_step
+        else:
+            self._stepped += 1
+        if self._every and self._stepped % self._every == 0:
+            self._log(trainer, pl_module)
 
     # validation inside fit runs the module in eval mode; pausing keeps it out of the training window
     # even when the LightningModule's own forward (where hookstats sees the mode) is never called
@@ -53,11 +78,25 @@ class HookStatsCallback(Callback):
     def on_exception(self, trainer, pl_module, exception):
         self._remove()
 
-    def _log(self, trainer):
-        metrics = flat_metrics(window_stats(self.monitor), self.prefix, self.fields)
-        if metrics and trainer.is_global_zero:
-            for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=trainer.global_step)
+    def _log(self, trainer, pl_module):
+        stats = window_stats(self.monitor)
+        metrics = flat_metrics(stats, self.prefix, self.fields)
+        if metrics:
+            pl_module.log_dict(metrics, on_step=True, on_epoch=False)
+        if self.histograms and trainer.is_global_zero:
+            # the trainer logs this batch's row at the optimizer steps taken before it
+            self.histograms = sent("histograms to the loggers", self._log_histograms, trainer.loggers,
+                                   list(measured(stats, self.prefix)), self._stepped - 1)
+
+    @staticmethod
+    def _log_histograms(loggers, targets, step):
+        for logger in loggers:
+            if isinstance(logger, TensorBoardLogger):
+                tensorboard_histograms(logger.experiment, targets, step)
+            elif isinstance(logger, WandbLogger):
+                data = wandb_histograms(targets)
+                if data:
+                    logger.log_metrics(data, step=step)  # its own step key and prefix, as for its scalars
 
     def _remove(self):
         if self.monitor is not None:

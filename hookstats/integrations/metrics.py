@@ -1,8 +1,11 @@
 """What the Lightning and HF callbacks log: the window's statistics merged over ranks, as flat scalars
 named `<prefix><module>/<kind><leaf>/<stat>` (characters loggers such as MLflow reject become '_')."""
 import re
+import warnings
 
 from .. import distributed
+from ..sinks.tensorboard import add_histograms
+from ..sinks.wandb import histograms
 
 DEFAULT_STATS = ("mean", "std", "min", "max", "near_zero", "nan", "posinf", "neginf")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/ ]")
@@ -19,10 +22,7 @@ def window_stats(monitor, phase="train"):
 def flat_metrics(stats, prefix="hookstats/", fields=DEFAULT_STATS):
     """{name: float} for the loggers; targets that saw nothing in the window are left out."""
     out = {}
-    for tid, rec in stats.items():
-        if rec["count"] == 0:
-            continue
-        base = prefix + _UNSAFE.sub("_", f"{rec['module'] or 'model'}/{tid.split(':', 1)[1]}")
+    for base, rec in measured(stats, prefix):
         for f in fields:
             if f not in rec:
                 raise ValueError(f"unknown statistic {f!r}; records have {sorted(k for k in rec if k != 'module')}")
@@ -30,6 +30,38 @@ def flat_metrics(stats, prefix="hookstats/", fields=DEFAULT_STATS):
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out[f"{base}/{f}"] = float(v)
     return out
+
+
+def measured(stats, prefix="hookstats/"):
+    """(name base `<prefix><module>/<kind><leaf>`, record) of each target that saw values in the window."""
+    for tid, rec in stats.items():
+        if rec["count"]:
+            yield prefix + _UNSAFE.sub("_", f"{rec['module'] or 'model'}/{tid.split(':', 1)[1]}"), rec
+
+
+def tensorboard_histograms(writer, targets, step):
+    """Both histograms of each (name base, record) to a SummaryWriter."""
+    for base, rec in targets:
+        add_histograms(writer, base, rec, step)
+
+
+def wandb_histograms(targets):
+    """{name: wandb.Histogram} of both histograms of each (name base, record)."""
+    import wandb
+    data = {}
+    for base, rec in targets:
+        data.update(histograms(wandb, base, rec))
+    return data
+
+
+def sent(what, fn, *args):
+    """Runs fn(*args); False, with one warning, when it raises: a logger's failure must not stop training."""
+    try:
+        fn(*args)
+        return True
+    except Exception as e:
+        warnings.warn(f"hookstats: {what} failed and is switched off: {e!r}", RuntimeWarning, stacklevel=3)
+        return False
 
 
 def check_every(name, v):

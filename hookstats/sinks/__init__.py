@@ -2,7 +2,7 @@
 and close() (and optionally write_alerts(step, alerts)). See base.py for the record format."""
 from pathlib import Path
 
-from .base import SCALARS
+from .base import DASHBOARD_CHOICES, DASHBOARD_STATS, SCALARS, SkippedLinesWarning
 from .csv import CSVSink, read_csv
 from .jsonl import JSONLSink, read_jsonl
 from .memory import MemorySink
@@ -10,6 +10,22 @@ from .tensorboard import TensorBoardSink
 from .wandb import WandbSink
 
 HISTORY_CSV, HISTORY_JSONL, TENSORBOARD_DIR = "history.csv", "history.jsonl", "tensorboard"
+
+
+def read_history(path):
+    """(items, alerts) of a saved history: a history.jsonl or history.csv file (by its suffix), or a run folder
+    holding one (history.jsonl preferred: it has the histograms)."""
+    path = Path(path)
+    if path.is_dir():
+        jsonl = path / HISTORY_JSONL
+        path = jsonl if jsonl.is_file() else path / HISTORY_CSV
+    if not path.is_file():
+        raise FileNotFoundError(f"no history file at {path}")
+    if path.suffix == ".csv":
+        return read_csv(path)
+    if path.suffix == ".jsonl":
+        return read_jsonl(path)
+    raise ValueError(f"{path}: a hookstats history is a .jsonl or .csv file")
 
 
 def run_dir_sinks(out_dir, tensorboard=True):
@@ -21,5 +37,5 @@ def run_dir_sinks(out_dir, tensorboard=True):
     return sinks
 
 
-__all__ = ["SCALARS", "CSVSink", "JSONLSink", "MemorySink", "TensorBoardSink", "WandbSink", "read_csv", "read_jsonl",
-           "run_dir_sinks"]
+__all__ = ["DASHBOARD_CHOICES", "DASHBOARD_STATS", "SCALARS", "SkippedLinesWarning", "CSVSink", "JSONLSink",
+           "MemorySink", "TensorBoardSink", "WandbSink", "read_csv", "read_jsonl", "read_history", "run_dir_sinks"]

@@ -6,15 +6,51 @@ kind, leaf, the SCALARS, and NumPy arrays hist, hist_edges, log2_hist (None when
 """
 import math
 import numbers
+import warnings
 
 SCALARS = ("count", "finite", "mean", "std", "near_zero", "nan", "posinf", "neginf", "underflow", "overflow",
            "running_min", "running_max")
 KEY_FIELDS = ("target", "module", "kind", "leaf")
+# what the dashboards (TensorBoard, W&B) get per target and step unless told otherwise; "nonfinite" is
+# nan + posinf + neginf, one line that stays at 0 while all is well
+DASHBOARD_STATS = ("mean", "std", "near_zero", "nonfinite")
+DASHBOARD_CHOICES = SCALARS + ("nonfinite",)
+PREFIX = "hookstats/"
 
 
 def scalar_items(record):
     """(stat, value) for each scalar statistic present in the record: counts as int, the rest as float."""
     for stat in SCALARS:
+        v = record.get(stat)
+        if v is not None:
+            yield stat, int(v) if isinstance(v, numbers.Integral) else float(v)
+
+
+def check_stats(stats):
+    """The statistics a dashboard sink logs, checked: a tuple of names from DASHBOARD_CHOICES."""
+    if isinstance(stats, str):
+        stats = (stats,)
+    stats = tuple(stats)
+    bad = [s for s in stats if s not in DASHBOARD_CHOICES]
+    if bad:
+        raise ValueError(f"unknown statistic(s) {bad}; choose from {list(DASHBOARD_CHOICES)}")
+    return stats
+
+
+def check_prefix(prefix):
+    if not isinstance(prefix, str):
+        raise ValueError(f"prefix must be a string, got {prefix!r}")
+    return prefix
+
+
+def chosen_items(record, stats):
+    """(stat, value) for each of `stats` present in the record (see check_stats)."""
+    for stat in stats:
+        if stat == "nonfinite":
+            parts = [record.get(k) for k in ("nan", "posinf", "neginf")]
+            if all(p is not None for p in parts):
+                yield stat, int(sum(parts))
+            continue
         v = record.get(stat)
         if v is not None:
             yield stat, int(v) if isinstance(v, numbers.Integral) else float(v)
@@ -31,3 +67,33 @@ def json_number(v):
 def open_parent(path, mode):
     path.parent.mkdir(parents=True, exist_ok=True)
     return open(path, mode, newline="" if "b" not in mode else None, encoding=None if "b" in mode else "utf-8")
+
+
+class SkippedLinesWarning(UserWarning):
+    """A saved history file had lines that are not whole (a run that died while writing); the whole ones
+    were read."""
+
+
+def file_lines(path, bad):
+    """Yields (line number, text) of each whole line of a file a sink wrote, and appends to `bad` the
+    numbers of the lines that are not: no line end (the line being written when the process died; a
+    character torn there is in that line). Bytes that are not UTF-8 elsewhere read as U+FFFD."""
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        for n, line in enumerate(f, 1):
+            if line.endswith("\n"):
+                yield n, line.rstrip("\r\n")
+            else:
+                bad.append(n)
+
+
+def warn_skipped(path, bad, read, what):
+    """One warning for the lines of `path` that were skipped, if any; an error when no line was read (a file
+    with nothing whole in it is not a torn one). what: what a skipped line is not ("JSON", "a CSV row")."""
+    if not bad:
+        return
+    bad = sorted(bad)
+    if not read:
+        raise ValueError(f"{path}:{bad[0]}: not {what}; the file holds no whole record")
+    where = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+    warnings.warn(f"{path}: skipped {len(bad)} line(s) that are not whole records (line {where}); read the rest",
+                  SkippedLinesWarning, stacklevel=3)

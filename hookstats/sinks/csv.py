@@ -4,7 +4,7 @@ import csv
 import math
 from pathlib import Path
 
-from .base import open_parent, scalar_items
+from .base import file_lines, open_parent, scalar_items, warn_skipped
 
 COLUMNS = ("step", "target", "module", "kind", "leaf", "stat", "value")
 ALERT_COLUMNS = ("step", "target", "kind", "message")
@@ -43,27 +43,49 @@ class CSVSink:
 
 
 def read_csv(path):
-    """(step, record) pairs with the scalar statistics of a CSVSink file, in file order, and its alerts."""
+    """(step, record) pairs with the scalar statistics of a CSVSink file, in file order, and its alerts.
+    Lines that are not whole rows (a run that died while writing) are skipped with one SkippedLinesWarning
+    per file; an empty file, or one with the header only, holds no steps."""
     path = Path(path)
     recs = {}
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None or tuple(reader.fieldnames) != COLUMNS:
-            raise ValueError(f"{path} is not a hookstats CSV: expected columns {','.join(COLUMNS)}")
-        for row in reader:
-            step = int(row["step"])
-            rec = recs.get((step, row["target"]))
-            if rec is None:
-                rec = recs[(step, row["target"])] = {k: row[k] for k in ("target", "module", "kind", "leaf")}
-            rec[row["stat"]] = float(row["value"])
-    alerts = []
+    for step, row in _rows(path, COLUMNS, "step", "value"):
+        rec = recs.get((step, row["target"]))
+        if rec is None:
+            rec = recs[(step, row["target"])] = {k: row[k] for k in ("target", "module", "kind", "leaf")}
+        rec[row["stat"]] = row["value"]
     alerts_path = path.with_name(path.stem + "_alerts.csv")
-    if alerts_path.exists():
-        with open(alerts_path, newline="", encoding="utf-8") as f:
-            alerts = [{**a, "step": int(a["step"])} for a in csv.DictReader(f)]
+    alerts = [{**a, "step": step} for step, a in _rows(alerts_path, ALERT_COLUMNS, "step")] \
+        if alerts_path.exists() else []
     items = [(step, rec) for (step, _), rec in recs.items()]
     for _, rec in items:
         for k in ("count", "finite", "nan", "posinf", "neginf"):
             if k in rec and math.isfinite(rec[k]):
                 rec[k] = int(rec[k])
     return items, alerts
+
+
+def _rows(path, columns, step_col, float_col=None):
+    """Yields (step, {column: value}) of each whole row of a file with `columns` as its header. Line by line,
+    so a torn line cannot pull the next ones into an open quote."""
+    read, bad = 0, []
+    for n, text in file_lines(path, bad):
+        # csv.writer quotes only fields holding a quote, comma or line break: the rest split plainly
+        row = text.split(",") if '"' not in text else next(csv.reader([text]), [])
+        if n == 1:
+            if tuple(row) != columns:
+                raise ValueError(f"{path} is not a hookstats CSV: expected columns {','.join(columns)}")
+            read += 1
+            continue
+        try:
+            if len(row) != len(columns):
+                raise ValueError
+            row = dict(zip(columns, row))
+            if float_col is not None:
+                row[float_col] = float(row[float_col])
+            step = int(row[step_col])
+        except ValueError:
+            bad.append(n)
+            continue
+        read += 1
+        yield step, row
+    warn_skipped(path, bad, read, "a whole CSV row")

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import layout
-from .base import json_number, open_parent, scalar_items
+from .base import file_lines, json_number, open_parent, scalar_items, warn_skipped
 
 
 class JSONLSink:
@@ -48,26 +48,29 @@ class JSONLSink:
 
 
 def read_jsonl(path):
-    """(step, record) pairs (histograms back as NumPy arrays, null back to NaN) and the alerts."""
-    items, alerts = [], []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
-            kind = obj.pop("type", None) if isinstance(obj, dict) else None
-            if kind == "alert":
-                alerts.append(obj)
-                continue
-            if kind != "stats" or "step" not in obj or "target" not in obj:
-                raise ValueError(f"{path}:{n}: not a hookstats JSONL record")
-            try:
-                items.append(_record(obj))
-            except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
-                raise ValueError(f"{path}:{n}: malformed hookstats record ({type(e).__name__}: {e})") from None
+    """(step, record) pairs (histograms back as NumPy arrays, null back to NaN) and the alerts. Lines that
+    are not whole JSON (a run that died while writing) are skipped with one SkippedLinesWarning per file;
+    a whole line that is not a hookstats record is an error."""
+    items, alerts, bad = [], [], []
+    for n, line in file_lines(path, bad):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            bad.append(n)
+            continue
+        kind = obj.pop("type", None) if isinstance(obj, dict) else None
+        if kind == "alert":
+            alerts.append(obj)
+            continue
+        if kind != "stats" or "step" not in obj or "target" not in obj:
+            raise ValueError(f"{path}:{n}: not a hookstats JSONL record")
+        try:
+            items.append(_record(obj))
+        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
+            raise ValueError(f"{path}:{n}: malformed hookstats record ({type(e).__name__}: {e})") from None
+    warn_skipped(path, bad, len(items) + len(alerts), "JSON")
     return items, alerts
 
 

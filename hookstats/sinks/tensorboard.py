@@ -1,71 +1,63 @@
-"""TensorBoardSink: scalars per target and statistic and histograms rebuilt from our bins with the real
-SummaryWriter.add_histogram_raw, so no tensor is ever copied to build a histogram. Tags: "<target>/<stat>",
-"<target>/hist" (linear bins, under/overflow as the outer buckets), "<target>/log2_abs" (log2 |x|)."""
-import math
-
-import numpy as np
-
-from .. import layout
-from .base import scalar_items
+"""TensorBoardSink: chosen scalars per target and both histograms, rebuilt from our bins with the real
+SummaryWriter.add_histogram_raw (no tensor is copied to build a histogram). Every tag starts with one
+prefix, so TensorBoard shows one collapsible section: "hookstats/<target>/<stat>", "hookstats/<target>/hist"
+(linear bins, under/overflow as the outer buckets), "hookstats/<target>/log2_abs" (log2 |x|)."""
+from .base import DASHBOARD_STATS, PREFIX, check_prefix, check_stats, chosen_items
+from .histograms import linear_buckets, log2_buckets
 
 
-def linear_buckets(rec):
-    """(limits, counts) for add_histogram_raw: underflow, the bins, overflow; limits are upper edges."""
-    edges = rec["hist_edges"]
-    top = rec.get("running_max", math.nan)
-    top = top if math.isfinite(top) and top > edges[-1] else edges[-1] + (edges[1] - edges[0])
-    limits = np.concatenate([[edges[0]], edges[1:], [top]])
-    counts = np.concatenate([[rec["underflow"]], rec["hist"], [rec["overflow"]]]).astype(np.float64)
-    return limits, counts
-
-
-_LOG2_UPPER = np.arange(layout.LOG_EXP_MIN, layout.LOG_EXP_MIN + layout.LOG_SLOTS - 1, dtype=np.float64)
-
-
-def log2_buckets(log2_hist):
-    """(limits, counts) over log2|x| for the nonzero finite values: slot 1 (below 2**-126) has upper edge
-    -126, slot 2+k upper edge k-125. Trimmed to the occupied slots; None when there are none."""
-    counts = np.asarray(log2_hist[1:], dtype=np.float64)
-    nz = np.flatnonzero(counts)
-    if nz.size == 0:
-        return None
-    lo, hi = nz[0], nz[-1] + 1
-    return _LOG2_UPPER[lo:hi], counts[lo:hi]
+def add_histograms(writer, base, rec, step):
+    """Both histograms of one record to a SummaryWriter as `<base>/hist` and `<base>/log2_abs`."""
+    lin = linear_buckets(rec)
+    if lin is not None:
+        edges, counts = lin
+        n, mean, std = rec["finite"], rec["mean"], rec["std"]
+        m2 = std ** 2 * (n - 1) if n > 1 else 0.0
+        writer.add_histogram_raw(f"{base}/hist", min=float(edges[0]), max=float(edges[-1]), num=int(n),
+                                 sum=float(mean * n), sum_squares=float(m2 + n * mean * mean),
+                                 bucket_limits=edges[1:].tolist(), bucket_counts=counts.tolist(), global_step=step)
+    lg = log2_buckets(rec)
+    if lg is not None:
+        edges, counts = lg
+        mid = (edges[:-1] + edges[1:]) / 2
+        writer.add_histogram_raw(f"{base}/log2_abs", min=float(edges[0]), max=float(edges[-1]),
+                                 num=int(counts.sum()), sum=float(counts @ mid), sum_squares=float(counts @ mid ** 2),
+                                 bucket_limits=edges[1:].tolist(), bucket_counts=counts.tolist(), global_step=step)
 
 
 class TensorBoardSink:
-    def __init__(self, log_dir, writer=None):
-        from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+    """log_dir: where a SummaryWriter of ours writes; or writer: a SummaryWriter (or anything with its
+    add_scalar/add_histogram_raw/add_text) that stays the caller's: close() flushes it, never closes it.
+    stats: the scalars per target and step (default DASHBOARD_STATS; any of DASHBOARD_CHOICES, or () for
+    none); histograms: False for none; prefix: of every tag."""
 
-        # a deep queue: with the default (10) every add_* waits for the writer thread
-        self.writer = writer or SummaryWriter(log_dir=str(log_dir), max_queue=100_000, flush_secs=30)
+    def __init__(self, log_dir=None, writer=None, stats=DASHBOARD_STATS, histograms=True, prefix=PREFIX):
+        if (log_dir is None) == (writer is None):
+            raise ValueError("TensorBoardSink needs log_dir or writer (one of them)")
+        self.stats, self.histograms, self.prefix = check_stats(stats), bool(histograms), check_prefix(prefix)
+        self._own = writer is None
+        if writer is None:
+            from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+
+            # a deep queue: with the default (10) every add_* waits for the writer thread
+            writer = SummaryWriter(log_dir=str(log_dir), max_queue=100_000, flush_secs=30)
+        self.writer = writer
 
     def write(self, step, records):
         w = self.writer
         for rec in records:
-            t = rec["target"]
-            for stat, v in scalar_items(rec):
-                w.add_scalar(f"{t}/{stat}", v, step)
-            n = rec["finite"]
-            if rec.get("hist") is not None and n > 0:
-                limits, counts = linear_buckets(rec)
-                mean = rec["mean"]
-                m2 = rec["std"] ** 2 * (n - 1) if n > 1 else 0.0
-                w.add_histogram_raw(f"{t}/hist", min=float(rec["running_min"]), max=float(limits[-1]), num=int(n),
-                                    sum=float(mean * n), sum_squares=float(m2 + n * mean * mean),
-                                    bucket_limits=limits.tolist(), bucket_counts=counts.tolist(), global_step=step)
-            lg = log2_buckets(rec["log2_hist"]) if rec.get("log2_hist") is not None else None
-            if lg is not None:
-                limits, counts = lg
-                mid = limits - 0.5
-                w.add_histogram_raw(f"{t}/log2_abs", min=float(limits[0] - 1), max=float(limits[-1]),
-                                    num=int(counts.sum()), sum=float(counts @ mid), sum_squares=float(counts @ mid ** 2),
-                                    bucket_limits=limits.tolist(), bucket_counts=counts.tolist(), global_step=step)
+            base = self.prefix + rec["target"]
+            for stat, v in chosen_items(rec, self.stats):
+                w.add_scalar(f"{base}/{stat}", v, step)
+            if self.histograms:
+                add_histograms(w, base, rec, step)
 
     def write_alerts(self, step, alerts):
         for a in alerts:
-            self.writer.add_text("alerts", a["message"], a["step"])
+            self.writer.add_text(self.prefix + "alerts", a["message"], a["step"])
 
     def close(self):
         self.writer.flush()
-        self.writer.close()
+        if self._own:
+            self.writer.close()
+

@@ -1,33 +1,60 @@
-"""WandbSink (optional): logs the scalars and the linear histogram of each step to a Weights & Biases run;
-pass a run, or keyword arguments for wandb.init (mode="offline" works with no account)."""
+"""WandbSink (optional): logs chosen scalars and both histograms of each step to a Weights & Biases run;
+pass a run, or keyword arguments for wandb.init (mode="offline" works with no account).
+
+hookstats flushes several steps at once, after the user's own wandb.log calls of those steps, so it never
+passes step= (W&B drops a row whose step is below the run's current one): each row carries its step as
+`<prefix>step`, declared with define_metric as the x-axis of every `<prefix>*` metric. W&B keeps one step
+counter per run and these rows advance it: the user's own wandb.log calls beside them must not pass step=
+either (or must have an x-axis of their own, from define_metric)."""
 import numpy as np
 
-from .base import scalar_items
+from .base import DASHBOARD_STATS, PREFIX, check_prefix, check_stats, chosen_items
+from .histograms import linear_buckets, log2_buckets
+
+
+def histograms(wandb, base, rec):
+    """{`<base>/hist`: wandb.Histogram, `<base>/log2_abs`: ...} for the histograms the record has."""
+    out = {}
+    for name, buckets in (("hist", linear_buckets(rec)), ("log2_abs", log2_buckets(rec))):
+        if buckets is not None:
+            edges, counts = buckets
+            out[f"{base}/{name}"] = wandb.Histogram(np_histogram=(counts.astype(np.int64), edges))
+    return out
 
 
 class WandbSink:
-    def __init__(self, run=None, **init_kwargs):
+    """stats: the scalars per target and step (default DASHBOARD_STATS; any of DASHBOARD_CHOICES);
+    histograms: False for none; prefix: of every key, the step axis `<prefix>step` included. A run passed
+    in stays the caller's: close() does not finish it."""
+
+    def __init__(self, run=None, stats=DASHBOARD_STATS, histograms=True, prefix=PREFIX, **init_kwargs):
         try:
             import wandb
         except ImportError as e:
             raise ImportError("WandbSink needs the wandb package: pip install wandb") from e
         self._wandb = wandb
+        self.stats, self.histograms, self.prefix = check_stats(stats), bool(histograms), check_prefix(prefix)
+        if not self.prefix:
+            raise ValueError("WandbSink needs a non-empty prefix: its metrics share the step axis <prefix>step")
+        self.step_key = self.prefix + "step"
         self._own = run is None
         self._alerts = []
         self.run = run if run is not None else wandb.init(**init_kwargs)
+        self.run.define_metric(self.step_key, hidden=True)
+        self.run.define_metric(self.prefix + "*", step_metric=self.step_key)
 
     def write(self, step, records):
-        data = {}
+        data = {self.step_key: step}
         for rec in records:
-            t = rec["target"]
-            data.update((f"{t}/{stat}", v) for stat, v in scalar_items(rec))
-            if rec.get("hist") is not None and rec["hist"].sum() > 0:
-                data[f"{t}/hist"] = self._wandb.Histogram(np_histogram=(np.asarray(rec["hist"]), rec["hist_edges"]))
-        self.run.log(data, step=step)
+            base = self.prefix + rec["target"]
+            data.update((f"{base}/{stat}", v) for stat, v in chosen_items(rec, self.stats))
+            if self.histograms:
+                data.update(histograms(self._wandb, base, rec))
+        self.run.log(data)
 
     def write_alerts(self, step, alerts):
         self._alerts.extend(a["message"] for a in alerts)
-        self.run.summary["hookstats/alerts"] = list(self._alerts)
+        self.run.summary[self.prefix + "alerts"] = list(self._alerts)
 
     def close(self):
         if self._own and self.run is not None:
