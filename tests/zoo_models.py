@@ -202,7 +202,7 @@ class MoE(nn.Module):
         out = torch.zeros_like(flat)
         for e, expert in enumerate(self.experts):
             idx = (choice == e).nonzero().squeeze(-1)
-            out = out.index_add(0, idx, expert(flat[idx]) * gate[idx, e:e + 1])
+            out = out.index_add(0, idx, (expert(flat[idx]) * gate[idx, e:e + 1]).to(out.dtype))
         return x + out.reshape(x.shape)
 
     def forward(self, input_ids, labels=None):

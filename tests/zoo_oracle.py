@@ -102,7 +102,8 @@ class Oracle:
                 if not self.backward:
                     self.record(f"{name}:output{leaf}", t)
                 if grads and t.requires_grad:
-                    t.register_hook(lambda g, tid=f"{name}:grad_output{leaf}": self.record(tid, g, step, phase))
+                    t.register_hook(lambda g, tid=f"{name}:grad_output{leaf}":
+                                    None if g is None else self.record(tid, g, step, phase))
         return hook
 
     def _input_hook(self, name, mod):
