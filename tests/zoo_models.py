@@ -21,7 +21,6 @@ class Arch:
     batch: Callable  # (generator) -> kwargs of the model's forward
     loss: Callable  # (model output, batch) -> scalar loss
     hf: bool = False  # checkpointing through activation_checkpointing_enable()
-    compiles: bool = True  # fit for the torch.compile loop (no data-dependent Python control flow)
     attach: dict = dataclasses.field(default_factory=dict)  # extra attach() arguments it needs
 
 
@@ -212,15 +211,15 @@ class MoE(nn.Module):
 
 ARCHS = {a.name: a for a in [
     Arch("gpt2", gpt2, lambda g: ids_batch(g), hf_loss, hf=True),
-    Arch("bert", bert, bert_batch, hf_loss, hf=True, compiles=False),
-    Arch("t5", t5, lambda g: ids_batch(g), hf_loss, hf=True, compiles=False),
-    Arch("llama", llama, lambda g: ids_batch(g), hf_loss, hf=True, compiles=False),
-    Arch("vit", vit, image_batch, hf_loss, hf=True, compiles=False),
-    Arch("lstm", lambda d: RNNClassifier(nn.LSTM, d), cls_batch, ce_loss, compiles=False),
-    Arch("gru", lambda d: RNNClassifier(nn.GRU, d), cls_batch, ce_loss, compiles=False),
+    Arch("bert", bert, bert_batch, hf_loss, hf=True),
+    Arch("t5", t5, lambda g: ids_batch(g), hf_loss, hf=True),
+    Arch("llama", llama, lambda g: ids_batch(g), hf_loss, hf=True),
+    Arch("vit", vit, image_batch, hf_loss, hf=True),
+    Arch("lstm", lambda d: RNNClassifier(nn.LSTM, d), cls_batch, ce_loss),
+    Arch("gru", lambda d: RNNClassifier(nn.GRU, d), cls_batch, ce_loss),
     Arch("encoder", EncoderClassifier, enc_batch, ce_loss, attach={"include_paramless": True}),
     Arch("cnn", CNN, lambda g: image_batch(g, size=8), ce_loss),
-    Arch("moe", MoE, cls_batch, ce_loss, compiles=False),
+    Arch("moe", MoE, cls_batch, ce_loss),
 ]}
 
 
