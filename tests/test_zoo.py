@@ -34,10 +34,10 @@ SCALARS = ("count", "finite", "mean", "std", "near_zero", "nan", "posinf", "negi
            "running_min", "running_max")
 
 
-def selected(model, include_paramless=False):
-    """README: every module with parameters of its own (include_paramless: every module)."""
+def selected(model, include_paramless=False, exclude=()):
+    """README: every module with parameters of its own (include_paramless: every module), less `exclude`."""
     return {n: m for n, m in model.named_modules()
-            if include_paramless or next(m.parameters(recurse=False), None) is not None}
+            if (include_paramless or next(m.parameters(recurse=False), None) is not None) and n not in exclude}
 
 
 class Loop:
@@ -172,8 +172,11 @@ def check_history(mon, orc, memory, csv_path, caught, rtol=RTOL, exact=True, lat
     statistics (running min/max over the steps so far); the MemorySink, mon.history() and the CSV agree."""
     warned = warned_text(caught)
     problems = []
-    steps = [s for s, _ in memory.steps]
+    items = list(memory.items())
+    steps = sorted({s for s, _ in items})
     want_steps = orc.steps("train")
+    if [s for s, _ in items] != sorted(s for s, _ in items):
+        problems.append("the MemorySink's steps are out of order")
     if steps != want_steps:
         problems.append(f"history steps {steps} != the sampled steps that measured something {want_steps}")
     per_step = orc.per_step("train", mon.cfg)
@@ -187,11 +190,10 @@ def check_history(mon, orc, memory, csv_path, caught, rtol=RTOL, exact=True, lat
             run[tid] = (min(lo, w["min"]), max(hi, w["max"])) if w["finite"] else (lo, hi)
             w["run_min"], w["run_max"] = run[tid] if w["finite"] or tid in run else (math.nan, math.nan)
     got = {}
-    for s, records in memory.steps:
-        for rec in records:
-            if (s, rec["target"]) in got:
-                problems.append(f"step {s}: {rec['target']} recorded twice")
-            got[(s, rec["target"])] = rec
+    for s, rec in items:
+        if (s, rec["target"]) in got:
+            problems.append(f"step {s}: {rec['target']} recorded twice")
+        got[(s, rec["target"])] = rec
     for key in sorted(set(per_step) - set(got)):
         s, tid = key
         if tid in late and s == want_steps[0]:
@@ -204,15 +206,14 @@ def check_history(mon, orc, memory, csv_path, caught, rtol=RTOL, exact=True, lat
         for d in diff(got[key], per_step[key], rtol, exact, history=True):
             problems.append(f"step {key[0]}: {key[1]}: {d}")
     # the sinks: mon.history() and the CSV hold exactly the MemorySink's scalars
-    mine = {(s, rec["target"], k): v for s, records in memory.steps for rec in records
-            for k, v in rec.items() if k in SCALARS and v is not None}
+    mine = {(s, rec["target"], k): v for s, rec in items for k, v in rec.items() if k in SCALARS and v is not None}
     frame = mon.history()
     rows = list(zip(frame["step"], frame["target"], frame["stat"], frame["value"]))
     table = {(int(s), t, k): v for s, t, k, v in rows}
     if len(rows) != len(table):
         problems.append(f"mon.history() has {len(rows) - len(table)} duplicate (step, target, stat) rows")
-    items = read_csv(csv_path)[0] if csv_path.exists() else []
-    from_csv = {(s, rec["target"], k): v for s, rec in items for k, v in rec.items() if k in SCALARS}
+    rows = read_csv(csv_path)[0] if csv_path.exists() else []
+    from_csv = {(s, rec["target"], k): v for s, rec in rows for k, v in rec.items() if k in SCALARS}
     for name, other in (("mon.history()", table), ("CSVSink", from_csv)):
         if set(other) != set(mine):
             problems.append(f"{name} rows differ from the MemorySink's: {sorted(set(other) ^ set(mine))[:5]}")
@@ -238,7 +239,7 @@ def monitored(arch, model, tmp_path, every, manual=False, eval=False, input_grad
     mon = hookstats.attach(model, **kw)
     orc = None
     if oracle:
-        mods = selected(model, arch.attach.get("include_paramless", False))
+        mods = selected(model, **arch.attach)
         orc = Oracle(model, mods, every=every, eval=eval, inputs=True, param_grads=True,
                      input_grads=set(mods) if input_grads else ())
     return mon, orc, memory, csv_path
@@ -373,7 +374,7 @@ def test_torch_compile_with_an_optimizer_loop(name, ends, eager_first, tmp_path,
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         mon, _, memory, csv_path = monitored(arch, model, tmp_path, every=2, manual=manual, oracle=False)
-        orc = Oracle(twin, selected(twin, arch.attach.get("include_paramless", False)), every=2, inputs=True,
+        orc = Oracle(twin, selected(twin, **arch.attach), every=2, inputs=True,
                      param_grads=True)
         compiled = torch.compile(model, backend="aot_eager")
         loop = Loop(arch, model, mon, StepCounter(), manual=manual)
