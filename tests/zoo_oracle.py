@@ -136,6 +136,10 @@ class Oracle:
     def targets(self, phase):
         return {tid for (ph, tid, _) in self.data if ph == phase}
 
+    def kinds(self, phase="train"):
+        """The target kinds the oracle saw: a test checks its oracle is not vacuous."""
+        return {tid.split(":")[-1].split("[")[0] for tid in self.targets(phase)}
+
     def steps(self, phase="train"):
         return sorted({s for (ph, _, s), parts in self.data.items() if ph == phase and any(v.size for _, v in parts)})
 
