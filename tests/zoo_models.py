@@ -44,7 +44,8 @@ def hf_loss(out, batch):
 def gpt2(dropout):
     from transformers import GPT2Config, GPT2LMHeadModel
     return GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=D, n_layer=2, n_head=2,
-                                      resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout, use_cache=False))
+                                      resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout, use_cache=False,
+                                      bos_token_id=0, eos_token_id=0))
 
 
 def bert(dropout):
