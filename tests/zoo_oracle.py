@@ -1,0 +1,181 @@
+"""An independent oracle for tests/test_zoo.py: hooks of its own on the same modules (forward hooks, tensor
+hooks on the outputs, full backward hooks, the parameters' .grad before each optimizer step) keep a float64
+copy of every value per (phase, target id, step); targets are named by README's rules, written from the
+README and not from hookstats' code. The loop tells the oracle the step number and when backward runs."""
+import collections
+import inspect
+
+import numpy as np
+import torch
+
+from helpers import oracle as op_oracle
+
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def leaves(obj, path=""):
+    """README: each floating-point leaf of tuples, lists, dicts (HF ModelOutput) and dataclasses is a target."""
+    if isinstance(obj, torch.Tensor):
+        if obj.dtype in FLOATS:
+            yield path, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from leaves(v, f"{path}[{k!r}]")
+    elif isinstance(obj, (tuple, list)):
+        for k, v in enumerate(obj):
+            yield from leaves(v, f"{path}[{k}]")
+    elif hasattr(obj, "__dataclass_fields__") and not isinstance(obj, type):
+        for name in obj.__dataclass_fields__:
+            yield from leaves(getattr(obj, name), f"{path}.{name}")
+
+
+def slot_names(module):
+    """README: the one required input is "name:input", optional ones as if passed by keyword
+    ("name:input['hx']"); several required ones "[0]", "[1]"."""
+    ps = [p for p in inspect.signature(module.forward).parameters.values()
+          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in ps if p.default is p.empty]
+    if len(required) == 1 and ps[0] is required[0]:
+        return lambda i: "" if i == 0 else f"[{ps[i].name!r}]" if i < len(ps) else f"[{i}]"
+    return lambda i: f"[{i}]"
+
+
+def positional(args, name_of):
+    for i, a in enumerate(args):
+        yield from leaves(a, name_of(i))
+
+
+def values(t):
+    """A tensor's values as float64 (a nested tensor: its components' values, no padding)."""
+    t = t.detach()
+    if t.is_nested:
+        parts = [c.reshape(-1) for c in t.unbind()]
+        t = torch.cat(parts) if parts else t.new_zeros(0)
+    return t.reshape(-1).to(torch.float64).numpy().copy()
+
+
+class Oracle:
+    """Watches `modules` ({name: module}) of `root` the way attach() is asked to, recording every step
+    whose number is a multiple of `every`. The loop sets .step, and .backward while loss.backward() runs
+    (forwards then are checkpointing's recomputation: their values were recorded the first time)."""
+
+    def __init__(self, root, modules, *, every=1, eval=False, inputs=False, grads=True, param_grads=False,
+                 input_grads=()):
+        self.root, self.every, self.track_eval = root, every, eval
+        self.step, self.backward, self.phase = 0, False, "train"
+        self.data = collections.defaultdict(list)  # (phase, target id, step) -> [(dtype, float64 values)]
+        self.handles = [root.register_forward_pre_hook(self._on_root)]
+        for name, m in modules.items():
+            self.handles.append(m.register_forward_hook(self._output_hook(name, m, grads)))
+            if inputs:
+                self.handles.append(m.register_forward_pre_hook(self._input_hook(name, m), with_kwargs=True))
+            if name in input_grads:
+                self.handles.append(m.register_full_backward_hook(self._grad_input_hook(name, m)))
+        self.params = {}  # id -> (target id, param): the first name of a shared parameter
+        if param_grads:
+            for name, m in modules.items():
+                for pn, p in m.named_parameters(recurse=False):
+                    if p.requires_grad and id(p) not in self.params:
+                        self.params[id(p)] = (f"{name}.{pn}:param_grad" if name else f"{pn}:param_grad", p)
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+
+    # ---- what is recorded ----
+    def sampled(self):
+        return self.step % self.every == 0 and (self.phase == "train" or self.track_eval)
+
+    def record(self, tid, t, step=None, phase=None):
+        self.data[(phase or self.phase, tid, self.step if step is None else step)].append((t.dtype, values(t)))
+
+    def _on_root(self, module, args):
+        if module is self.root and not self.backward:
+            self.phase = "train" if module.training else "eval"
+
+    def _output_hook(self, name, mod, grads):
+        def hook(module, args, out):
+            if module is not mod or not self.sampled():  # a deepcopy (EMA) of the model runs copied hooks
+                return
+            step, phase = self.step, self.phase
+            for leaf, t in leaves(out):
+                if not self.backward:
+                    self.record(f"{name}:output{leaf}", t)
+                if grads and t.requires_grad:
+                    t.register_hook(lambda g, tid=f"{name}:grad_output{leaf}":
+                                    None if g is None else self.record(tid, g, step, phase))
+        return hook
+
+    def _input_hook(self, name, mod):
+        name_of = slot_names(mod)
+
+        def hook(module, args, kwargs):
+            if module is not mod or not self.sampled() or self.backward:
+                return
+            for leaf, t in (*positional(args, name_of), *leaves(kwargs)):
+                self.record(f"{name}:input{leaf}", t)
+        return hook
+
+    def _grad_input_hook(self, name, mod):
+        name_of = slot_names(mod)
+
+        def hook(module, grad_input, grad_output):
+            if module is mod and self.sampled():
+                for leaf, g in positional(grad_input, name_of):
+                    self.record(f"{name}:grad_input{leaf}", g)
+        return hook
+
+    def before_optimizer_step(self):
+        """Parameter gradients after accumulation, once per step (zero_grad(set_to_none=True) between)."""
+        if self.step % self.every == 0:
+            for tid, p in self.params.values():
+                if p.grad is not None:
+                    self.record(tid, p.grad, phase="train")
+
+    # ---- expected statistics ----
+    def targets(self, phase):
+        return {tid for (ph, tid, _) in self.data if ph == phase}
+
+    def kinds(self, phase="train"):
+        """The target kinds the oracle saw: a test checks its oracle is not vacuous."""
+        return {tid.split(":")[-1].split("[")[0] for tid in self.targets(phase)}
+
+    def steps(self, phase="train"):
+        return sorted({s for (ph, _, s), parts in self.data.items() if ph == phase and any(v.size for _, v in parts)})
+
+    def expected(self, phase, tid, steps, cfg):
+        """The statistics of target `tid` over `steps`, as hookstats' records name them."""
+        parts = [p for s in steps for p in self.data.get((phase, tid, s), ())]
+        return summarize(parts, cfg)
+
+    def per_step(self, phase, cfg):
+        """{(step, target id): expected record} of every step that measured something."""
+        out = {}
+        for (ph, tid, s), parts in self.data.items():
+            if ph == phase and sum(v.size for _, v in parts):
+                out[(s, tid)] = summarize(parts, cfg)
+        return out
+
+
+def summarize(parts, cfg):
+    allv = np.concatenate([v for _, v in parts]) if parts else np.zeros(0)
+    fin = allv[np.isfinite(allv)]
+    rec = {"count": allv.size, "finite": fin.size, "nan": int(np.isnan(allv).sum()),
+           "posinf": int(np.isposinf(allv).sum()), "neginf": int(np.isneginf(allv).sum()),
+           "mean": fin.mean() if fin.size else np.nan, "std": fin.std(ddof=1) if fin.size > 1 else np.nan,
+           "min": fin.min() if fin.size else np.nan, "max": fin.max() if fin.size else np.nan}
+    # the op's own NumPy oracle (tests/helpers.py) bins in float32 as the kernels do, per input dtype
+    istate = None
+    for dtype in {d for d, _ in parts}:
+        v = np.concatenate([v for d, v in parts if d == dtype])
+        _, i = op_oracle(torch.from_numpy(v).to(dtype), cfg)
+        istate = i if istate is None else istate + i
+    from hookstats import layout  # the state layout, to read the oracle's histogram slots
+    nb = cfg.nbins
+    if istate is not None:
+        lin = istate[layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(nb)]
+        rec.update(near_zero_count=int(istate[layout.NEAR_ZERO]), underflow=int(lin[0]), overflow=int(lin[nb + 1]),
+                   hist=lin[1: nb + 1], log2_hist=istate[layout.log_base(nb):])
+    else:
+        rec.update(near_zero_count=0, underflow=0, overflow=0, hist=None, log2_hist=None)
+    return rec
