@@ -154,7 +154,6 @@ class Monitor:
         self.model, self.cfg, self.every, self.track_eval = model, cfg, every, eval
         self.modules = modules
         self.step_count = 0  # the step being run now
-        self._forwards = 0
         check_arg("steps", steps, ("forward", "manual"))  # a root forward in training mode is a step; mon.step() ends one
         self._manual = steps == "manual"
         self._paused = False
@@ -242,9 +241,9 @@ class Monitor:
             return None  # a checkpointed root recomputed in backward is not a new step
         self._eager_point()
         if not self._manual and module.training:
-            if self._forwards > 0:
+            if self._step_has_forward:
                 self._end_step()
-            self._forwards += 1
+            self._step_has_forward = True
         self._update_active()
 
     def _on_root_forward_end(self, module, args, out):
@@ -260,10 +259,18 @@ class Monitor:
         self._update_active()
 
     def _on_optimizer_step(self, optimizer, args, kwargs):
-        if self._compiled and not self._manual and self._attached and self._steps_this_model(optimizer):
+        """An optimizer step of this model ends the step (steps="forward"): under compile the only end a
+        step gets; in eager code it closes the step its forward opened, so eager steps before the first
+        compiled one (or between) are not merged into it."""
+        if self._manual or not self._attached or not self._steps_this_model(optimizer):
+            return
+        if self._compiled:
             self._optimizer_steps += 1
-            self._end_step()
-            self._update_active()
+        elif not self._step_has_forward:
+            return
+        self._step_has_forward = False
+        self._end_step()
+        self._update_active()
 
     def _steps_this_model(self, optimizer):
         """Whether `optimizer` holds a parameter of the model (another model's optimizer ends no step here).
@@ -278,6 +285,7 @@ class Monitor:
     # Whether the open step was sampled at any time in it (a pause or an eval forward since does not undo
     # what it measured): History records exactly these steps.
     _step_sampled = True
+    _step_has_forward = False  # a train root forward ran in the open step (steps="forward", eager)
 
     def _end_step(self):
         finished, sampled = self.step_count, self._step_sampled
@@ -422,11 +430,11 @@ class Monitor:
             for phase, key, device in late:
                 self.state(key, device, phase)
                 self._flag(device)
-            self._tell("late", f"hookstats: {len(late)} target(s) ({', '.join(k[1].id for k in late[:4])}"
-                               f"{', ...' if len(late) > 4 else ''}) were first reached inside torch.compile, "
-                               "where their state cannot be allocated; they are allocated now and measured from "
-                               "the next call on (one recompile). Run one eager step before compiling to "
-                               "measure them from the start.")
+            ids = list(dict.fromkeys(k[1].id + ("" if k[0] == "train" else f" ({k[0]})") for k in late))
+            self._tell(("late", *ids), f"hookstats: {len(ids)} target(s) ({', '.join(ids)}) were first reached "
+                               "inside torch.compile, where their state cannot be allocated; they are allocated now "
+                               "and measured from the next call on (one recompile). Run one eager step before "
+                               "compiling to measure them from the start.")
         if self._untapped:
             self._tell("untapped", f"hookstats: torch {torch.__version__} cannot compile hooks on gradients that "
                                    "update hookstats' state (fixed in torch 2.13): inside torch.compile, gradients "

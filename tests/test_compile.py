@@ -7,6 +7,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 import hookstats
+from hookstats.sinks import MemorySink
 
 
 class Net(nn.Module):
@@ -151,11 +152,29 @@ def test_without_step_calls_a_compiled_model_counts_optimizer_steps(fresh_dynamo
         results.append((mon.stats(), mon.step_count))
         mon.remove()
     (got, steps), (want, eager_steps) = results
-    assert steps == 5 and eager_steps == 4  # eager: the 5th step ends at the next forward
+    assert steps == eager_steps == 5  # an optimizer step of the model ends the step, eager or compiled
     assert counters["stats"]["unique_graphs"] == 1 and dict(counters["graph_break"]) == {}
     for tid, rec in want.items():
         assert got[tid]["count"] == rec["count"] == 3 * 4 * {"fc1": 32, "fc2": 16, "norm": 16}[rec["module"]]
         np.testing.assert_array_equal(got[tid]["hist"], rec["hist"])
+
+
+@pytest.mark.parametrize("eager_steps", [[0], [0, 2]], ids=["eager_first", "eager_first_and_third"])
+def test_eager_steps_before_or_between_compiled_ones_stay_steps_of_their_own(fresh_dynamo, eager_steps):
+    # The README's advice (one eager step before compiling) with steps ended by the optimizer: the eager
+    # step used to be merged into the first compiled one (history steps 0, 1, 2 with counts 48, 24, 24).
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    sink = MemorySink()
+    mon = hookstats.attach(model, sinks=[sink], log_every=1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    compiled = torch.compile(model, backend="aot_eager")
+    for k in range(5):
+        (model if k in eager_steps else compiled)(torch.randn(3, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    mon.remove()
+    counts = {step: rec["count"] for step, rec in sink.items() if rec["target"] == "0:output"}
+    assert counts == {k: 3 * 8 for k in range(5)}
 
 
 def test_torch_without_compilable_gradient_hooks_skips_taps_in_compiled_code_and_says_so(fresh_dynamo, monkeypatch):
