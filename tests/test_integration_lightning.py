@@ -15,6 +15,7 @@ from hookstats.stats import finalize
 
 L = pytest.importorskip("lightning.pytorch", reason="the lightning extra is not installed")
 from lightning.pytorch.loggers.logger import Logger  # noqa: E402
+from lightning.pytorch.utilities import rank_zero_only  # noqa: E402
 
 from hookstats.integrations.lightning import HookStatsCallback  # noqa: E402
 
@@ -34,6 +35,7 @@ class MemoryLogger(Logger):
     def version(self):
         return 0
 
+    @rank_zero_only  # as Lightning's own loggers (CSVLogger, TensorBoardLogger, WandbLogger) do
     def log_metrics(self, metrics, step=None):
         self.rows.append((step, dict(metrics)))
 
