@@ -243,7 +243,7 @@ class Monitor:
         if not self._manual and module.training:
             if self._step_has_forward:
                 self._end_step()
-            self._step_has_forward = True
+            self._step_has_forward, self._eager_stepped = True, False
         self._update_active()
 
     def _on_root_forward_end(self, module, args, out):
@@ -259,18 +259,27 @@ class Monitor:
         self._update_active()
 
     def _on_optimizer_step(self, optimizer, args, kwargs):
-        """An optimizer step of this model ends the step (steps="forward"): under compile the only end a
-        step gets; in eager code it closes the step its forward opened, so eager steps before the first
-        compiled one (or between) are not merged into it."""
+        """Under compile an optimizer step of this model ends the step (root forwards are not counted there).
+        In eager code the next train forward ends it, so a second optimizer's parameter gradients stay in
+        it; if that next forward is the first compiled one, the compile's start ends it (_compile_started)."""
         if self._manual or not self._attached or not self._steps_this_model(optimizer):
             return
         if self._compiled:
             self._optimizer_steps += 1
-        elif not self._step_has_forward:
-            return
-        self._step_has_forward = False
-        self._end_step()
-        self._update_active()
+            self._step_has_forward = self._eager_stepped = False
+            self._end_step()
+            self._update_active()
+        elif self._step_has_forward:
+            self._eager_stepped = True
+            targets.on_compile_start(self._compile_started)
+
+    def _compile_started(self):
+        """Dynamo starts compiling a frame, in eager Python before it runs: an eager step whose optimizer has
+        stepped ends here, so it is not merged into the compiled step that follows (one eager step first)."""
+        if self._eager_stepped and self._step_has_forward and not self._manual and self._attached:
+            self._step_has_forward = self._eager_stepped = False
+            self._end_step()
+            self._update_active()
 
     def _steps_this_model(self, optimizer):
         """Whether `optimizer` holds a parameter of the model (another model's optimizer ends no step here).
@@ -286,6 +295,7 @@ class Monitor:
     # what it measured): History records exactly these steps.
     _step_sampled = True
     _step_has_forward = False  # a train root forward ran in the open step (steps="forward", eager)
+    _eager_stepped = False  # and an optimizer of the model has stepped since
 
     def _end_step(self):
         finished, sampled = self.step_count, self._step_sampled

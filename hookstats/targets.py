@@ -101,6 +101,30 @@ def hook_module(module, fn, pre=False, **kwargs):
     return register(ModuleHook(fn), **kwargs)
 
 
+_compile_methods = weakref.WeakKeyDictionary()  # owner -> function: called at the next Dynamo compile
+
+
+def on_compile_start(method):
+    """Calls method() (a bound method, held weakly) when Dynamo next starts compiling a frame: eager Python,
+    before the compiled code runs. torch._dynamo.reset() clears Dynamo's callbacks, so this re-registers."""
+    handler = getattr(torch._dynamo, "callback_handler", None)
+    if handler is None:  # torch without compile callbacks
+        return
+    _compile_methods[method.__self__] = method.__func__
+    if _compile_started not in handler.start_callbacks:
+        handler.register_start_callback(_compile_started)
+
+
+def _compile_started(args=None):
+    trigger = getattr(args, "callback_trigger", None)
+    if trigger is not None and trigger.name != "DYNAMO":  # a lazily compiled backward runs inside a step
+        return
+    waiting = list(_compile_methods.items())
+    _compile_methods.clear()
+    for owner, func in waiting:
+        func(owner)
+
+
 _weak_hooks = []  # (weak method, handle): hooks of monitors that may be gone
 
 

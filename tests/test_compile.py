@@ -152,7 +152,7 @@ def test_without_step_calls_a_compiled_model_counts_optimizer_steps(fresh_dynamo
         results.append((mon.stats(), mon.step_count))
         mon.remove()
     (got, steps), (want, eager_steps) = results
-    assert steps == eager_steps == 5  # an optimizer step of the model ends the step, eager or compiled
+    assert steps == 5 and eager_steps == 4  # eager: the 5th step ends at the next forward
     assert counters["stats"]["unique_graphs"] == 1 and dict(counters["graph_break"]) == {}
     for tid, rec in want.items():
         assert got[tid]["count"] == rec["count"] == 3 * 4 * {"fc1": 32, "fc2": 16, "norm": 16}[rec["module"]]
@@ -175,6 +175,23 @@ def test_eager_steps_before_or_between_compiled_ones_stay_steps_of_their_own(fre
     mon.remove()
     counts = {step: rec["count"] for step, rec in sink.items() if rec["target"] == "0:output"}
     assert counts == {k: 3 * 8 for k in range(5)}
+
+
+def test_a_second_optimizers_parameter_gradients_stay_in_the_eager_step_that_made_them():
+    # Muon + AdamW style: two optimizers over one model; each step's param_grad records hold both halves
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    sink = MemorySink()
+    mon = hookstats.attach(model, param_grads=True, sinks=[sink], log_every=1, every=2)
+    opts = [torch.optim.SGD(model[0].parameters(), lr=0.1), torch.optim.Adam(model[2].parameters(), lr=0.1)]
+    for _ in range(4):
+        model(torch.randn(3, 4)).sum().backward()
+        for opt in opts:
+            opt.step()
+            opt.zero_grad()
+    mon.remove()
+    got = {(step, rec["target"]): rec["count"] for step, rec in sink.items() if rec["kind"] == "param_grad"}
+    sizes = {"0.weight": 32, "0.bias": 8, "2.weight": 16, "2.bias": 2}
+    assert got == {(step, f"{p}:param_grad"): n for step in (0, 2) for p, n in sizes.items()}
 
 
 def test_torch_without_compilable_gradient_hooks_skips_taps_in_compiled_code_and_says_so(fresh_dynamo, monkeypatch):
