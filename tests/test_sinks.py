@@ -332,8 +332,8 @@ def test_wandb_sink_beside_the_users_own_wandb_log(tmp_path, monkeypatch):
     ours = [r for r in rows if "hookstats/step" in r]
     assert [r["hookstats/step"] for r in ours] == [0, 1, 2, 3, 4]
     for r, o in zip(ours, outs):
-        np.testing.assert_allclose(r["hookstats/:output/mean"], o.mean().item(), rtol=1e-6)
-        np.testing.assert_allclose(r["hookstats/:output/std"], o.std().item(), rtol=1e-6)
+        np.testing.assert_allclose(r["hookstats/Linear:output/mean"], o.mean().item(), rtol=1e-6)
+        np.testing.assert_allclose(r["hookstats/Linear:output/std"], o.std().item(), rtol=1e-6)
 
 
 def test_collect_takes_the_memory_sink_a_file_or_a_run_folder(tmp_path):
