@@ -54,7 +54,26 @@ def make(kind, n, dtype, seed=0):
     elif kind == "huge_outliers":  # an exploding activation among ordinary ones (float16: +-inf)
         x[::211] = 1e30
         x[100::307] = -3e38
+    elif kind in TINY:  # vanishing gradients: fp32 squares of these underflow; the kernels redo such blocks in fp64
+        small, large, offset = TINY[kind][dtype]
+        scale = torch.full_like(x, small)
+        scale[::16] = large
+        x = offset + scale * x
     return x.to(dtype)
+
+
+# kind: {dtype: (scale, scale of every 16th value, offset)}. float16 values never underflow in fp32 (its smallest
+# is 2^-24); float64 ones down to where M2 still fits the float64 state (squares below ~1e-308 are subnormal there).
+TINY = {
+    "tiny": {torch.float32: (1e-25, 1e-25, 0), torch.bfloat16: (1e-25, 1e-25, 0), torch.float16: (1e-6, 1e-6, 0),
+             torch.float64: (1e-150, 1e-150, 0)},
+    "subnormal": {torch.float32: (1e-39, 1e-39, 0), torch.bfloat16: (1e-39, 1e-39, 0),
+                  torch.float16: (1e-5, 1e-5, 0), torch.float64: (1e-150, 1e-150, 0)},
+    "tiny_mixed": {torch.float32: (1e-25, 1e-22, 0), torch.bfloat16: (1e-25, 1e-22, 0),
+                   torch.float16: (1e-6, 1e-3, 0), torch.float64: (1e-150, 1e-146, 0)},
+    "tiny_offset": {torch.float32: (1e-24, 1e-24, 1e-20), torch.bfloat16: (1e-22, 1e-22, -1e-20),
+                    torch.float16: (1e-5, 1e-5, 1e-3), torch.float64: (1e-150, 1e-150, 1e-143)},
+}
 
 
 def assert_matches(got, want, dtype, exact_floats=False):
@@ -73,7 +92,7 @@ def assert_matches(got, want, dtype, exact_floats=False):
     assert abs(fg[layout.M2] - fw[layout.M2]) <= tol_m2 * fw[layout.M2], "M2"
 
 
-KINDS = ["normal", "zeros", "relu", "nonfinite", "edges", "outliers", "offset", "huge", "huge_outliers"]
+KINDS = ["normal", "zeros", "relu", "nonfinite", "edges", "outliers", "offset", "huge", "huge_outliers", *TINY]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -83,6 +102,15 @@ def test_op_against_float64_oracle(op, kind, n, dtype):
     x = make(kind, n, dtype)
     exact = op is reference.accumulate_
     assert_matches(run(op, [x]), oracle(x, CFG), dtype, exact_floats=exact)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n", [63, 65, 255, 257, 1023, 1025, 2**15 - 1, 2**15 + 1, 3 * 2**15 + 300])
+@pytest.mark.parametrize("kind", ["tiny_mixed", "tiny_offset"])
+def test_tiny_values_across_block_and_chunk_boundaries(op, kind, n, dtype):
+    """Portable blocks of 64, AVX2 blocks of 256 and 1024, parallel chunks of 2^15 and the tails between them."""
+    x = make(kind, n, dtype, seed=n)
+    assert_matches(run(op, [x]), oracle(x, CFG), dtype, exact_floats=op is reference.accumulate_)
 
 
 def test_bin_edges_are_half_open(op):
@@ -162,8 +190,9 @@ LAYOUTS = {
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("layout_name", list(LAYOUTS))
-def test_non_contiguous_views(op, layout_name, dtype):
-    x = LAYOUTS[layout_name](make("nonfinite", 64 * 16 * 8 * 4, dtype, seed=5))
+@pytest.mark.parametrize("kind", ["nonfinite", "tiny_mixed"])
+def test_non_contiguous_views(op, kind, layout_name, dtype):
+    x = LAYOUTS[layout_name](make(kind, 64 * 16 * 8 * 4, dtype, seed=5))
     assert_matches(run(op, [x]), oracle(x, CFG), dtype, exact_floats=op is reference.accumulate_)
 
 

@@ -169,10 +169,10 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         s2a = _mm256_add_pd(s2a, _mm256_cvtps_pd(_mm256_castps256_ps128(c2)));
         s2b = _mm256_add_pd(s2b, _mm256_cvtps_pd(_mm256_extractf128_ps(c2, 1)));
       }
+      const double s2 = hsum(_mm256_add_pd(s2a, s2b));
       Partial bp;
-      shifted_to_partial(bp, static_cast<double>(ct), K, hsum(_mm256_add_pd(s1a, s1b)),
-                         hsum(_mm256_add_pd(s2a, s2b)));
-      if (partial_overflowed(bp)) {
+      shifted_to_partial(bp, static_cast<double>(ct), K, hsum(_mm256_add_pd(s1a, s1b)), s2);
+      if (partial_overflowed(bp) || squares_underflowed(s2, hmax(bmx) > hmin(bmn))) {
         double Kd, d1, d2;
         fp64_shifted_sums(vals, kB, Kd, d1, d2);
         shifted_to_partial(bp, static_cast<double>(ct), Kd, d1, d2);

@@ -109,20 +109,32 @@ struct ChunkKernel {
     for (int j = 0; j < kLanes; ++j) { st += s[j]; ct += c[j]; }
     if (ct > 0) {
       const A K = st / static_cast<A>(ct);
-      A c1[kLanes] = {}, c2[kLanes] = {};
+      A c1[kLanes] = {}, c2[kLanes] = {}, bmn[kLanes], bmx[kLanes];
+      for (int j = 0; j < kLanes; ++j) {
+        bmn[j] = std::numeric_limits<A>::infinity();
+        bmx[j] = -std::numeric_limits<A>::infinity();
+      }
       for (int b = 0; b < kBlock; b += kLanes)
         for (int j = 0; j < kLanes; ++j) {
           const A d = fin[b + j] ? v[b + j] - K : A(0);
           c1[j] += d;
           c2[j] += d * d;
-          mn[j] = fin[b + j] && v[b + j] < mn[j] ? v[b + j] : mn[j];
-          mx[j] = fin[b + j] && v[b + j] > mx[j] ? v[b + j] : mx[j];
+          bmn[j] = fin[b + j] && v[b + j] < bmn[j] ? v[b + j] : bmn[j];
+          bmx[j] = fin[b + j] && v[b + j] > bmx[j] ? v[b + j] : bmx[j];
         }
       double s1 = 0, s2 = 0;
-      for (int j = 0; j < kLanes; ++j) { s1 += c1[j]; s2 += c2[j]; }
+      A lo = bmn[0], hi = bmx[0];
+      for (int j = 0; j < kLanes; ++j) {
+        s1 += c1[j];
+        s2 += c2[j];
+        mn[j] = bmn[j] < mn[j] ? bmn[j] : mn[j];
+        mx[j] = bmx[j] > mx[j] ? bmx[j] : mx[j];
+        lo = bmn[j] < lo ? bmn[j] : lo;
+        hi = bmx[j] > hi ? bmx[j] : hi;
+      }
       Partial bp;
       shifted_to_partial(bp, ct, K, s1, s2);
-      if (partial_overflowed(bp)) {
+      if (partial_overflowed(bp) || (std::is_same_v<A, float> && squares_underflowed(s2, hi > lo))) {
         double Kd, d1, d2;
         fp64_shifted_sums(v, m, Kd, d1, d2);
         shifted_to_partial(bp, ct, Kd, d1, d2);
