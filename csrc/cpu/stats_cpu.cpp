@@ -52,7 +52,7 @@ bool enabled_value(const at::Tensor& e) {
     case at::kByte: return *e.const_data_ptr<uint8_t>() != 0;
     case at::kInt: return *e.const_data_ptr<int32_t>() != 0;
     case at::kLong: return *e.const_data_ptr<int64_t>() != 0;
-    default: TORCH_CHECK(false, "hookstats.accumulate_: enabled must be bool, uint8, int32 or int64, got ", e.scalar_type());
+    default: TORCH_CHECK(false, "unreachable: check_args.h checks enabled's dtype");
   }
 }
 
@@ -226,11 +226,10 @@ void accumulate_typed(const T* x, int64_t n, const Params& p, double* fs, int64_
   else accumulate_flat<T, false, false>(x, n, p, fs, is);
 }
 
-void accumulate_cpu(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::Tensor& scratch,
-                    const at::Tensor& enabled, double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
-  check_accumulate_args(x, fstate, istate, enabled, nbins, flags);
+// x and its state were checked (check_args.h).
+void accumulate_checked(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, const at::Tensor& enabled,
+                        const Params& p) {
   if (!enabled_value(enabled) || x.numel() == 0) return;
-  const Params p = make_params(lo, inv_w, eps, nbins, flags);
   // Dense layouts (contiguous, channels_last, permuted) are read in memory order with no copy;
   // the statistics do not depend on element order. Other views are copied once.
   const at::Tensor xs = x.is_non_overlapping_and_dense() ? x : x.contiguous();
@@ -246,13 +245,21 @@ void accumulate_cpu(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate,
   }
 }
 
+void accumulate_cpu(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::Tensor& scratch,
+                    const at::Tensor& enabled, double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
+  check_one_call(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags);
+  accumulate_checked(x, fstate, istate, enabled, make_params(lo, inv_w, eps, nbins, flags));
+}
+
+// Every entry is checked before the first update, so a bad list changes no state.
 void accumulate_many_cpu(at::TensorList xs, at::TensorList fstates, at::TensorList istates,
                          at::TensorList scratches, const at::Tensor& enabled, double lo, double inv_w,
                          double eps, int64_t nbins, int64_t flags) {
-  check_many_sizes(xs, fstates, istates, scratches);
+  check_many_call(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags);
+  const Params p = make_params(lo, inv_w, eps, nbins, flags);
   for (size_t k = 0; k < xs.size(); ++k) {
-    at::Tensor f = fstates[k], i = istates[k], s = scratches[k];
-    accumulate_cpu(xs[k], f, i, s, enabled, lo, inv_w, eps, nbins, flags);
+    at::Tensor f = fstates[k], i = istates[k];
+    accumulate_checked(xs[k], f, i, enabled, p);
   }
 }
 
