@@ -123,12 +123,11 @@ def check_many_args(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nb
         raise RuntimeError(f"{op}xs, fstates, istates and scratches must have equal lengths, got {len(xs)}, "
                            f"{len(fstates)}, {len(istates)}, {len(scratches)}")
     _check_scalars(op, lo, inv_w, eps, nbins, flags)
-    extents = []
     for k, (x, f, i, s) in enumerate(zip(xs, fstates, istates, scratches)):
         _check_target(f"{op}target[{k}]: ", x, f, i, s, enabled, nbins)
-        extents += _extents(k, (x, f, i, s))
     if memory and not torch.compiler.is_compiling():
-        _check_no_overlap(op, extents)
+        entries = enumerate(zip(xs, fstates, istates, scratches))
+        _check_no_overlap(op, [e for k, ts in entries for e in _extents(k, ts)])
 
 
 def accumulate_(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags):

@@ -132,9 +132,26 @@ struct ChunkKernel {
         lo = bmn[j] < lo ? bmn[j] : lo;
         hi = bmx[j] > hi ? bmx[j] : hi;
       }
+      if (std::is_same_v<A, float> && squares_underflowed(s2, hi > lo)) {
+        std::fill(c1, c1 + kLanes, A(0));
+        std::fill(c2, c2 + kLanes, A(0));
+        for (int b = 0; b < kBlock; b += kLanes)
+          for (int j = 0; j < kLanes; ++j) {
+            const A d = fin[b + j] ? (v[b + j] - K) * static_cast<A>(kTinyScale) : A(0);
+            c1[j] += d;
+            c2[j] += d * d;
+          }
+        s1 = s2 = 0;
+        for (int j = 0; j < kLanes; ++j) {
+          s1 += c1[j];
+          s2 += c2[j];
+        }
+        s1 *= kTinyUnscale;
+        s2 *= kTinyUnscale * kTinyUnscale;
+      }
       Partial bp;
       shifted_to_partial(bp, ct, K, s1, s2);
-      if (partial_overflowed(bp) || (std::is_same_v<A, float> && squares_underflowed(s2, hi > lo))) {
+      if (partial_overflowed(bp)) {
         double Kd, d1, d2;
         fp64_shifted_sums(v, m, Kd, d1, d2);
         shifted_to_partial(bp, ct, Kd, d1, d2);
