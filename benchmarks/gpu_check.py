@@ -86,6 +86,12 @@ def check_correctness(cfg, quick):
                            f"{dtype} n={view.numel()} {name}, 2 calls")
             del x
             torch.cuda.empty_cache()
+    for dtype in (torch.float32, torch.bfloat16):  # vanishing values: fp32 squares underflow, chunks redone in fp64
+        for scale, offset in ((1e-25, 0.0), (1e-40, 0.0), (1e-22, 1e-20)):
+            g = torch.Generator().manual_seed(1)
+            x = (offset + scale * torch.randn(10**6 + 3, generator=g, dtype=torch.float64)).to(dtype)
+            same_stats(run(x.cuda(), cfg, calls=2), run(x, cfg, calls=2),
+                       f"{dtype} vanishing values {offset:g} + {scale:g} N(0, 1), 2 calls")
     x = adversarial(2 * 64 * 57 * 33, torch.float32, "cuda").view(2, 64, 57, 33)
     for name, view in (("channels_last", x.contiguous(memory_format=torch.channels_last)),
                        ("transposed", x.transpose(1, 3)), ("sliced", x[:, 3:40, ::2, 1:]),

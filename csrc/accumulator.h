@@ -117,8 +117,8 @@ HS_HD void shifted_to_partial(Partial& p, double n, double K, double s1, double 
   p.m2 = m2 > 0.0 ? m2 : 0.0;
 }
 // The redo of a block whose fp32 sums overflowed (|v - K| past ~1.8e19 squares past FLT_MAX; sums of
-// values near FLT_MAX): the shifted sums of the finite values of v[0, n) in fp64, about the first of
-// them. That shift needs no division (on the GPU an fp64 division is a call with a stack frame), and as
+// values near FLT_MAX) or, on the GPU, underflowed (squares_underflowed below): the shifted sums of the
+// finite values of v[0, n) in fp64, about the first of them. That shift needs no division (on the GPU an fp64 division is a call with a stack frame), and as
 // M2 >= (K - mean)^2 the cancellation in shifted_to_partial is bounded by a factor of n. Rare: plain loops.
 template <typename V>
 HS_HD void fp64_shifted_sums(const V* v, int n, double& K, double& s1, double& s2) {
@@ -137,6 +137,19 @@ HS_HD void fp64_shifted_sums(const V* v, int n, double& K, double& s1, double& s
   }
 }
 HS_HD bool partial_overflowed(const Partial& p) { return !(p.mean - p.mean == 0.0 && p.m2 - p.m2 == 0.0); }
+// The other end: fp32 squares of |v - K| below ~1e-19 (FLT_MIN = 2^-126) are subnormal or zero, so tiny
+// values (vanishing gradients) lost most of their variance. A block whose fp32 sum of squares is below 2^-100
+// is redone: above it, the subnormal rounding of a block's <= 1024 squares (<= 2^-150 each) is below 2^-40 of
+// the sum. A block of equal values (ReLU zeros) is skipped: its fp32 sums are exact, and a redo would be waste.
+template <typename F>
+HS_HD bool squares_underflowed(F sum_sq, bool values_differ) {
+  return sum_sq < static_cast<F>(0x1p-100) && values_differ;
+}
+// The CPU kernels redo such a block in fp32 (vectorised) with v - K times 2^100, exact: a nonzero |v - K| is
+// >= 2^-149, so its scaled square is >= 2^-98, a normal fp32; below the threshold every |v - K| < 2^-50, so
+// the scaled squares stay below 2^100. The CUDA kernel calls fp64_shifted_sums out of line instead.
+constexpr float kTinyScale = 0x1p100f;
+constexpr double kTinyUnscale = 0x1p-100;
 
 HS_HD void merge_into_state(double* fs, const Partial& p) {
   chan_merge(fs[kNFinite], fs[kMean], fs[kM2], p.n, p.mean, p.m2);

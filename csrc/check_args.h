@@ -1,35 +1,133 @@
-// check_args.h -- argument checks shared by every device's launcher: errors name the bad argument.
+// check_args.h -- argument checks shared by every device's launcher; hookstats/reference.py (check_args)
+// raises the same errors, so the fallback fails where the op fails. One error per bad argument, naming it.
+// Every argument of a call is checked before any state changes.
 #pragma once
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <ostream>
+#include <string>
+#include <vector>
 
 #include "accumulator.h"
 
 namespace hookstats {
 
-inline void check_accumulate_args(const at::Tensor& x, const at::Tensor& fstate, const at::Tensor& istate,
-                                  const at::Tensor& enabled, int64_t nbins, int64_t flags) {
-  const auto t = x.scalar_type();
-  TORCH_CHECK(t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16,
-              "hookstats.accumulate_: x must be float32, float64, float16 or bfloat16, got ", t);
-  TORCH_CHECK(nbins >= 1 && nbins <= kMaxBins, "hookstats.accumulate_: nbins must be in [1, ", kMaxBins,
-              "], got ", nbins);
-  TORCH_CHECK(flags >= 0 && flags < 8, "hookstats.accumulate_: unknown flags ", flags);
-  TORCH_CHECK(fstate.scalar_type() == at::kDouble && fstate.numel() == kFState && fstate.is_contiguous(),
-              "hookstats.accumulate_: fstate must be a contiguous float64 tensor of ", kFState, " elements");
-  TORCH_CHECK(istate.scalar_type() == at::kLong && istate.numel() == istate_size(nbins) && istate.is_contiguous(),
-              "hookstats.accumulate_: istate must be a contiguous int64 tensor of ", istate_size(nbins),
-              " elements for nbins=", nbins, ", got ", istate.numel());
-  TORCH_CHECK(enabled.numel() == 1, "hookstats.accumulate_: enabled must have one element");
-  TORCH_CHECK(fstate.device() == x.device() && istate.device() == x.device() && enabled.device() == x.device(),
-              "hookstats.accumulate_: x, fstate, istate and enabled must be on one device; x is on ", x.device(),
-              ", fstate on ", fstate.device(), ", istate on ", istate.device(), ", enabled on ", enabled.device());
+// Where an error is: accumulate_ (k < 0) or entry k of accumulate_many_'s lists. Messages are only built on failure.
+struct Op {
+  int64_t k;
+};
+inline std::ostream& operator<<(std::ostream& o, const Op& op) {
+  return op.k < 0 ? o << "hookstats.accumulate_: " : o << "hookstats.accumulate_many_: target[" << op.k << "]: ";
 }
 
-inline void check_many_sizes(at::TensorList xs, at::TensorList fstates, at::TensorList istates,
-                             at::TensorList scratches) {
+// A state the op updates in place: on x's device, of its dtype and size, contiguous, and writable in place.
+inline void check_state(Op op, const char* name, const at::Tensor& t, at::ScalarType dtype, const char* dtype_name,
+                        int64_t numel, int64_t nbins, const at::Tensor& x) {
+  TORCH_CHECK(t.device() == x.device(), op, name, " must be on x's device (", x.device(), "), got ", t.device());
+  TORCH_CHECK(t.scalar_type() == dtype, op, name, " must be ", dtype_name, ", got ", t.scalar_type());
+  TORCH_CHECK(numel < 0 || t.numel() == numel, op, name, " must have ", numel, " elements",
+              nbins > 0 ? " for nbins=" + std::to_string(nbins) : std::string(), ", got ", t.numel());
+  TORCH_CHECK(t.is_contiguous(), op, name, " must be contiguous");
+  TORCH_CHECK(!t.requires_grad(), op, name, " must not require grad: the op updates it in place");
+  TORCH_CHECK(!t.is_inference() || c10::InferenceMode::is_enabled(), op, name,
+              " is an inference tensor, which cannot be updated outside torch.inference_mode(): create the state "
+              "outside inference mode");
+}
+
+inline void check_scalars(const char* op, double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
+  TORCH_CHECK(nbins >= 1 && nbins <= kMaxBins, op, "nbins must be in [1, ", kMaxBins, "], got ", nbins);
+  TORCH_CHECK(flags >= 0 && flags < 8, op, "unknown flags ", flags);
+  // The kernels bin with float32 lo and inv_w (accumulator.h Params): they must be finite there.
+  const float lo32 = static_cast<float>(lo), inv_w32 = static_cast<float>(inv_w), eps32 = static_cast<float>(eps);
+  TORCH_CHECK(std::isfinite(lo32), op, "lo must be finite in float32, got ", lo);
+  TORCH_CHECK(std::isfinite(inv_w32) && inv_w32 > 0.0f, op,
+              "inv_w (nbins / (hi - lo)) must be finite and > 0 in float32, got ", inv_w);
+  TORCH_CHECK(eps32 >= 0.0f, op, "eps must be >= 0, got ", eps);
+}
+
+inline void check_target(Op op, const at::Tensor& x, const at::Tensor& fstate, const at::Tensor& istate,
+                         const at::Tensor& scratch, const at::Tensor& enabled, int64_t nbins) {
+  const auto t = x.scalar_type();
+  TORCH_CHECK(t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16,
+              op, "x must be float32, float64, float16 or bfloat16, got ", t);
+  check_state(op, "fstate", fstate, at::kDouble, "float64", kFState, 0, x);
+  check_state(op, "istate", istate, at::kLong, "int64", istate_size(static_cast<int>(nbins)), nbins, x);
+  check_state(op, "scratch", scratch, at::kByte, "uint8", -1, 0, x);
+  TORCH_CHECK(enabled.device() == x.device(), op, "enabled must be on x's device (", x.device(), "), got ",
+              enabled.device());
+  const auto e = enabled.scalar_type();
+  TORCH_CHECK(e == at::kBool || e == at::kByte || e == at::kInt || e == at::kLong,
+              op, "enabled must be bool, uint8, int32 or int64, got ", e);
+  TORCH_CHECK(enabled.numel() == 1, op, "enabled must have one element, got ", enabled.numel());
+}
+
+// No state may share memory with another state or with an x (of any entry of a list): an update would
+// change what another update or the read of x sees. xs may share memory with each other (they are only read).
+struct Extent {
+  uintptr_t begin, end;
+  int64_t k;  // entry of the list (-1 for accumulate_)
+  int what;   // kNames index: 0 is x, the rest are states
+};
+constexpr const char* kNames[] = {"x", "fstate", "istate", "scratch"};
+
+inline std::string extent_name(const Extent& e) {
+  return e.k < 0 ? kNames[e.what] : std::string(kNames[e.what]) + " of target[" + std::to_string(e.k) + "]";
+}
+inline void add_extents(std::vector<Extent>& out, int64_t k, std::initializer_list<const at::Tensor*> ts) {
+  int what = 0;
+  for (const at::Tensor* t : ts) {
+    if (t->numel() > 0) {
+      int64_t last = 0;  // offset of the last element; torch strides are >= 0
+      for (int64_t d = 0; d < t->dim(); ++d) last += (t->size(d) - 1) * t->stride(d);
+      const auto begin = reinterpret_cast<uintptr_t>(t->const_data_ptr());
+      out.push_back({begin, begin + static_cast<uintptr_t>((last + 1) * t->element_size()), k, what});
+    }
+    ++what;
+  }
+}
+inline void check_no_overlap(const char* op, std::vector<Extent>& ext) {
+  std::sort(ext.begin(), ext.end(), [](const Extent& a, const Extent& b) { return a.begin < b.begin; });
+  const Extent* far_any = nullptr;    // of the extents so far, the one reaching furthest
+  const Extent* far_state = nullptr;  // the same among states
+  for (const Extent& e : ext) {
+    const Extent* other = e.what ? far_any : far_state;
+    TORCH_CHECK(!other || e.begin >= other->end, op, extent_name(e), " and ", extent_name(*other),
+                " share memory: every state needs tensors of its own, apart from x");
+    if (!far_any || e.end > far_any->end) far_any = &e;
+    if (e.what && (!far_state || e.end > far_state->end)) far_state = &e;
+  }
+}
+
+inline void check_one_call(const at::Tensor& x, const at::Tensor& fstate, const at::Tensor& istate,
+                           const at::Tensor& scratch, const at::Tensor& enabled, double lo, double inv_w, double eps,
+                           int64_t nbins, int64_t flags) {
+  check_scalars("hookstats.accumulate_: ", lo, inv_w, eps, nbins, flags);
+  check_target(Op{-1}, x, fstate, istate, scratch, enabled, nbins);
+  std::vector<Extent> ext;
+  add_extents(ext, -1, {&x, &fstate, &istate, &scratch});
+  check_no_overlap("hookstats.accumulate_: ", ext);
+}
+
+inline void check_many_call(at::TensorList xs, at::TensorList fstates, at::TensorList istates,
+                            at::TensorList scratches, const at::Tensor& enabled, double lo, double inv_w, double eps,
+                            int64_t nbins, int64_t flags) {
+  const char* op = "hookstats.accumulate_many_: ";
   TORCH_CHECK(xs.size() == fstates.size() && xs.size() == istates.size() && xs.size() == scratches.size(),
-              "hookstats.accumulate_many_: xs, fstates, istates and scratches must have equal lengths, got ",
-              xs.size(), ", ", fstates.size(), ", ", istates.size(), ", ", scratches.size());
+              op, "xs, fstates, istates and scratches must have equal lengths, got ", xs.size(), ", ",
+              fstates.size(), ", ", istates.size(), ", ", scratches.size());
+  check_scalars(op, lo, inv_w, eps, nbins, flags);
+  std::vector<Extent> ext;
+  ext.reserve(4 * xs.size());
+  for (size_t k = 0; k < xs.size(); ++k) {
+    const auto i = static_cast<int64_t>(k);
+    check_target(Op{i}, xs[k], fstates[k], istates[k], scratches[k], enabled, nbins);
+    add_extents(ext, i, {&xs[k], &fstates[k], &istates[k], &scratches[k]});
+  }
+  check_no_overlap(op, ext);
 }
 
 inline Params make_params(double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {

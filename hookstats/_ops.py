@@ -34,13 +34,14 @@ def _load_extension():
 _COMPILED = _load_extension()
 
 if _COMPILED:
+    # The fake kernels (also the meta kernels) raise the op's errors: a meta x with CPU state is no silent no-op.
     @torch.library.register_fake("hookstats::accumulate_")
     def _accumulate_fake(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags):
-        return None
+        reference.check_args(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags, memory=False)
 
     @torch.library.register_fake("hookstats::accumulate_many_")
     def _accumulate_many_fake(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags):
-        return None
+        reference.check_many_args(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags, memory=False)
 
     accumulate_ = torch.ops.hookstats.accumulate_.default
     accumulate_many_ = torch.ops.hookstats.accumulate_many_.default

@@ -4,11 +4,15 @@ Same signature and state layout as the C++/CUDA op (csrc/accumulator.h). Moments
 over the tensor; bins use the kernels' float32 formula. Runs on any device with no host sync: no
 .item(), no bincount, no range-inferring histc; `enabled` masks the update on the device.
 """
+import math
+
+import numpy as np
 import torch
 
 from . import layout
 
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_FLAG_DTYPES = (torch.bool, torch.uint8, torch.int32, torch.int64)
 _F32_MAX = 3.4028234663852886e38
 
 
@@ -28,22 +32,110 @@ def _log_slots(f):
     return torch.where(e == 0, (bits != 0).long(), e.long() + 1)
 
 
-def _check(x, fstate, istate, enabled, nbins, flags):
-    if x.dtype not in _FLOAT_DTYPES:
-        raise RuntimeError(f"hookstats.accumulate_: x must be float32, float64, float16 or bfloat16, got {x.dtype}")
+def _f32(v):
+    with np.errstate(over="ignore"):
+        return float(np.float32(v))
+
+
+def _check_scalars(op, lo, inv_w, eps, nbins, flags):
     if not 1 <= nbins <= layout.MAX_BINS:
-        raise RuntimeError(f"hookstats.accumulate_: nbins must be in [1, {layout.MAX_BINS}], got {nbins}")
-    if fstate.dtype != torch.float64 or fstate.numel() != layout.FSTATE_SIZE:
-        raise RuntimeError("hookstats.accumulate_: fstate must be a float64 tensor of 5 elements")
-    if istate.dtype != torch.int64 or istate.numel() != layout.istate_size(nbins):
-        raise RuntimeError(f"hookstats.accumulate_: istate must be an int64 tensor of {layout.istate_size(nbins)} "
-                           f"elements for nbins={nbins}, got {istate.numel()}")
+        raise RuntimeError(f"{op}nbins must be in [1, {layout.MAX_BINS}], got {nbins}")
+    if not 0 <= flags < 8:
+        raise RuntimeError(f"{op}unknown flags {flags}")
+    if not math.isfinite(_f32(lo)):
+        raise RuntimeError(f"{op}lo must be finite in float32, got {lo}")
+    if not (math.isfinite(_f32(inv_w)) and _f32(inv_w) > 0):
+        raise RuntimeError(f"{op}inv_w (nbins / (hi - lo)) must be finite and > 0 in float32, got {inv_w}")
+    if not _f32(eps) >= 0:
+        raise RuntimeError(f"{op}eps must be >= 0, got {eps}")
+
+
+def _check_state(op, name, t, dtype, numel, x, size_note=""):
+    if t.device != x.device:
+        raise RuntimeError(f"{op}{name} must be on x's device ({x.device}), got {t.device}")
+    if t.dtype != dtype:
+        raise RuntimeError(f"{op}{name} must be {str(dtype).replace('torch.', '')}, got {t.dtype}")
+    if numel is not None and t.numel() != numel:
+        raise RuntimeError(f"{op}{name} must have {numel} elements{size_note}, got {t.numel()}")
+    if not t.is_contiguous():
+        raise RuntimeError(f"{op}{name} must be contiguous")
+    if t.requires_grad:
+        raise RuntimeError(f"{op}{name} must not require grad: the op updates it in place")
+    if t.is_inference() and not torch.is_inference_mode_enabled():
+        raise RuntimeError(f"{op}{name} is an inference tensor, which cannot be updated outside "
+                           f"torch.inference_mode(): create the state outside inference mode")
+
+
+def _check_target(op, x, fstate, istate, scratch, enabled, nbins):
+    if x.dtype not in _FLOAT_DTYPES:
+        raise RuntimeError(f"{op}x must be float32, float64, float16 or bfloat16, got {x.dtype}")
+    _check_state(op, "fstate", fstate, torch.float64, layout.FSTATE_SIZE, x)
+    _check_state(op, "istate", istate, torch.int64, layout.istate_size(nbins), x, f" for nbins={nbins}")
+    _check_state(op, "scratch", scratch, torch.uint8, None, x)
+    if enabled.device != x.device:
+        raise RuntimeError(f"{op}enabled must be on x's device ({x.device}), got {enabled.device}")
+    if enabled.dtype not in _FLAG_DTYPES:
+        raise RuntimeError(f"{op}enabled must be bool, uint8, int32 or int64, got {enabled.dtype}")
     if enabled.numel() != 1:
-        raise RuntimeError("hookstats.accumulate_: enabled must have one element")
+        raise RuntimeError(f"{op}enabled must have one element, got {enabled.numel()}")
+
+
+def _extents(k, tensors):
+    """(begin, end, k, what) byte ranges of the tensors with data; what 0 is x, 1-3 are states."""
+    out = []
+    for what, t in enumerate(tensors):
+        if t.numel() and t.device.type != "meta":
+            last = sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+            out.append((t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size(), k, what))
+    return out
+
+
+def _check_no_overlap(op, extents):
+    """No state shares memory with another state or with an x (xs may share memory: they are only read)."""
+    names = ("x", "fstate", "istate", "scratch")
+    name = lambda e: names[e[3]] if e[2] < 0 else f"{names[e[3]]} of target[{e[2]}]"  # noqa: E731
+    far_any = far_state = None
+    for e in sorted(extents, key=lambda e: e[0]):
+        other = far_any if e[3] else far_state
+        if other is not None and e[0] < other[1]:
+            raise RuntimeError(f"{op}{name(e)} and {name(other)} share memory: every state needs tensors of its own, "
+                               f"apart from x")
+        if far_any is None or e[1] > far_any[1]:
+            far_any = e
+        if e[3] and (far_state is None or e[1] > far_state[1]):
+            far_state = e
+
+
+def check_args(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags, memory=True):
+    """The errors of the compiled op (csrc/check_args.h) for accumulate_'s arguments. memory=False leaves out
+    the shared-memory test (fake tensors have no memory)."""
+    op = "hookstats.accumulate_: "
+    _check_scalars(op, lo, inv_w, eps, nbins, flags)
+    _check_target(op, x, fstate, istate, scratch, enabled, nbins)
+    if memory and not torch.compiler.is_compiling():
+        _check_no_overlap(op, _extents(-1, (x, fstate, istate, scratch)))
+
+
+def check_many_args(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags, memory=True):
+    """check_args for accumulate_many_: every entry, before any state changes."""
+    op = "hookstats.accumulate_many_: "
+    if not len(xs) == len(fstates) == len(istates) == len(scratches):
+        raise RuntimeError(f"{op}xs, fstates, istates and scratches must have equal lengths, got {len(xs)}, "
+                           f"{len(fstates)}, {len(istates)}, {len(scratches)}")
+    _check_scalars(op, lo, inv_w, eps, nbins, flags)
+    for k, (x, f, i, s) in enumerate(zip(xs, fstates, istates, scratches)):
+        _check_target(f"{op}target[{k}]: ", x, f, i, s, enabled, nbins)
+    if memory and not torch.compiler.is_compiling():
+        entries = enumerate(zip(xs, fstates, istates, scratches))
+        _check_no_overlap(op, [e for k, ts in entries for e in _extents(k, ts)])
 
 
 def accumulate_(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags):
-    _check(x, fstate, istate, enabled, nbins, flags)
+    check_args(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags)
+    _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags)
+
+
+def _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags):
     if x.numel() == 0:
         return
     x = x.detach().reshape(-1)
@@ -93,7 +185,6 @@ def accumulate_(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flag
 
 
 def accumulate_many_(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags):
-    if not len(xs) == len(fstates) == len(istates) == len(scratches):
-        raise RuntimeError("hookstats.accumulate_many_: xs, fstates, istates and scratches must have equal lengths")
-    for x, f, i, s in zip(xs, fstates, istates, scratches):
-        accumulate_(x, f, i, s, enabled, lo, inv_w, eps, nbins, flags)
+    check_many_args(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags)
+    for x, f, i in zip(xs, fstates, istates):
+        _accumulate_checked(x, f, i, enabled, lo, inv_w, eps, nbins, flags)

@@ -90,6 +90,26 @@ def adversarial(n, dtype, seed):
     return x.to(dtype)
 
 
+# kind: {dtype: (scale, offset)}, float32 where a dtype is not listed (float16 never underflows in fp32).
+VANISHING = {"tiny": {torch.float16: (1e-6, 0.0), torch.float64: (1e-150, 0.0), None: (1e-25, 0.0)},
+             "subnormal": {torch.float16: (1e-6, 0.0), torch.float64: (1e-150, 0.0), None: (1e-40, 0.0)},
+             "offset": {torch.float16: (1e-5, 1e-3), torch.float64: (1e-150, 1e-143), torch.bfloat16: (1e-22, 1e-20),
+                        None: (1e-24, 1e-20)}}
+
+
+def vanishing(n, dtype, seed, kind="tiny"):
+    """Values whose fp32 squares underflow: offset + scale N(0, 1), every 16th deviation 30x larger, a run of
+    the offset alone (chunks of equal values, not redone) and a NaN."""
+    g = torch.Generator().manual_seed(seed)
+    scale, offset = VANISHING[kind].get(dtype, VANISHING[kind][None])
+    d = torch.randn(n, generator=g, dtype=torch.float64) * scale
+    d[::16] *= 30
+    d[n // 3:n // 3 + min(n // 4, 300)] = 0.0
+    x = offset + d
+    x[n // 2 + 5::997] = float("nan")
+    return x.to(dtype)
+
+
 def run_driver(exe, x, mode_args, cfg=CFG, threads=64, launches="2", tmp=None):
     """Runs the emulated kernel; returns [(fstate, istate, ticket)] per target and the completed process."""
     src, dst = tmp / "in.bin", tmp / "out.bin"
@@ -149,6 +169,16 @@ def test_dense_tsan(drivers, tmp_path, dtype, grid, misalign, n):
     check(states[0], x, launches=2)
 
 
+@pytest.mark.parametrize("dtype,grid,misalign,n,kind", [(*c, list(VANISHING)[k % 3]) for k, c in enumerate(DENSE)],
+                         ids=lambda v: str(v).replace("torch.", ""))
+def test_vanishing_values_asan(drivers, tmp_path, dtype, grid, misalign, n, kind):
+    """Chunks whose fp32 squares underflow are redone in fp64; chunks of equal values are not (both exact)."""
+    x = vanishing(n, dtype, seed=grid, kind=kind)
+    states, r = run_driver(drivers["asan"], x, ["dense", misalign, grid], tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    check(states[0], x, launches=2)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("n,misalign", [(1, 1), (7, 3), (33, 1), (1000, 2), (4099, 1)])
 def test_tails_and_misalignment_asan(drivers, tmp_path, dtype, n, misalign):
@@ -190,8 +220,9 @@ def views(base):
 
 @pytest.mark.parametrize("san,dtype,which", [("tsan", torch.float32, 0), ("asan", torch.float16, 1),
                                              ("asan", torch.float64, 2), ("tsan", torch.bfloat16, 1)])
-def test_strided_view(drivers, tmp_path, san, dtype, which):
-    base = adversarial(60 * 75, dtype, seed=5)
+@pytest.mark.parametrize("data", ["adversarial", "vanishing"])
+def test_strided_view(drivers, tmp_path, san, dtype, which, data):
+    base = adversarial(60 * 75, dtype, seed=5) if data == "adversarial" else vanishing(60 * 75, dtype, seed=5)
     name, view = views(base)[which]
     assert not view.is_contiguous(), name
     off = view.storage_offset()

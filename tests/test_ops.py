@@ -54,7 +54,26 @@ def make(kind, n, dtype, seed=0):
     elif kind == "huge_outliers":  # an exploding activation among ordinary ones (float16: +-inf)
         x[::211] = 1e30
         x[100::307] = -3e38
+    elif kind in TINY:  # vanishing gradients: fp32 squares of these underflow; the kernels redo such blocks in fp64
+        small, large, offset = TINY[kind][dtype]
+        scale = torch.full_like(x, small)
+        scale[::16] = large
+        x = offset + scale * x
     return x.to(dtype)
+
+
+# kind: {dtype: (scale, scale of every 16th value, offset)}. float16 values never underflow in fp32 (its smallest
+# is 2^-24); float64 ones down to where M2 still fits the float64 state (squares below ~1e-308 are subnormal there).
+TINY = {
+    "tiny": {torch.float32: (1e-25, 1e-25, 0), torch.bfloat16: (1e-25, 1e-25, 0), torch.float16: (1e-6, 1e-6, 0),
+             torch.float64: (1e-150, 1e-150, 0)},
+    "subnormal": {torch.float32: (1e-39, 1e-39, 0), torch.bfloat16: (1e-39, 1e-39, 0),
+                  torch.float16: (1e-5, 1e-5, 0), torch.float64: (1e-150, 1e-150, 0)},
+    "tiny_mixed": {torch.float32: (1e-25, 1e-22, 0), torch.bfloat16: (1e-25, 1e-22, 0),
+                   torch.float16: (1e-6, 1e-3, 0), torch.float64: (1e-150, 1e-146, 0)},
+    "tiny_offset": {torch.float32: (1e-24, 1e-24, 1e-20), torch.bfloat16: (1e-22, 1e-22, -1e-20),
+                    torch.float16: (1e-5, 1e-5, 1e-3), torch.float64: (1e-150, 1e-150, 1e-143)},
+}
 
 
 def assert_matches(got, want, dtype, exact_floats=False):
@@ -73,7 +92,7 @@ def assert_matches(got, want, dtype, exact_floats=False):
     assert abs(fg[layout.M2] - fw[layout.M2]) <= tol_m2 * fw[layout.M2], "M2"
 
 
-KINDS = ["normal", "zeros", "relu", "nonfinite", "edges", "outliers", "offset", "huge", "huge_outliers"]
+KINDS = ["normal", "zeros", "relu", "nonfinite", "edges", "outliers", "offset", "huge", "huge_outliers", *TINY]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -83,6 +102,15 @@ def test_op_against_float64_oracle(op, kind, n, dtype):
     x = make(kind, n, dtype)
     exact = op is reference.accumulate_
     assert_matches(run(op, [x]), oracle(x, CFG), dtype, exact_floats=exact)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("n", [63, 65, 255, 257, 1023, 1025, 2**15 - 1, 2**15 + 1, 3 * 2**15 + 300])
+@pytest.mark.parametrize("kind", ["tiny_mixed", "tiny_offset"])
+def test_tiny_values_across_block_and_chunk_boundaries(op, kind, n, dtype):
+    """Portable blocks of 64, AVX2 blocks of 256 and 1024, parallel chunks of 2^15 and the tails between them."""
+    x = make(kind, n, dtype, seed=n)
+    assert_matches(run(op, [x]), oracle(x, CFG), dtype, exact_floats=op is reference.accumulate_)
 
 
 def test_bin_edges_are_half_open(op):
@@ -162,8 +190,9 @@ LAYOUTS = {
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("layout_name", list(LAYOUTS))
-def test_non_contiguous_views(op, layout_name, dtype):
-    x = LAYOUTS[layout_name](make("nonfinite", 64 * 16 * 8 * 4, dtype, seed=5))
+@pytest.mark.parametrize("kind", ["nonfinite", "tiny_mixed"])
+def test_non_contiguous_views(op, kind, layout_name, dtype):
+    x = LAYOUTS[layout_name](make(kind, 64 * 16 * 8 * 4, dtype, seed=5))
     assert_matches(run(op, [x]), oracle(x, CFG), dtype, exact_floats=op is reference.accumulate_)
 
 
@@ -199,6 +228,112 @@ def test_state_of_the_wrong_size_is_rejected(op):
     f, i, s = fresh(StatsConfig(nbins=10))
     with pytest.raises(RuntimeError, match="istate"):
         op(torch.ones(3), f, i, s, ON, *CFG.op_args())
+
+
+def _args(**change):
+    """accumulate_'s arguments (x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags), some replaced;
+    a callable replacement gets the fresh arguments."""
+    f, i, s = fresh()
+    args = dict(x=torch.randn(100), fstate=f, istate=i, scratch=s, enabled=ON, **dict(zip(
+        ("lo", "inv_w", "eps", "nbins", "flags"), CFG.op_args())))
+    for k, v in change.items():
+        args[k] = v(args) if callable(v) else v
+    return args
+
+
+def _inference_state():
+    with torch.inference_mode():
+        return fresh()[1]
+
+
+BAD_ARGS = {  # case: (replacements, the error's words)
+    "meta x, CPU state": (dict(x=torch.randn(10, device="meta")), "fstate must be on x's device"),
+    "CPU x, meta istate": (dict(istate=lambda a: a["istate"].to("meta")), "istate must be on x's device"),
+    "meta scratch": (dict(scratch=torch.zeros(0, dtype=torch.uint8, device="meta")), "scratch must be on x's device"),
+    "meta enabled": (dict(enabled=torch.tensor([True], device="meta")), "enabled must be on x's device"),
+    "NaN inv_w": (dict(inv_w=math.nan), "inv_w .* must be finite and > 0"),
+    "inf inv_w": (dict(inv_w=math.inf), "inv_w .* must be finite and > 0"),
+    "inv_w past float32": (dict(inv_w=1e39), "inv_w .* must be finite and > 0"),
+    "zero inv_w": (dict(inv_w=0.0), "inv_w .* must be finite and > 0"),
+    "NaN lo": (dict(lo=math.nan), "lo must be finite"),
+    "lo past float32": (dict(lo=-1e39), "lo must be finite"),
+    "NaN eps": (dict(eps=math.nan), "eps must be >= 0"),
+    "negative eps": (dict(eps=-1.0), "eps must be >= 0"),
+    "nbins 0": (dict(nbins=0), r"nbins must be in \[1, 256\]"),
+    "flags 8": (dict(flags=8), "unknown flags"),
+    "float32 fstate": (dict(fstate=lambda a: a["fstate"].float()), "fstate must be float64, got"),
+    "fstate of 4": (dict(fstate=lambda a: a["fstate"][:4]), "fstate must have 5 elements, got 4"),
+    "float64 istate": (dict(istate=lambda a: a["istate"].double()), "istate must be int64, got"),
+    "istate for other nbins": (dict(nbins=10), "istate must have 273 elements for nbins=10, got 303"),
+    "strided istate": (dict(istate=lambda a: torch.zeros(2 * CFG.istate_size, dtype=torch.int64)[::2]),
+                       "istate must be contiguous"),
+    "expanded fstate": (dict(fstate=torch.zeros(1, dtype=torch.float64).expand(5)), "fstate must be contiguous"),
+    "int64 scratch": (dict(scratch=torch.zeros(8, dtype=torch.int64)), "scratch must be uint8"),
+    "strided scratch": (dict(scratch=torch.zeros(16, dtype=torch.uint8)[::2]), "scratch must be contiguous"),
+    "float enabled": (dict(enabled=torch.tensor([1.0])), "enabled must be bool, uint8, int32 or int64"),
+    "two enabled": (dict(enabled=torch.tensor([True, True])), "enabled must have one element, got 2"),
+    "fstate requires grad": (dict(fstate=lambda a: a["fstate"].requires_grad_()), "fstate must not require grad"),
+    "inference istate": (dict(istate=lambda a: _inference_state()), "istate is an inference tensor"),
+    "fstate inside istate": (dict(fstate=lambda a: a["istate"][:5].view(torch.float64)),
+                             "istate and fstate share memory|fstate and istate share memory"),
+    "x is fstate": (dict(x=lambda a: a["fstate"]), "fstate and x share memory|x and fstate share memory"),
+    "scratch is istate": (dict(scratch=lambda a: a["istate"].view(torch.uint8)),
+                          "scratch and istate share memory|istate and scratch share memory"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ARGS))
+def test_bad_arguments_raise_one_error_naming_them(op, case):
+    change, words = BAD_ARGS[case]
+    a = _args(**change)
+    state = lambda: [t.detach().numpy().tobytes() for t in (a["fstate"], a["istate"]) if t.device.type == "cpu"]  # noqa: E731
+    before = state()
+    with pytest.raises(RuntimeError, match=f"^hookstats.accumulate_: ({words})"):
+        op(*a.values())
+    assert state() == before, "a rejected call changed the state"
+
+
+MANY = {"compiled": lambda: torch.ops.hookstats.accumulate_many_.default, "reference": lambda: reference.accumulate_many_}
+
+
+def _many_args(n=3):
+    states = [fresh() for _ in range(n)]
+    return [torch.randn(50 + k) for k in range(n)], *[[s[j] for s in states] for j in range(3)]
+
+
+@pytest.mark.parametrize("backend", list(MANY))
+@pytest.mark.parametrize("case", ["lengths", "bad entry", "shared state", "x is another state", "bad inv_w"])
+def test_bad_lists_raise_one_error_and_change_no_state(backend, case):
+    xs, fs, is_, ss = _many_args()
+    scalars = list(CFG.op_args())
+    words = {"lengths": "xs, fstates, istates and scratches must have equal lengths, got 3, 3, 2, 3",
+             "bad entry": r"target\[2\]: istate must have 303 elements for nbins=40, got 302",
+             "shared state": r"fstate of target\[\d\] and fstate of target\[\d\] share memory",
+             "x is another state": r"(x of target\[0\] and istate of target\[1\]|istate of target\[1\] and x of "
+                                   r"target\[0\]) share memory",
+             "bad inv_w": "inv_w"}[case]
+    if case == "lengths":
+        is_ = is_[:2]
+    elif case == "bad entry":
+        is_[2] = is_[2][:-1]
+    elif case == "shared state":
+        fs[2] = fs[0]
+    elif case == "x is another state":
+        xs[0] = is_[1].view(torch.float64)
+    else:
+        scalars[1] = math.nan
+    before = [t.numpy().tobytes() for t in fs + is_]
+    with pytest.raises(RuntimeError, match=f"^hookstats.accumulate_many_: {words}"):
+        MANY[backend]()(xs, fs, is_, ss, ON, *scalars)
+    assert [t.numpy().tobytes() for t in fs + is_] == before, "a rejected list changed a state"
+
+
+@pytest.mark.parametrize("backend", list(MANY))
+def test_a_list_may_read_one_x_twice(backend):
+    xs, fs, is_, ss = _many_args(2)
+    xs[1] = xs[0]
+    MANY[backend]()(xs, fs, is_, ss, ON, *CFG.op_args())
+    assert torch.equal(is_[0], is_[1]) and is_[0][layout.COUNT] == 50
 
 
 def test_python_layout_mirrors_the_header():

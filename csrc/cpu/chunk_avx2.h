@@ -148,30 +148,42 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
     // Pass 2: shifted sums around this block's fp32 mean K; fp32 over 8 values per lane, then fp64.
     if (ct > 0) {
       const float K = hsum(_mm256_add_ps(sum0, sum1)) / static_cast<float>(ct);
-      const __m256 kv = _mm256_set1_ps(K);
-      __m256d s1a = _mm256_setzero_pd(), s1b = s1a, s2a = s1a, s2b = s1a;
-      auto pass2 = [&](int j, __m256& c1, __m256& c2) {
-        const __m256 v = _mm256_loadu_ps(vals + j * kVec);
-        __m256 d = _mm256_sub_ps(v, kv);
-        if (!all_finite) d = _mm256_and_ps(d, _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_LT_OQ));
-        c1 = _mm256_add_ps(c1, d);
-        c2 = _mm256_fmadd_ps(d, d, c2);
-      };
-      for (int g = 0; g < kVecs; g += 8) {
-        __m256 c1a = _mm256_setzero_ps(), c1b = c1a, c2a = c1a, c2b = c1a;
-        for (int j = g; j < g + 8; j += 2) {
-          pass2(j, c1a, c2a);
-          pass2(j + 1, c1b, c2b);
+      const __m256 kv = _mm256_set1_ps(K), scale = _mm256_set1_ps(kTinyScale);
+      // (sum (v - K), sum (v - K)^2) in fp64, with (v - K) times kTinyScale where `scaled` is true.
+      auto shifted_sums = [&](auto scaled, double& s1, double& s2) {
+        __m256d s1a = _mm256_setzero_pd(), s1b = s1a, s2a = s1a, s2b = s1a;
+        auto pass2 = [&](int j, __m256& c1, __m256& c2) {
+          const __m256 v = _mm256_loadu_ps(vals + j * kVec);
+          __m256 d = _mm256_sub_ps(v, kv);
+          if constexpr (decltype(scaled)::value) d = _mm256_mul_ps(d, scale);
+          if (!all_finite) d = _mm256_and_ps(d, _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_LT_OQ));
+          c1 = _mm256_add_ps(c1, d);
+          c2 = _mm256_fmadd_ps(d, d, c2);
+        };
+        for (int g = 0; g < kVecs; g += 8) {
+          __m256 c1a = _mm256_setzero_ps(), c1b = c1a, c2a = c1a, c2b = c1a;
+          for (int j = g; j < g + 8; j += 2) {
+            pass2(j, c1a, c2a);
+            pass2(j + 1, c1b, c2b);
+          }
+          const __m256 c1 = _mm256_add_ps(c1a, c1b), c2 = _mm256_add_ps(c2a, c2b);  // 8 values per lane
+          s1a = _mm256_add_pd(s1a, _mm256_cvtps_pd(_mm256_castps256_ps128(c1)));
+          s1b = _mm256_add_pd(s1b, _mm256_cvtps_pd(_mm256_extractf128_ps(c1, 1)));
+          s2a = _mm256_add_pd(s2a, _mm256_cvtps_pd(_mm256_castps256_ps128(c2)));
+          s2b = _mm256_add_pd(s2b, _mm256_cvtps_pd(_mm256_extractf128_ps(c2, 1)));
         }
-        const __m256 c1 = _mm256_add_ps(c1a, c1b), c2 = _mm256_add_ps(c2a, c2b);  // 8 values per lane
-        s1a = _mm256_add_pd(s1a, _mm256_cvtps_pd(_mm256_castps256_ps128(c1)));
-        s1b = _mm256_add_pd(s1b, _mm256_cvtps_pd(_mm256_extractf128_ps(c1, 1)));
-        s2a = _mm256_add_pd(s2a, _mm256_cvtps_pd(_mm256_castps256_ps128(c2)));
-        s2b = _mm256_add_pd(s2b, _mm256_cvtps_pd(_mm256_extractf128_ps(c2, 1)));
+        s1 = hsum(_mm256_add_pd(s1a, s1b));
+        s2 = hsum(_mm256_add_pd(s2a, s2b));
+      };
+      double s1, s2;
+      shifted_sums(std::false_type(), s1, s2);
+      if (squares_underflowed(s2, hmax(bmx) > hmin(bmn))) {
+        shifted_sums(std::true_type(), s1, s2);
+        s1 *= kTinyUnscale;
+        s2 *= kTinyUnscale * kTinyUnscale;
       }
       Partial bp;
-      shifted_to_partial(bp, static_cast<double>(ct), K, hsum(_mm256_add_pd(s1a, s1b)),
-                         hsum(_mm256_add_pd(s2a, s2b)));
+      shifted_to_partial(bp, static_cast<double>(ct), K, s1, s2);
       if (partial_overflowed(bp)) {
         double Kd, d1, d2;
         fp64_shifted_sums(vals, kB, Kd, d1, d2);

@@ -52,7 +52,7 @@ bool enabled_value(const at::Tensor& e) {
     case at::kByte: return *e.const_data_ptr<uint8_t>() != 0;
     case at::kInt: return *e.const_data_ptr<int32_t>() != 0;
     case at::kLong: return *e.const_data_ptr<int64_t>() != 0;
-    default: TORCH_CHECK(false, "hookstats.accumulate_: enabled must be bool, uint8, int32 or int64, got ", e.scalar_type());
+    default: TORCH_CHECK(false, "unreachable: check_args.h checks enabled's dtype");
   }
 }
 
@@ -109,17 +109,46 @@ struct ChunkKernel {
     for (int j = 0; j < kLanes; ++j) { st += s[j]; ct += c[j]; }
     if (ct > 0) {
       const A K = st / static_cast<A>(ct);
-      A c1[kLanes] = {}, c2[kLanes] = {};
+      A c1[kLanes] = {}, c2[kLanes] = {}, bmn[kLanes], bmx[kLanes];
+      for (int j = 0; j < kLanes; ++j) {
+        bmn[j] = std::numeric_limits<A>::infinity();
+        bmx[j] = -std::numeric_limits<A>::infinity();
+      }
       for (int b = 0; b < kBlock; b += kLanes)
         for (int j = 0; j < kLanes; ++j) {
           const A d = fin[b + j] ? v[b + j] - K : A(0);
           c1[j] += d;
           c2[j] += d * d;
-          mn[j] = fin[b + j] && v[b + j] < mn[j] ? v[b + j] : mn[j];
-          mx[j] = fin[b + j] && v[b + j] > mx[j] ? v[b + j] : mx[j];
+          bmn[j] = fin[b + j] && v[b + j] < bmn[j] ? v[b + j] : bmn[j];
+          bmx[j] = fin[b + j] && v[b + j] > bmx[j] ? v[b + j] : bmx[j];
         }
       double s1 = 0, s2 = 0;
-      for (int j = 0; j < kLanes; ++j) { s1 += c1[j]; s2 += c2[j]; }
+      A lo = bmn[0], hi = bmx[0];
+      for (int j = 0; j < kLanes; ++j) {
+        s1 += c1[j];
+        s2 += c2[j];
+        mn[j] = bmn[j] < mn[j] ? bmn[j] : mn[j];
+        mx[j] = bmx[j] > mx[j] ? bmx[j] : mx[j];
+        lo = bmn[j] < lo ? bmn[j] : lo;
+        hi = bmx[j] > hi ? bmx[j] : hi;
+      }
+      if (std::is_same_v<A, float> && squares_underflowed(s2, hi > lo)) {
+        std::fill(c1, c1 + kLanes, A(0));
+        std::fill(c2, c2 + kLanes, A(0));
+        for (int b = 0; b < kBlock; b += kLanes)
+          for (int j = 0; j < kLanes; ++j) {
+            const A d = fin[b + j] ? (v[b + j] - K) * static_cast<A>(kTinyScale) : A(0);
+            c1[j] += d;
+            c2[j] += d * d;
+          }
+        s1 = s2 = 0;
+        for (int j = 0; j < kLanes; ++j) {
+          s1 += c1[j];
+          s2 += c2[j];
+        }
+        s1 *= kTinyUnscale;
+        s2 *= kTinyUnscale * kTinyUnscale;
+      }
       Partial bp;
       shifted_to_partial(bp, ct, K, s1, s2);
       if (partial_overflowed(bp)) {
@@ -214,11 +243,10 @@ void accumulate_typed(const T* x, int64_t n, const Params& p, double* fs, int64_
   else accumulate_flat<T, false, false>(x, n, p, fs, is);
 }
 
-void accumulate_cpu(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::Tensor& scratch,
-                    const at::Tensor& enabled, double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
-  check_accumulate_args(x, fstate, istate, enabled, nbins, flags);
+// x and its state were checked (check_args.h).
+void accumulate_checked(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, const at::Tensor& enabled,
+                        const Params& p) {
   if (!enabled_value(enabled) || x.numel() == 0) return;
-  const Params p = make_params(lo, inv_w, eps, nbins, flags);
   // Dense layouts (contiguous, channels_last, permuted) are read in memory order with no copy;
   // the statistics do not depend on element order. Other views are copied once.
   const at::Tensor xs = x.is_non_overlapping_and_dense() ? x : x.contiguous();
@@ -234,13 +262,21 @@ void accumulate_cpu(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate,
   }
 }
 
+void accumulate_cpu(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::Tensor& scratch,
+                    const at::Tensor& enabled, double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
+  check_one_call(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags);
+  accumulate_checked(x, fstate, istate, enabled, make_params(lo, inv_w, eps, nbins, flags));
+}
+
+// Every entry is checked before the first update, so a bad list changes no state.
 void accumulate_many_cpu(at::TensorList xs, at::TensorList fstates, at::TensorList istates,
                          at::TensorList scratches, const at::Tensor& enabled, double lo, double inv_w,
                          double eps, int64_t nbins, int64_t flags) {
-  check_many_sizes(xs, fstates, istates, scratches);
+  check_many_call(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags);
+  const Params p = make_params(lo, inv_w, eps, nbins, flags);
   for (size_t k = 0; k < xs.size(); ++k) {
-    at::Tensor f = fstates[k], i = istates[k], s = scratches[k];
-    accumulate_cpu(xs[k], f, i, s, enabled, lo, inv_w, eps, nbins, flags);
+    at::Tensor f = fstates[k], i = istates[k];
+    accumulate_checked(xs[k], f, i, enabled, p);
   }
 }
 

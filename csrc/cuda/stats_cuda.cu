@@ -9,7 +9,6 @@
 
 #include <array>
 #include <atomic>
-#include <unordered_set>
 #include <vector>
 
 #include "../check_args.h"
@@ -47,19 +46,13 @@ DType dtype_of(const at::Tensor& x) {
   }
 }
 
-int enabled_bytes(const at::Tensor& e) {
-  const auto t = e.scalar_type();
-  TORCH_CHECK(t == at::kBool || t == at::kByte || t == at::kInt || t == at::kLong,
-              "hookstats.accumulate_: enabled must be bool, uint8, int32 or int64, got ", t);
-  return static_cast<int>(e.element_size());
-}
+int enabled_bytes(const at::Tensor& e) { return static_cast<int>(e.element_size()); }  // dtype checked
 
-void check_scratch(const at::Tensor& scratch, const at::Tensor& x) {
-  TORCH_CHECK(scratch.scalar_type() == at::kByte && scratch.is_contiguous() && scratch.device() == x.device(),
-              "hookstats.accumulate_: scratch must be a contiguous uint8 tensor on ", x.device(),
-              " (hookstats.monitor.scratch_bytes(device) bytes, zeroed once at creation)");
+// The rest of scratch's checks are check_args.h's (uint8, contiguous, on x's device).
+void check_scratch_alignment(Op op, const at::Tensor& scratch) {
   TORCH_CHECK(scratch.numel() == 0 || reinterpret_cast<uintptr_t>(scratch.const_data_ptr()) % 8 == 0,
-              "hookstats.accumulate_: scratch must be 8-byte aligned");
+              op, "scratch must be 8-byte aligned (hookstats.monitor.scratch_bytes(device) bytes of its own, "
+              "zeroed once at creation)");
 }
 
 // Blocks for one tensor: from its size, capped by the device and by what its scratch can hold.
@@ -117,33 +110,25 @@ void launch_one(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at:
   launch_one(xc, fstate, istate, scratch, enabled, p);
 }
 
-void check_one(const at::Tensor& x, const at::Tensor& fstate, const at::Tensor& istate, const at::Tensor& scratch,
-               const at::Tensor& enabled, int64_t nbins, int64_t flags) {
-  check_accumulate_args(x, fstate, istate, enabled, nbins, flags);
-  check_scratch(scratch, x);
-  enabled_bytes(enabled);
-}
-
 void accumulate_cuda(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::Tensor& scratch,
                      const at::Tensor& enabled, double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
-  check_one(x, fstate, istate, scratch, enabled, nbins, flags);
+  check_one_call(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags);
+  check_scratch_alignment(Op{-1}, scratch);
   if (x.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(x.device());
   launch_one(x, fstate, istate, scratch, enabled, make_params(lo, inv_w, eps, nbins, flags));
 }
 
 // Dense tensors of one dtype share launches of up to kMaxTargets tensors; other views go one by one.
-// Every argument is checked before the first launch, so a bad list changes no state.
+// Every argument is checked before the first launch, so a bad list changes no state. No two entries share a
+// state (check_args.h): blocks of one launch would share its ticket.
 void accumulate_many_cuda(at::TensorList xs, at::TensorList fstates, at::TensorList istates, at::TensorList scratches,
                           const at::Tensor& enabled, double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
-  check_many_sizes(xs, fstates, istates, scratches);
-  std::unordered_set<const void*> seen;  // blocks of one launch share a state's ticket: one use per call
+  check_many_call(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags);
   std::vector<int> blocks(xs.size(), 0);
   const c10::cuda::CUDAGuard guard(enabled.device());
   for (size_t k = 0; k < xs.size(); ++k) {
-    check_one(xs[k], fstates[k], istates[k], scratches[k], enabled, nbins, flags);
-    TORCH_CHECK(seen.insert(fstates[k].const_data_ptr()).second, "hookstats.accumulate_many_: the state of xs[", k,
-                "] appears twice in one call");
+    check_scratch_alignment(Op{static_cast<int64_t>(k)}, scratches[k]);
     if (xs[k].numel()) blocks[k] = plan_blocks(xs[k], scratches[k]);
   }
   const Params p = make_params(lo, inv_w, eps, nbins, flags);

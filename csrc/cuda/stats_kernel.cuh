@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "../accumulator.h"
 
@@ -188,6 +189,11 @@ struct Shifted {
   double k, e1, e2;
 };
 
+// Whether a chunk's fp32 sums can overflow or underflow: only for inputs with fp32's exponent range. fp16
+// values (|v| <= 65504, nonzero |v| >= 2^-24) keep every fp32 sum and square normal; fp64 is summed in fp64.
+template <typename T>
+constexpr bool kRangeCheck = std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16>;
+
 // accumulator.h's fp64_shifted_sums for one chunk, not inlined: inlined, the compiler predicates it into
 // every chunk (+9 SASS instructions per element).
 template <int M, typename A>
@@ -199,20 +205,26 @@ __device__ __noinline__ Shifted fp64_chunk(Chunk<M, A> ch) {
 
 // Consumes M values as one chunk: integer statistics per value; moments in the input precision about
 // the chunk's own mean Kc (so fp32 never sums far-off values), then folded into fp64 sums about K.
-template <int M, typename A>
+// kCheck: the chunk is redone in fp64 where its fp32 sums overflowed or its squares underflowed.
+template <int M, bool kCheck, typename A>
 __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], const Params& p, bool lin, bool lg,
                                        int lin_n, unsigned* hist) {
   const bool signed_nz = p.flags & kSignedNearZero;
   A s = 0;
   int c = 0;
+  // kCheck: min/max of the chunk first (as many min/max per value, +2 per chunk), for the test below
+  // whether its values differ; else straight into the thread's (fp64: +3-4 SASS per value otherwise).
+  A cmn = nan_acc(A(0)), cmx = cmn;
+  A& mn = kCheck ? cmn : t.mn;
+  A& mx = kCheck ? cmx : t.mx;
 #pragma unroll
   for (int i = 0; i < M; ++i) {
     const bool fin = finite_acc(v[i]);
     s += fin ? v[i] : A(0);
     c += fin;
     const A vm = fin ? v[i] : nan_acc(A(0));
-    t.mn = min_acc(t.mn, vm);
-    t.mx = max_acc(t.mx, vm);
+    mn = min_acc(mn, vm);
+    mx = max_acc(mx, vm);
     const float f = bin_value(v[i]);
     t.nz += near_zero(f, p.eps, signed_nz);
     // Non-finite values take their own linear slots and the log histogram's dummy slot (never flushed).
@@ -221,6 +233,10 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
     if (lin) shared_inc(&hist[slot]);
     else if (!fin) shared_inc(&hist[nonfinite]);
     if (lg) shared_inc(&hist[lin_n + log_slot(f)]);  // exponent 255 (NaN, Inf) gives kLogSlots
+  }
+  if constexpr (kCheck) {
+    t.mn = min_acc(t.mn, cmn);
+    t.mx = max_acc(t.mx, cmx);
   }
   const A Kc = approx_div(s, static_cast<A>(c > 0 ? c : 1));
   A c1 = 0, c2 = 0;
@@ -231,8 +247,10 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
     c2 += d * d;
   }
   double kc = static_cast<double>(Kc), e1 = static_cast<double>(c1), e2 = static_cast<double>(c2);
-  if constexpr (sizeof(A) == 4) {  // fp64 sums overflow only past |v| ~1e154
-    if (!(finite_acc(Kc) && finite_acc(c2))) {  // fp32 overflow (|v - Kc| past ~1.8e19): this chunk in fp64
+  if constexpr (kCheck) {
+    // fp32 overflow (|v - Kc| past ~1.8e19) or squares underflowed (|v - Kc| below ~1e-15; cmx > cmn is
+    // false for a chunk of equal values or of no finite value): this chunk in fp64.
+    if (!(finite_acc(Kc) && finite_acc(c2)) || squares_underflowed(c2, cmx > cmn)) {
       Chunk<M, A> ch;
 #pragma unroll
       for (int i = 0; i < M; ++i) ch.v[i] = v[i];
@@ -391,7 +409,7 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
   const int64_t gstride = static_cast<int64_t>(nblk) * blockDim.x;
   for (int64_t i = gtid; i < tg.head; i += gstride) {
     const A v[1] = {to_acc(x[i])};
-    consume<1>(t, v, p, kLin, kLog, lin_n, hist);
+    consume<1, kRangeCheck<T>>(t, v, p, kLin, kLog, lin_n, hist);
   }
   const uint4* xv = reinterpret_cast<const uint4*>(x + tg.head);
   int64_t j = gtid;
@@ -409,7 +427,7 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
 #pragma unroll
         for (int k = 0; k < V; ++k) v[u * V + k] = to_acc(e[k]);
       }
-      consume<kChunkVecs * V>(t, v, p, kLin, kLog, lin_n, hist);
+      consume<kChunkVecs * V, kRangeCheck<T>>(t, v, p, kLin, kLog, lin_n, hist);
     }
   }
   for (; j < tg.nvec; j += gstride) {
@@ -419,11 +437,11 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
     A v[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) v[k] = to_acc(e[k]);
-    consume<V>(t, v, p, kLin, kLog, lin_n, hist);
+    consume<V, kRangeCheck<T>>(t, v, p, kLin, kLog, lin_n, hist);
   }
   for (int64_t i = tg.head + tg.nvec * V + gtid; i < tg.n; i += gstride) {
     const A v[1] = {to_acc(x[i])};
-    consume<1>(t, v, p, kLin, kLog, lin_n, hist);
+    consume<1, kRangeCheck<T>>(t, v, p, kLin, kLog, lin_n, hist);
   }
   __syncthreads();
   finish_block(t, tg, bid, nblk, stride, hist_used(p), hist_all, sm);
@@ -472,11 +490,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     A v[kStridedChunk];
 #pragma unroll
     for (int k = 0; k < kStridedChunk; ++k) v[k] = to_acc(x[offset(c * kStridedChunk + k)]);
-    consume<kStridedChunk>(t, v, p, lin, lg, lin_n, hist);
+    consume<kStridedChunk, kRangeCheck<T>>(t, v, p, lin, lg, lin_n, hist);
   }
   for (int64_t i = nchunks * kStridedChunk + gtid; i < tg.n; i += gstride) {
     const A v[1] = {to_acc(x[offset(i)])};
-    consume<1>(t, v, p, lin, lg, lin_n, hist);
+    consume<1, kRangeCheck<T>>(t, v, p, lin, lg, lin_n, hist);
   }
   __syncthreads();
   finish_block(t, tg, bid, nblk, stride, hist_used(p), hist_all, sm);
