@@ -33,11 +33,11 @@ class _Span:
         first[: len(order)], rows[: len(order)] = self.first[order], self.rows[order]
         self.first, self.rows = first, rows
 
-    def put(self, at, h):
-        """Histograms h [k, size] into the physical rows `at`."""
-        if h[:, 1: self.lo].any() or h[:, self.hi:].any():
-            nz = np.flatnonzero(h[:, 1:].any(axis=0)) + 1
-            lo, hi = int(nz[0]), int(nz[-1]) + 1
+    def put(self, at, h, used):
+        """Histograms h [k, size] into the physical rows `at`; `used` (lo, hi): the span of slots 1.. that
+        h uses, (0, 0) for none."""
+        lo, hi = used
+        if hi > lo and (lo < self.lo or hi > self.hi):
             if self.hi > self.lo:
                 lo, hi = min(self.lo, lo), max(self.hi, hi)
             rows = np.zeros((len(self.rows), hi - lo), dtype=np.int64)
@@ -51,6 +51,22 @@ class _Span:
         h[0] = self.first[i]
         h[self.lo: self.hi] = self.rows[i]
         return h
+
+
+def span_of(h):
+    """(lo, hi): the slots 1.. that histograms h [k, size] use, (0, 0) for none."""
+    used = np.flatnonzero(h[:, 1:].any(axis=0))
+    return (int(used[0]) + 1, int(used[-1]) + 2) if len(used) else (0, 0)
+
+
+def spans_of(h, present):
+    """span_of() of every target's present rows at once: h [S, T, size], present [S, T] -> [(lo, hi)] per T."""
+    used = (h[..., 1:] if present.all() else h[..., 1:] * present[..., None]).any(axis=0)
+    lo = used.argmax(axis=1) + 1
+    hi = used.shape[1] + 1 - used[:, ::-1].argmax(axis=1)
+    none = ~used.any(axis=1)
+    lo[none], hi[none] = 0, 0
+    return list(zip(lo.tolist(), hi.tolist()))
 
 
 class _Schema:
@@ -110,22 +126,24 @@ class _Block:
 
     def append(self, steps, ints, floats, hists):
         """Rows for `steps` (oldest first): ints [k, len(self.ints)], floats [k, len(self.floats)], hists
-        {name: [k, size]}; when full at max_rows the oldest rows go."""
+        {name: (h [k, size], span used)}; when full at max_rows the oldest rows go."""
         k = len(steps)
         if self.max_rows is not None and k > self.max_rows:  # only the last max_rows can stay
             cut = slice(k - self.max_rows, k)
-            steps, ints, floats, hists = steps[cut], ints[cut], floats[cut], {n: h[cut] for n, h in hists.items()}
+            steps, ints, floats = steps[cut], ints[cut], floats[cut]
+            hists = {n: (h[cut], span_of(h[cut])) for n, (h, _) in hists.items()}
             k = self.max_rows
         if self.n + k > self.cap and (self.max_rows is None or self.cap < self.max_rows):
             self._grow(self.n + k)
-        at = (self.start + self.n + np.arange(k)) % self.cap
+        at = (self.start + self.n) % self.cap
+        at = slice(at, at + k) if at + k <= self.cap else (at + np.arange(k)) % self.cap
         over = max(0, self.n + k - self.cap)
         self.n, self.start = self.n + k - over, (self.start + over) % self.cap
         self.steps[at] = steps
         self.i[at] = ints
         self.f[at] = floats
         for name, span in self.hists.items():
-            span.put(at, hists[name])
+            span.put(at, *hists[name])
 
     def rows_from(self, first_step):
         """Physical indices of the rows at or after `first_step`, oldest first."""
@@ -190,6 +208,8 @@ class MemorySink:
     def _append(self, steps, keys, schema, ints, floats, hists, present):
         targets = np.flatnonzero(present.any(axis=0))
         firsts = present.argmax(axis=0).tolist()
+        every = present.all(axis=0).tolist()
+        spans = {k: spans_of(h, present) for k, h in hists.items()}
         fields = schema.fields()
         for t in sorted(targets.tolist(), key=lambda t: (firsts[t], t)):  # new targets: in first-seen order
             block = self._blocks.get(keys[t]["target"])
@@ -197,9 +217,9 @@ class MemorySink:
                 block = self._blocks[keys[t]["target"]] = _Block(keys[t], schema, self.max_steps)
             elif block.fields != fields:
                 raise ValueError(f"the records of {keys[t]['target']!r} changed fields: {block.fields} -> {fields}")
-            rows = present[:, t]
-            rows = slice(None) if rows.all() else np.flatnonzero(rows)
-            block.append(steps[rows], ints[rows, t], floats[rows, t], {k: h[rows, t] for k, h in hists.items()})
+            rows = slice(None) if every[t] else np.flatnonzero(present[:, t])
+            block.append(steps[rows], ints[rows, t], floats[rows, t],
+                         {k: (h[rows, t], spans[k][t]) for k, h in hists.items()})
 
     def write_alerts(self, step, alerts):
         self.alerts.extend(alerts)
