@@ -188,12 +188,12 @@ class MemorySink:
         present [S, T] bool, the (step, target) pairs that have a record."""
         steps = np.asarray(steps, dtype=np.int64)
         schema = _Schema(cols)
-        ints = np.stack([cols[k] for k in schema.ints], axis=-1) if schema.ints else np.zeros(present.shape + (0,), np.int64)
-        floats = np.stack([cols[k] for k in schema.floats], axis=-1) if schema.floats else \
-            np.zeros(present.shape + (0,), np.float64)
+        ints, floats = (np.stack([cols[k] for k in names], axis=-1) if names else np.zeros(present.shape + (0,), dtype)
+                        for names, dtype in ((schema.ints, np.int64), (schema.floats, np.float64)))
         a = 0
         while a < len(steps):  # in runs that end where write() would drop the targets no kept step has
-            b = len(steps) if self.max_steps is None else min(len(steps), a + self.max_steps - self._writes % self.max_steps)
+            b = len(steps) if self.max_steps is None else \
+                min(len(steps), a + self.max_steps - self._writes % self.max_steps)
             self._append(steps[a:b], keys, schema, ints[a:b], floats[a:b],
                          {k: cols[k][a:b] for k, _ in schema.hists}, present[a:b])
             if self.max_steps is not None:
