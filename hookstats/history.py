@@ -12,7 +12,7 @@ import torch
 from . import layout
 from .alerts import AlertRules, step_order
 from .sinks.memory import MemorySink
-from .stats import chan_merge_rows, finalize, new_fstate_values
+from .stats import chan_merge_rows, finalize_rows, new_fstate_values
 
 F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits) then the istate deltas
 
@@ -219,15 +219,16 @@ class History:
 
     def _deliver(self, host, steps, keys):
         buf = host.numpy()
-        fbuf = buf.view(np.float64)
-        for slot, step in enumerate(steps):
-            records = []
-            for t, key in enumerate(keys):
-                rec = step_record(key, fbuf[1 + slot, t, :F], buf[1 + slot, t, F:], self.cfg)
-                if rec is not None:
-                    records.append(rec)
-            if records:
-                self._write("write", step, records)
+        slots = buf[1: 1 + len(steps)]
+        cols = step_columns(slots.view(np.float64)[..., :F], slots[..., F:], self.cfg)
+        present = cols["count"] != 0
+        active = np.flatnonzero(present.any(axis=1))  # steps where nothing was measured go nowhere
+        if len(active) < len(steps):
+            steps = [steps[s] for s in active.tolist()]
+            cols = {k: v if k == "hist_edges" or v is None else v[active] for k, v in cols.items()}
+            present = present[active]
+        if steps:
+            self._write_steps(steps, keys, cols, present)
         new = self.rules.read(buf[0], keys, self._reported, order=self._order)
         if new:
             self.alerts.extend(new)
@@ -235,13 +236,25 @@ class History:
                 warn_user(f"hookstats alert: {msg}", self.rules.warning)
             self._write("write_alerts", new[0]["step"], new)
 
-    def _write(self, method, step, payload):
-        for sink in list(self.sinks):
+    def _write_steps(self, steps, keys, cols, present):
+        """Sinks with write_rows (MemorySink) take the flush as arrays; the others get per step a list of
+        records, built only for them."""
+        by_rows = [s for s in self.sinks if callable(getattr(s, "write_rows", None))]
+        if by_rows:
+            key_rows = [{"target": k.id, "module": k.module, "kind": k.kind, "leaf": k.leaf} for k in keys]
+            self._write("write_rows", steps, key_rows, cols, present, sinks=by_rows)
+        by_records = [s for s in self.sinks if s not in by_rows]
+        if by_records:
+            for step, records in zip(steps, step_records(keys, cols, present)):
+                self._write("write", step, records, sinks=by_records)
+
+    def _write(self, method, *args, sinks=None):
+        for sink in list(self.sinks if sinks is None else sinks):
             fn = getattr(sink, method, None)
-            if fn is None:
+            if fn is None or sink not in self.sinks:
                 continue
             try:
-                fn(step, payload)
+                fn(*args)
             except Exception as e:
                 self.sinks.remove(sink)
                 warn_user(f"hookstats: sink {type(sink).__name__} failed and was dropped: {e!r}", HistoryWarning)
@@ -287,17 +300,39 @@ def warn_user(msg, category):
     warnings.warn(msg, category, stacklevel=level)
 
 
-def step_record(key, fstate, istate, cfg):
-    """The record of one target for one step (None when nothing was measured). min/max are running
-    values: a per-step minimum cannot be recovered from running state."""
-    if istate[layout.COUNT] == 0:
-        return None
-    rec = finalize(fstate, istate, cfg)
-    rec["running_min"] = rec.pop("min")
-    rec["running_max"] = rec.pop("max")
-    if math.isnan(rec["running_min"]):
-        rec["running_min"] = rec["running_max"] = math.nan
-    return {"target": key.id, "module": key.module, "kind": key.kind, "leaf": key.leaf, **rec}
+def step_columns(fstate, istate, cfg):
+    """The statistics of every step slot and target ([S, T] arrays, histograms [S, T, size]) in the keys and
+    order of a record. min/max are running values: a per-step minimum cannot be recovered from running state."""
+    cols = finalize_rows(fstate, istate, cfg)
+    lo, hi = cols.pop("min"), cols.pop("max")
+    cols["running_min"] = lo
+    cols["running_max"] = np.where(np.isnan(lo), math.nan, hi)
+    return cols
+
+
+def step_records(keys, cols, present):
+    """Per step slot, the records (dicts) of the targets present, from step_columns()."""
+    arrays = {"hist", "log2_hist"}
+    lists = {k: v.tolist() for k, v in cols.items() if v is not None and k not in arrays and k != "hist_edges"}
+    edges = cols["hist_edges"]
+    for s, row in enumerate(present.tolist()):
+        records = []
+        for t, here in enumerate(row):
+            if not here:
+                continue
+            key = keys[t]
+            rec = {"target": key.id, "module": key.module, "kind": key.kind, "leaf": key.leaf}
+            for k, v in cols.items():
+                if v is None:
+                    rec[k] = None
+                elif k in lists:
+                    rec[k] = lists[k][s][t]
+                elif k == "hist_edges":
+                    rec[k] = edges.copy()
+                else:
+                    rec[k] = v[s, t].copy()
+            records.append(rec)
+        yield records
 
 
 def brief(alerts):

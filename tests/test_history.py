@@ -309,3 +309,91 @@ def test_histogram_and_bad_arguments():
             hookstats.attach(model, **kwargs)
     assert len(model.b._forward_hooks) == 1  # only `mon`'s: the failed attaches removed theirs
     mon.remove()
+
+
+def random_states(rng, shape, cfg):
+    """Ring-layout states [*shape, 5] float64 and [*shape, istate] int64: empty ones, one finite value, many,
+    NaN/Inf counted, moments overflowing to inf or NaN, near-zero fractions, histograms of any fill."""
+    size = int(np.prod(shape))
+    f = np.empty((size, 5))
+    i = rng.integers(0, 50, (size, cfg.istate_size)) * (rng.random((size, 1)) < 0.8)
+    n = rng.choice([0, 1, 2, 3, 10**6, 2**40], size)
+    f[:, 0] = n
+    f[:, 1] = rng.choice([0.0, -3.5, 1e300, np.inf, -np.inf, np.nan], size) * rng.random(size)
+    f[:, 2] = rng.choice([0.0, 1.0, 1e308, np.inf, np.nan], size) * rng.random(size)
+    lo = rng.normal(size=size) * rng.choice([1.0, 1e300, np.inf], size)
+    f[:, 3], f[:, 4] = lo, lo + rng.random(size)
+    f[n == 0, 1:] = new_fstate_values()[1:]
+    i[:, 0] = np.where(rng.random(size) < 0.2, 0, n + rng.integers(0, 5, size))  # count >= finite, or empty
+    i[:, 1] = rng.integers(0, i[:, 0] + 1)
+    return f.reshape(*shape, 5), i.reshape(*shape, cfg.istate_size)
+
+
+def same_value(got, want):
+    """Bit for bit and of the same Python type (NaN equal to NaN)."""
+    if isinstance(want, np.ndarray):
+        return isinstance(got, np.ndarray) and got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True)
+    if isinstance(want, float) and np.isnan(want):
+        return type(got) is float and np.isnan(got)
+    return type(got) is type(want) and got == want
+
+
+CONFIGS = [{}, {"nbins": 7, "log_hist": False}, {"nbins": 3, "linear_hist": False}]
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_finalize_rows_equals_finalize_on_each_state(config):
+    from hookstats.config import StatsConfig
+    from hookstats.stats import finalize_rows
+    cfg = StatsConfig(**config)
+    f, i = random_states(np.random.default_rng(len(config)), (40, 50), cfg)
+    with np.errstate(all="ignore"):
+        rows = finalize_rows(f, i, cfg)
+    assert list(rows) == list(finalize(f[0, 0], i[0, 0], cfg))
+    for s in range(40):
+        for t in range(50):
+            want = finalize(f[s, t], i[s, t], cfg)
+            for k, w in want.items():
+                v = rows[k]
+                got = None if v is None else v if k == "hist_edges" else v[s, t]
+                got = got.tolist() if isinstance(got, np.generic) else got
+                assert same_value(got, w), (s, t, k, got, w)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_records_handed_to_sinks_are_finalize_per_target(config):
+    from hookstats.config import StatsConfig
+    from hookstats.history import step_columns, step_records
+    from hookstats.monitor import TargetKey
+    cfg = StatsConfig(**config)
+    f, i = random_states(np.random.default_rng(7), (6, 30), cfg)
+    keys = [TargetKey(f"m{t}", "output", leaf=str(t % 3)) for t in range(30)]
+    with np.errstate(all="ignore"):
+        cols = step_columns(f, i, cfg)
+    present = i[..., 0] != 0
+    for s, records in enumerate(step_records(keys, cols, present)):
+        assert [r["target"] for r in records] == [keys[t].id for t in np.flatnonzero(present[s])]
+        for rec, t in zip(records, np.flatnonzero(present[s])):
+            # the oracle: finalize, min/max renamed as running values (both NaN while empty), keys first
+            want = finalize(f[s, t], i[s, t], cfg)
+            lo, hi = want.pop("min"), want.pop("max")
+            want.update(running_min=lo, running_max=np.nan if np.isnan(lo) else hi)
+            want = {"target": keys[t].id, "module": keys[t].module, "kind": "output", "leaf": keys[t].leaf, **want}
+            assert list(rec) == list(want)
+            bad = [k for k in want if not same_value(rec[k], want[k])]
+            assert not bad, (s, t, bad)
+        if records and cfg.linear_hist:  # each record owns its arrays
+            assert not np.shares_memory(records[0]["hist"], i) and records[0]["hist_edges"] is not cols["hist_edges"]
+
+
+def test_no_record_dicts_without_a_sink_that_takes_them(monkeypatch):
+    from hookstats import history as hist_mod
+
+    def fail(*args):
+        raise AssertionError("records built for MemorySink alone")
+    monkeypatch.setattr(hist_mod, "step_records", fail)
+    model = Recorder()
+    mon = hookstats.attach(model, history=True, log_every=2, sinks=[MemorySink(max_steps=3)])
+    run(model, mon, 5)
+    mon.remove()
+    assert len({s for s, _ in mon._history.memory_sink.items()}) == 5

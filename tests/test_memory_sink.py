@@ -126,3 +126,53 @@ def test_memory_counts_the_bytes_of_the_host_history():
     # columns, not a dict per record: the kept records cost a fraction of the 256-slot log2 histogram alone
     records = sum(len(recs) for _, recs in oracle.steps[-6:])
     assert mon.memory()["host_history_bytes"] < records * 256 * 8 / 2
+
+
+@pytest.mark.parametrize("keep", [3, 7, None])
+def test_a_flush_written_as_arrays_equals_the_same_steps_written_one_by_one(keep):
+    """write_rows (History's path, a flush at a time) against write() step by step and against the plain
+    list of what was written: targets appearing late and in another order, stopping, coming back after
+    their rows left the window, histograms widening their span, flushes longer than `keep`."""
+    rng = np.random.default_rng(keep or 0)
+    steps, targets, nb = 40, 6, 5
+    keys = [{"target": f"t{t}", "module": f"m{t}", "kind": "output", "leaf": ""} for t in range(targets)]
+    present = rng.random((steps, targets)) < 0.7
+    present[:10, 0] = present[12:30, 1] = False  # t0 joins late, after t1..; t1 leaves and comes back
+    present[:6, 4], present[6, 4], present[:3, 5], present[3, 5] = False, True, False, True  # t5 before t4
+    present[5] = False  # a step where nothing was measured still counts as a write
+    cols = {k: rng.integers(0, 9, (steps, targets)) for k in ("count", "finite", "near_zero_count", "nan", "posinf",
+                                                               "neginf", "underflow", "overflow")}
+    cols.update({k: rng.normal(size=(steps, targets)) for k in ("mean", "std", "var", "near_zero", "running_min",
+                                                                 "running_max")})
+    cols["mean"][3, 2] = np.nan
+    cols["hist"] = rng.integers(0, 3, (steps, targets, nb)) * (rng.random((steps, targets, 1)) < 0.5)
+    cols["log2_hist"] = np.zeros((steps, targets, 256), dtype=np.int64)
+    cols["log2_hist"][np.arange(steps)[:, None], np.arange(targets), rng.integers(0, 256, (steps, targets))] = 4
+    cols["hist_edges"] = np.linspace(-1, 1, nb + 1)
+    one_by_one, by_flush = MemorySink(max_steps=keep), MemorySink(max_steps=keep)
+    written = []
+    for s in range(steps):
+        records = [{**keys[t], **{k: v[s, t].tolist() for k, v in cols.items() if v.ndim == 2},
+                    "hist": cols["hist"][s, t].copy(), "hist_edges": cols["hist_edges"].copy(),
+                    "log2_hist": cols["log2_hist"][s, t].copy()} for t in np.flatnonzero(present[s])]
+        one_by_one.write(100 + s, records)
+        written.append((100 + s, records))
+    a = 0
+    for b in (1, 2, 10, 11, 19, 40):  # flushes of 1 to 21 steps
+        by_flush.write_rows(list(range(100 + a, 100 + b)), keys,
+                            {k: v if k == "hist_edges" else v[a:b] for k, v in cols.items()}, present[a:b])
+        a = b
+    got = list(by_flush.items())
+    assert [(s, r["target"]) for s, r in got] == [(s, r["target"]) for s, r in one_by_one.items()]
+    for (_, g), (_, w) in zip(got, one_by_one.items()):
+        assert g.keys() == w.keys() and all(same(g[k], w[k]) for k in w), g["target"]
+    for sink in (by_flush, one_by_one):  # (blocks made by one write share the edges: the byte counts may differ)
+        assert sink.nbytes() == sum(a.nbytes for a in arrays_reachable(sink))
+    kept = written[-keep:] if keep else written
+    assert [s for s, _ in by_flush.steps] == [s for s, recs in kept if recs]
+    want = sorted((s, r["target"]) for s, recs in kept for r in recs)
+    assert sorted((s, r["target"]) for s, r in got) == want
+    recs = {(s, r["target"]): r for s, rs in kept for r in rs}
+    for s, g in got:
+        w = recs[(s, g["target"])]
+        assert g.keys() == w.keys() and all(same(g[k], w[k]) for k in w)

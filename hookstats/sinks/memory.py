@@ -1,6 +1,7 @@
 """MemorySink: the last `max_steps` steps in memory, the source of Monitor.history(). Columnar: per target one
 block of NumPy arrays with a row per step (scalars, the linear histogram, the log2 histogram's used slots),
-about 0.7 KB a record instead of a dict of Python objects (~4.5 KB); nbytes() is exactly what it holds."""
+about 0.7 KB a record instead of a dict of Python objects (~4.5 KB); nbytes() is exactly what it holds.
+History hands it a whole flush as arrays (write_rows: NumPy work per target, none per record)."""
 import collections
 
 import numpy as np
@@ -10,6 +11,7 @@ from .base import KEY_FIELDS, SCALARS
 INTS = ("count", "finite", "near_zero_count", "nan", "posinf", "neginf", "underflow", "overflow")
 FLOATS = ("mean", "std", "var", "near_zero", "running_min", "running_max")
 HISTS = ("hist", "log2_hist")
+FIELDS = (*INTS, *FLOATS, *HISTS, "hist_edges")
 
 
 class _Span:
@@ -31,17 +33,18 @@ class _Span:
         first[: len(order)], rows[: len(order)] = self.first[order], self.rows[order]
         self.first, self.rows = first, rows
 
-    def put(self, i, h):
-        if h[1: self.lo].any() or h[self.hi:].any():
-            nz = np.flatnonzero(h[1:]) + 1
-            lo, hi = int(nz[0]), int(nz[-1]) + 1
+    def put(self, at, h, used):
+        """Histograms h [k, size] into the physical rows `at`; `used` (lo, hi): the span of slots 1.. that
+        h uses, (0, 0) for none."""
+        lo, hi = used
+        if hi > lo and (lo < self.lo or hi > self.hi):
             if self.hi > self.lo:
                 lo, hi = min(self.lo, lo), max(self.hi, hi)
             rows = np.zeros((len(self.rows), hi - lo), dtype=np.int64)
             rows[:, self.lo - lo: self.hi - lo] = self.rows
             self.rows, self.lo, self.hi = rows, lo, hi
-        self.first[i] = h[0]
-        self.rows[i] = h[self.lo: self.hi]
+        self.first[at] = h[:, 0]
+        self.rows[at] = h[:, self.lo: self.hi]
 
     def get(self, i):
         h = np.zeros(self.size, dtype=np.int64)
@@ -50,19 +53,49 @@ class _Span:
         return h
 
 
+def span_of(h):
+    """(lo, hi): the slots 1.. that histograms h [k, size] use, (0, 0) for none."""
+    used = np.flatnonzero(h[:, 1:].any(axis=0))
+    return (int(used[0]) + 1, int(used[-1]) + 2) if len(used) else (0, 0)
+
+
+def spans_of(h, present):
+    """span_of() of every target's present rows at once: h [S, T, size], present [S, T] -> [(lo, hi)] per T."""
+    used = (h[..., 1:] if present.all() else h[..., 1:] * present[..., None]).any(axis=0)
+    lo = used.argmax(axis=1) + 1
+    hi = used.shape[1] + 1 - used[:, ::-1].argmax(axis=1)
+    none = ~used.any(axis=1)
+    lo[none], hi[none] = 0, 0
+    return list(zip(lo.tolist(), hi.tolist()))
+
+
+class _Schema:
+    """Which fields a write's records have: ints, floats and histograms (with their sizes) as columns, the
+    ones that are None, and the linear histogram's edges (one read-only array shared by the blocks)."""
+
+    def __init__(self, cols):
+        self.ints = tuple(k for k in INTS if cols.get(k) is not None)
+        self.floats = tuple(k for k in FLOATS if cols.get(k) is not None)
+        self.none = tuple(k for k in FIELDS if k in cols and cols[k] is None)
+        self.hists = tuple((k, cols[k].shape[-1]) for k in HISTS if cols.get(k) is not None)
+        self.edges = None
+        if cols.get("hist_edges") is not None:
+            self.edges = np.array(cols["hist_edges"], dtype=np.float64)
+            self.edges.flags.writeable = False
+
+    def fields(self):
+        return self.ints, self.floats, self.none, self.hists
+
+
 class _Block:
     """The rows of one target: a ring of up to `max_rows` rows that doubles as it fills."""
 
-    def __init__(self, rec, max_rows):
-        self.key = {k: rec[k] for k in KEY_FIELDS}
-        self.none = [k for k in (*INTS, *FLOATS, *HISTS, "hist_edges") if k in rec and rec[k] is None]
-        self.ints = [k for k in INTS if rec.get(k) is not None]
-        self.floats = [k for k in FLOATS if rec.get(k) is not None]
-        self.edges = rec.get("hist_edges")
-        if self.edges is not None:
-            self.edges = np.array(self.edges, dtype=np.float64)
-            self.edges.flags.writeable = False  # one array shared by every record read back
-        self.hists = {k: _Span(len(rec[k])) for k in HISTS if rec.get(k) is not None}
+    def __init__(self, key, schema, max_rows):
+        self.key = dict(key)
+        self.fields = schema.fields()
+        self.ints, self.floats, self.none, hists = self.fields
+        self.edges = schema.edges
+        self.hists = {k: _Span(size) for k, size in hists}
         self.max_rows, self.cap, self.n, self.start = max_rows, 0, 0, 0
         self.steps = np.zeros(0, dtype=np.int64)
         self.i = np.zeros((0, len(self.ints)), dtype=np.int64)
@@ -76,28 +109,41 @@ class _Block:
         """Physical row indices, oldest first."""
         return (self.start + np.arange(self.n)) % max(self.cap, 1)
 
-    def append(self, step, rec):
-        if self.n == self.cap and (self.max_rows is None or self.cap < self.max_rows):
-            cap = max(8, 2 * self.cap) if self.max_rows is None else min(max(8, 2 * self.cap), self.max_rows)
-            order = self.order()
-            for name in ("steps", "i", "f"):
-                old = getattr(self, name)
-                new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
-                new[: self.n] = old[order]
-                setattr(self, name, new)
-            for span in self.hists.values():
-                span.resize(cap, order)
-            self.cap, self.start = cap, 0
-        if self.n < self.cap:
-            at = (self.start + self.n) % self.cap
-            self.n += 1
-        else:  # full at max_rows: the oldest row goes
-            at, self.start = self.start, (self.start + 1) % self.cap
-        self.steps[at] = step
-        self.i[at] = [rec[k] for k in self.ints]
-        self.f[at] = [rec[k] for k in self.floats]
-        for k, span in self.hists.items():
-            span.put(at, np.asarray(rec[k]))
+    def _grow(self, need):
+        cap = max(8, self.cap)
+        while cap < need:
+            cap *= 2
+        cap = cap if self.max_rows is None else min(cap, self.max_rows)
+        order = self.order()
+        for name in ("steps", "i", "f"):
+            old = getattr(self, name)
+            new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
+            new[: self.n] = old[order]
+            setattr(self, name, new)
+        for span in self.hists.values():
+            span.resize(cap, order)
+        self.cap, self.start = cap, 0
+
+    def append(self, steps, ints, floats, hists):
+        """Rows for `steps` (oldest first): ints [k, len(self.ints)], floats [k, len(self.floats)], hists
+        {name: (h [k, size], span used)}; when full at max_rows the oldest rows go."""
+        k = len(steps)
+        if self.max_rows is not None and k > self.max_rows:  # only the last max_rows can stay
+            cut = slice(k - self.max_rows, k)
+            steps, ints, floats = steps[cut], ints[cut], floats[cut]
+            hists = {n: (h[cut], span_of(h[cut])) for n, (h, _) in hists.items()}
+            k = self.max_rows
+        if self.n + k > self.cap and (self.max_rows is None or self.cap < self.max_rows):
+            self._grow(self.n + k)
+        at = (self.start + self.n) % self.cap
+        at = slice(at, at + k) if at + k <= self.cap else (at + np.arange(k)) % self.cap
+        over = max(0, self.n + k - self.cap)
+        self.n, self.start = self.n + k - over, (self.start + over) % self.cap
+        self.steps[at] = steps
+        self.i[at] = ints
+        self.f[at] = floats
+        for name, span in self.hists.items():
+            span.put(at, *hists[name])
 
     def rows_from(self, first_step):
         """Physical indices of the rows at or after `first_step`, oldest first."""
@@ -127,17 +173,53 @@ class MemorySink:
         self.alerts = []
 
     def write(self, step, records):
-        if self.max_steps is not None:
-            self._window.append(step)
-        for rec in records:
-            block = self._blocks.get(rec["target"])
+        first = records[0] if records else {}
+        cols = {}
+        for k in FIELDS:
+            if k in first:
+                cols[k] = None if first[k] is None else (
+                    first[k] if k == "hist_edges" else np.array([[r[k] for r in records]]))
+        self.write_rows([step], [{k: r[k] for k in KEY_FIELDS} for r in records], cols,
+                        np.ones((1, len(records)), dtype=bool))
+
+    def write_rows(self, steps, keys, cols, present):
+        """Many steps at once, as len(steps) write() calls: keys [T] dicts of the KEY_FIELDS; cols {field:
+        array [S, T] (hist, log2_hist [S, T, size]), or None when switched off; hist_edges one array};
+        present [S, T] bool, the (step, target) pairs that have a record."""
+        steps = np.asarray(steps, dtype=np.int64)
+        schema = _Schema(cols)
+        ints, floats = (np.stack([cols[k] for k in names], axis=-1) if names else np.zeros(present.shape + (0,), dtype)
+                        for names, dtype in ((schema.ints, np.int64), (schema.floats, np.float64)))
+        a = 0
+        while a < len(steps):  # in runs that end where write() would drop the targets no kept step has
+            b = len(steps) if self.max_steps is None else \
+                min(len(steps), a + self.max_steps - self._writes % self.max_steps)
+            self._append(steps[a:b], keys, schema, ints[a:b], floats[a:b],
+                         {k: cols[k][a:b] for k, _ in schema.hists}, present[a:b])
+            if self.max_steps is not None:
+                self._window.extend(steps[a:b].tolist())
+            self._writes += b - a
+            if self.max_steps is not None and self._writes % self.max_steps == 0:
+                first = self._window[0]
+                self._blocks = {t: blk for t, blk in self._blocks.items()
+                                if blk.n and blk.steps[blk.order()[-1]] >= first}
+            a = b
+
+    def _append(self, steps, keys, schema, ints, floats, hists, present):
+        targets = np.flatnonzero(present.any(axis=0))
+        firsts = present.argmax(axis=0).tolist()
+        every = present.all(axis=0).tolist()
+        spans = {k: spans_of(h, present) for k, h in hists.items()}
+        fields = schema.fields()
+        for t in sorted(targets.tolist(), key=lambda t: (firsts[t], t)):  # new targets: in first-seen order
+            block = self._blocks.get(keys[t]["target"])
             if block is None:
-                block = self._blocks[rec["target"]] = _Block(rec, self.max_steps)
-            block.append(step, rec)
-        self._writes += 1
-        if self.max_steps is not None and self._writes % self.max_steps == 0:  # targets no kept step has
-            first = self._window[0]
-            self._blocks = {t: b for t, b in self._blocks.items() if b.n and b.steps[b.order()[-1]] >= first}
+                block = self._blocks[keys[t]["target"]] = _Block(keys[t], schema, self.max_steps)
+            elif block.fields != fields:
+                raise ValueError(f"the records of {keys[t]['target']!r} changed fields: {block.fields} -> {fields}")
+            rows = slice(None) if every[t] else np.flatnonzero(present[:, t])
+            block.append(steps[rows], ints[rows, t], floats[rows, t],
+                         {k: (h[rows, t], spans[k][t]) for k, h in hists.items()})
 
     def write_alerts(self, step, alerts):
         self.alerts.extend(alerts)
