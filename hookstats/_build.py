@@ -3,13 +3,15 @@ by path, before torch may be importable) and the build on first import with torc
 for installs whose wheel was built without torch (a plain `pip install .`, an sdist, HOOKSTATS_NO_EXT=1).
 Both compile the same sources with the same flags; torch is imported only inside functions.
 """
+import contextlib
 import glob
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
-import time
+import sysconfig
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "hookstats_C"
@@ -39,7 +41,6 @@ def cxx_flags():
 
 def first_use_cflags():
     """The AOT build's flags plus those setuptools adds from Python's own build flags that change the code."""
-    import sysconfig
     python = [f for f in (sysconfig.get_config_var("CFLAGS") or "").split() if f in ("-DNDEBUG", "-fwrapv")]
     return python + cxx_flags()
 
@@ -135,25 +136,17 @@ def _check_tools():
         raise NotBuilt("ninja is not on PATH", "pip install ninja")
 
 
-class _Env:
-    """Sets environment variables for the build only: the Python's own bin folder on PATH (ninja from
-    pip lies there even when the venv is not activated) and CUDA_HOME / TORCH_CUDA_ARCH_LIST."""
-
-    def __init__(self, **values):
-        scripts = os.path.dirname(sys.executable)
-        values["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
-        self.values = {k: v for k, v in values.items() if v is not None}
-
-    def __enter__(self):
-        self.saved = {k: os.environ.get(k) for k in self.values}
-        os.environ.update(self.values)
-
-    def __exit__(self, *exc):
-        for k, v in self.saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+@contextlib.contextmanager
+def _build_env(cuda_home, arch):
+    """The environment of the build only: this Python's scripts folder on PATH (pip's ninja lies there even
+    when the venv is not activated), CUDA_HOME and TORCH_CUDA_ARCH_LIST. cpp_extension reads CUDA_HOME once,
+    when first imported, and may have guessed it from a wrapper nvcc: it gets the real toolkit here too."""
+    values = {"PATH": sysconfig.get_path("scripts") + os.pathsep + os.environ.get("PATH", "")}
+    values.update({k: v for k, v in (("CUDA_HOME", cuda_home), ("TORCH_CUDA_ARCH_LIST", arch)) if v})
+    with mock.patch.dict(os.environ, values):
+        import torch.utils.cpp_extension as cpp_extension
+        with mock.patch.object(cpp_extension, "CUDA_HOME", cuda_home) if arch else contextlib.nullcontext():
+            yield
 
 
 def _lock(folder):
@@ -169,15 +162,21 @@ def _lock(folder):
     return f
 
 
-def _compile(torch, root, arch, cuda_home, folder):
+def _compile(root, arch, folder):
     from torch.utils.cpp_extension import load
     what = f"CPU and CUDA ({arch})" if arch else "CPU"
     print(f"hookstats: compiling the fused op ({what}) for this torch, once: a few minutes; cached in {folder}",
           file=sys.stderr, flush=True)
-    with _Env(CUDA_HOME=cuda_home, TORCH_CUDA_ARCH_LIST=arch):
-        load(NAME, sources(root, cuda=arch is not None), extra_cflags=first_use_cflags(), extra_cuda_cflags=nvcc_flags(),
-             extra_ldflags=openmp_flags(), extra_include_paths=[root] + (cuda_include_dirs() if arch else []),
-             build_directory=folder, with_cuda=arch is not None, is_python_module=False)
+    load(NAME, sources(root, cuda=arch is not None), extra_cflags=first_use_cflags(), extra_cuda_cflags=nvcc_flags(),
+         extra_ldflags=openmp_flags(), extra_include_paths=[root] + (cuda_include_dirs() if arch else []),
+         build_directory=folder, with_cuda=arch is not None, is_python_module=False)
+
+
+def _raise_if_failed_before(folder):
+    if os.path.exists(os.path.join(folder, FAILED)):
+        with open(os.path.join(folder, FAILED)) as f:
+            raise NotBuilt(f"its build failed before: {f.readline().strip()}",
+                           f"fix the cause, then delete {folder} and import again")
 
 
 def load_on_first_use():
@@ -189,34 +188,31 @@ def load_on_first_use():
                        "reinstall from a clone or an sdist")
     cuda_home = find_cuda_home()
     arch = first_use_cuda_arch(torch, cuda_home)
-    key = _cache_key(torch, sources(root, arch is not None), root, arch, cuda_home)
-    folder = os.path.join(build_root(), f"hookstats-{key}")
-    built, failed = os.path.join(folder, BUILT), os.path.join(folder, FAILED)
-    if os.path.exists(built):  # the folder's key covers sources, flags and torch: load it as it is
+    with _build_env(cuda_home, arch):
+        key = _cache_key(torch, sources(root, arch is not None), root, arch, cuda_home)
+        folder = os.path.join(build_root(), f"hookstats-{key}")
+        if not os.path.exists(os.path.join(folder, BUILT)):
+            _build(torch, root, arch, folder)
         torch.ops.load_library(os.path.join(folder, NAME + ".so"))
-        return
-    if os.path.exists(failed):
-        with open(failed) as f:
-            raise NotBuilt(f"its build failed before: {f.read().strip()}",
-                           f"fix the cause, then delete {folder} and import again")
-    _check_tools()
+
+
+def _build(torch, root, arch, folder):
+    _raise_if_failed_before(folder)
     os.makedirs(folder, exist_ok=True)
-    lock = _lock(folder)
-    try:
-        if not os.path.exists(built):  # else another process built it while this one waited for the lock
-            try:
-                _compile(torch, root, arch, cuda_home, folder)
-            except (RuntimeError, subprocess.SubprocessError) as e:  # the compiler's check or its build failed
-                lines = [ln for ln in str(e).splitlines() if ln.strip()]
-                reason = " / ".join(lines[-3:])[-600:].rstrip(".") or type(e).__name__
-                with open(failed, "w") as f:  # don't compile again at every import
-                    f.write(reason)
-                raise NotBuilt(f"building it failed: {reason}",
-                               f"see the compiler output in {folder}, or build ahead of time with "
-                               "`pip install --no-build-isolation .`") from e
-            with open(built, "w") as f:
-                f.write(torch.__version__)
+    with _lock(folder):
+        if os.path.exists(os.path.join(folder, BUILT)):  # another process built it while this one waited
             return
-    finally:
-        lock.close()
-    torch.ops.load_library(os.path.join(folder, NAME + ".so"))
+        _raise_if_failed_before(folder)
+        _check_tools()
+        try:
+            _compile(root, arch, folder)
+        except (RuntimeError, subprocess.SubprocessError) as e:  # the compiler's check or its build failed
+            lines = [ln for ln in str(e).splitlines() if ln.strip()]
+            reason = " / ".join(lines[-3:])[-600:].rstrip(".") or type(e).__name__
+            failed = os.path.join(folder, FAILED)
+            with open(failed, "w") as f:  # the whole output; and later imports don't compile again
+                f.write(f"{reason}\n\n{e}")
+            raise NotBuilt(f"building it failed: {reason}",
+                           f"see the compiler's output in {failed}, fix the cause and delete {folder}") from e
+        with open(os.path.join(folder, BUILT), "w") as f:
+            f.write(torch.__version__)

@@ -177,3 +177,16 @@ def test_the_sdist_carries_the_sources(tmp_path):
     for f in ("csrc/ops.cpp", "csrc/cpu/stats_cpu.cpp", "csrc/accumulator.h", "setup.py", "hookstats/_build.py"):
         assert f in names, f
     assert not [n for n in names if n.endswith(".so")]
+
+
+def test_a_build_killed_midway_does_not_make_later_imports_wait_forever(tmp_path):
+    """cpp_extension's lock file outlives a process killed while it builds; the next import builds anyway."""
+    broken = tmp_path / "cxx"
+    broken.write_text("#!/bin/sh\nexit 1\n")
+    broken.chmod(0o755)
+    probe_without_extension(tmp_path, CXX=str(broken))
+    (folder,) = glob.glob(str(tmp_path / "ext" / "hookstats-*"))
+    os.remove(os.path.join(folder, "FAILED"))
+    open(os.path.join(folder, "lock"), "w").close()  # what a killed build leaves
+    out = probe_without_extension(tmp_path, CXX=str(broken))  # times out (300 s) if it waits on the lock
+    assert "compiling the fused op" in out.stderr and "building it failed" in out.stderr, out.stderr
