@@ -190,3 +190,14 @@ def test_a_build_killed_midway_does_not_make_later_imports_wait_forever(tmp_path
     open(os.path.join(folder, "lock"), "w").close()  # what a killed build leaves
     out = probe_without_extension(tmp_path, CXX=str(broken))  # times out (300 s) if it waits on the lock
     assert "compiling the fused op" in out.stderr and "building it failed" in out.stderr, out.stderr
+
+
+def test_the_installed_ecosystem_imports():
+    """scripts/install.sh leaves no package that fails to import: torchvision, when present, is one built for this
+    torch and fastai's vision API imports; fastai, lightning and transformers import either way (a torchvision
+    that cannot load breaks the last two). PyPI has no torchvision for the CPU torch 2.13.0: README, install.sh."""
+    import importlib.util
+    code = "import fastai.callback.hook, lightning, transformers\n"
+    if importlib.util.find_spec("torchvision") is not None:
+        code += "import torchvision\nfrom fastai.vision.all import *\n"
+    run([sys.executable, "-c", code], timeout=300)
