@@ -32,12 +32,12 @@ def _load_extension():
         reason, fix = e.args
     except Exception as e:  # noqa: BLE001  (a monitor must not break the import of the user's script)
         reason, fix = f"{type(e).__name__}: {e}", "reinstall hookstats (scripts/install.sh builds it ahead of time)"
-    message = (f"hookstats: the fused C++/CUDA op is not available: {reason}. Using the slower pure-PyTorch "
-               f"reference path. To get the op: {fix}. HOOKSTATS_BACKEND=reference selects the reference path "
-               f"without this warning.")
     if choice == "compiled":
-        raise ImportError(f"HOOKSTATS_BACKEND=compiled, but {message}")
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
+        raise ImportError(f"HOOKSTATS_BACKEND=compiled, but the fused C++/CUDA op is not available: {reason}. "
+                          f"To get it: {fix}.")
+    warnings.warn(f"hookstats: the fused C++/CUDA op is not available: {reason}. Using the slower pure-PyTorch "
+                  f"reference path. To get the op: {fix}. HOOKSTATS_BACKEND=reference selects the reference path "
+                  f"without this warning.", RuntimeWarning, stacklevel=3)
     return False
 
 

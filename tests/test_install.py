@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -31,8 +32,7 @@ def copy_of_the_checkout(dest):
     for f in filter(None, files):
         if os.path.isfile(os.path.join(ROOT, f)):
             os.makedirs(os.path.join(dest, os.path.dirname(f)), exist_ok=True)
-            with open(os.path.join(ROOT, f), "rb") as src, open(os.path.join(dest, f), "wb") as dst:
-                dst.write(src.read())
+            shutil.copyfile(os.path.join(ROOT, f), os.path.join(dest, f))
     return dest
 
 
@@ -48,7 +48,8 @@ fs = torch.tensor([0, 0, 0, float("nan"), float("nan")], dtype=torch.float64)
 cfg = hookstats.StatsConfig()
 ist = torch.zeros(cfg.istate_size, dtype=torch.int64)
 _ops.accumulate_(x, fs, ist, torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), *cfg.op_args())
-print(json.dumps({{"backend": hookstats.backend(), "kernel": _ops.backend() == "compiled" and torch.ops.hookstats.cpu_kernel(), "file": hookstats.__file__,
+kernel = torch.ops.hookstats.cpu_kernel() if hookstats.backend() == "compiled" else None
+print(json.dumps({{"backend": hookstats.backend(), "kernel": kernel, "file": hookstats.__file__,
                   "fstate": fs.tolist(), "x": x.double().tolist()}}))
 """
 
