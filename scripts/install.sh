@@ -20,7 +20,7 @@ trap 'rm -f "$pins"' EXIT
 echo "torch==$torch_version" > "$pins"
 [ -z "$torchvision" ] || echo "torchvision==$torchvision" >> "$pins"
 pip=("$venv/bin/pip" install --disable-pip-version-check -q -c "$pins")
-"${pip[@]}" "torch==$torch_version" setuptools wheel ninja pybind11
+"${pip[@]}" "torch==$torch_version" "setuptools>=77" wheel ninja pybind11
 MAX_JOBS="${MAX_JOBS:-2}" "${pip[@]}" --no-build-isolation -e ".[$extra]"
 # PyPI's torchvision wheels are built against the CUDA torch of the same version: beside a CPU-only torch
 # (2.13.0 here is one) its ops do not load ("torchvision::nms does not exist"), and every import of it fails,
