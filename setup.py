@@ -1,76 +1,62 @@
-# setup.py -- builds hookstats._C with torch.utils.cpp_extension; everything else is in pyproject.toml.
-# Build rule (xformers'): CUDA when torch has CUDA and nvcc is found, or HOOKSTATS_FORCE_CUDA=1;
-# HOOKSTATS_NO_EXT=1 gives a pure-Python install that runs the reference path.
-import glob
+# setup.py -- builds hookstats._C ahead of time when torch is importable here; everything else is in pyproject.toml.
+# With torch (scripts/install.sh, `pip install --no-build-isolation .`): CUDA when torch has CUDA and nvcc is
+# found, or HOOKSTATS_FORCE_CUDA=1 (xformers' rule). Without torch (a plain `pip install .`, whose isolated build
+# environment has none) or with HOOKSTATS_NO_EXT=1: a pure-Python wheel carrying csrc/ as hookstats/_csrc/, and
+# the op is compiled on first import (hookstats/_build.py holds the recipe both builds use).
+import importlib.util
 import os
 import shutil
 import sys
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location("hookstats_build", os.path.join(ROOT, "hookstats", "_build.py"))
+recipe = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(recipe)
 
 
-def find_cuda_home():
-    """The real toolkit root: the nvcc on PATH may be a wrapper script in a generic bin folder."""
-    if os.environ.get("CUDA_HOME"):
-        return os.environ["CUDA_HOME"]
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        return None
-    with open(nvcc, "rb") as f:
-        head = f.read(4096)
-    if head.startswith(b"#!"):  # a wrapper: find the nvcc it execs
-        for word in head.decode(errors="ignore").split():
-            if word.endswith("/bin/nvcc") and os.path.exists(word):
-                return os.path.dirname(os.path.dirname(word))
-    return os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+class BuildPyWithSources(build_py):
+    """Ships csrc/ inside the package, for the build on first import."""
+
+    def run(self):
+        super().run()
+        if self.editable_mode:  # an editable install builds from csrc/ itself
+            return
+        target = os.path.join(self.build_lib, "hookstats", "_csrc")
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(os.path.join(ROOT, "csrc"), target)
 
 
 def extensions():
     if os.environ.get("HOOKSTATS_NO_EXT") == "1":
+        print("hookstats: HOOKSTATS_NO_EXT=1: no ahead-of-time build; the op is compiled on first import "
+              "(HOOKSTATS_BACKEND=reference at run time skips it)", file=sys.stderr)
         return [], {}
-    cuda_home = find_cuda_home()
+    if importlib.util.find_spec("torch") is None:
+        print("hookstats: torch is not importable in this build environment (pip's build isolation): building a "
+              "pure-Python wheel; the op is compiled on first import. To build it now instead, install torch "
+              "first and use `pip install --no-build-isolation .`", file=sys.stderr)
+        return [], {}
+    cuda_home = recipe.find_cuda_home()
     if cuda_home:
         os.environ.setdefault("CUDA_HOME", cuda_home)
     import torch
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
-    cuda = os.environ.get("HOOKSTATS_FORCE_CUDA") == "1" or (torch.version.cuda is not None and cuda_home)
-    sources = ["csrc/ops.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
-    cxx = ["-O3", "-g0", "-ffp-contract=off"]  # no -std: torch adds the one its headers need (2.14: C++20)
-    # at::parallel_for is an OpenMP pragma in ATen's headers: without -fopenmp the CPU kernel runs on one
-    # thread. The libgomp.so.1 that torch has already loaded is the one the extension then uses.
-    omp = ["-fopenmp"] if sys.platform.startswith("linux") else []
-    cxx += omp
+    cuda = recipe.ahead_of_time_cuda(torch, cuda_home)
+    sources = [os.path.relpath(s, ROOT) for s in recipe.sources(os.path.join(ROOT, "csrc"), cuda)]
+    include = [os.path.join(ROOT, "csrc")]
+    cxx, omp = recipe.cxx_flags(), recipe.openmp_flags()
     if cuda:
-        sources += sorted(glob.glob("csrc/cuda/*.cu"))
-        ext = CUDAExtension(
-            "hookstats._C", sources, include_dirs=[os.path.join(ROOT, "csrc")] + cuda_include_dirs(),
-            extra_compile_args={"cxx": cxx, "nvcc": nvcc_flags()}, extra_link_args=omp,
-        )
+        ext = CUDAExtension("hookstats._C", sources, include_dirs=include + recipe.cuda_include_dirs(),
+                            extra_compile_args={"cxx": cxx, "nvcc": recipe.nvcc_flags()}, extra_link_args=omp)
     else:
-        ext = CppExtension("hookstats._C", sources, include_dirs=[os.path.join(ROOT, "csrc")],
-                           extra_compile_args={"cxx": cxx}, extra_link_args=omp)
+        ext = CppExtension("hookstats._C", sources, include_dirs=include, extra_compile_args={"cxx": cxx},
+                           extra_link_args=omp)
     return [ext], {"build_ext": BuildExtension.with_options(no_python_abi_suffix=True)}
 
 
-def nvcc_flags():
-    # HOOKSTATS_NVCC_FLAGS: extra flags, e.g. the kernel's tuning constants (-DHS_MIN_ITERS=1) for experiments
-    extra = os.environ.get("HOOKSTATS_NVCC_FLAGS", "").split()
-    return ["-O3", "--expt-relaxed-constexpr", "-Xptxas=-warn-spills,-warn-lmem-usage"] + extra
-
-
-def cuda_include_dirs():
-    """The pip-assembled toolkit lacks some headers torch includes; the torch venv carries them."""
-    import site
-    dirs = []
-    for sp in site.getsitepackages():
-        d = os.path.join(sp, "nvidia", "cu13", "include")
-        if os.path.isdir(d):
-            dirs.append(d)
-    return dirs
-
-
 ext_modules, cmdclass = extensions()
-setup(ext_modules=ext_modules, cmdclass=cmdclass)
+setup(ext_modules=ext_modules, cmdclass={**cmdclass, "build_py": BuildPyWithSources})

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI job: builds the full CUDA extension out of tree against torch 2.14.1+cu130 (no GPU needed), checks that
-# it loads, registers the CUDA kernels and passes torch.library.opcheck on CPU tensors, then prints the
-# ptxas register/spill table. The venv is cached outside the clone; the checkout's hookstats/_C.so is untouched.
+# it loads, registers the CUDA kernels and passes torch.library.opcheck on CPU tensors, builds it again the way
+# a plain `pip install .` does on first import (hookstats/_build.py) and checks the CUDA kernel is in, then prints
+# the ptxas register/spill table. The venv is cached outside the clone; the checkout's hookstats/_C.so is untouched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${HOOKSTATS_CUDA_VENV:-$HOME/.cache/hookstats/cuda-venv}"
@@ -51,5 +52,23 @@ torch.library.opcheck(torch.ops.hookstats.accumulate_many_.default,
                        torch.tensor([True]), *cfg.op_args()))
 print(f"cuda_build: torch {torch.__version__} (CUDA {torch.version.cuda}); CPU+CUDA kernels registered; opcheck ok")
 PY
+
+# The build on first import (what a plain `pip install .` gets) from the same sources: with a CUDA torch, nvcc and
+# TORCH_CUDA_ARCH_LIST (no GPU here), it must compile and register the CUDA kernel too.
+start=$(date +%s)
+TORCH_EXTENSIONS_DIR="$build/ext" TORCH_CUDA_ARCH_LIST="${HOOKSTATS_JIT_ARCH:-9.0}" MAX_JOBS="${MAX_JOBS:-2}" \
+  "$venv/bin/python" - <<'PY'
+import sys
+sys.modules["hookstats._C"] = None  # the in-place build above: leave it aside
+import torch
+import hookstats
+assert hookstats.backend() == "compiled", hookstats.backend()
+import os
+assert os.path.dirname(hookstats.__file__) == os.path.abspath("hookstats"), hookstats.__file__
+for key in ("CPU", "CUDA"):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("hookstats::accumulate_", key), key
+print("cuda_build: built on first import: CPU+CUDA kernels registered")
+PY
+echo "cuda_build: first-import build took $(( $(date +%s) - start )) s"
 cd - > /dev/null
 python3 tests/test_ptxas.py

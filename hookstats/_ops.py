@@ -1,17 +1,19 @@
-"""Routes accumulate_ to the compiled op (hookstats._C) or the pure-PyTorch reference.
+"""Routes accumulate_ to the compiled op or the pure-PyTorch reference.
 
-The gate runs once at import: HOOKSTATS_BACKEND=reference forces the reference; a missing extension
-falls back to it with one warning that says how to build it. The fake kernel lets torch.compile trace
-a hook that calls the op (it mutates its state arguments and returns nothing).
+The gate runs once at import. HOOKSTATS_BACKEND=reference (run time) forces the reference and builds
+nothing. Otherwise the op comes from hookstats/_C when the install built it ahead of time (setup.py with
+torch importable: scripts/install.sh, `pip install --no-build-isolation`), else it is compiled on first import
+and cached (hookstats/_build.py); if that cannot be done, the reference runs, with one warning that says why
+and how to fix it. The fake kernel lets torch.compile trace a hook that calls the op (it mutates its state
+arguments and returns nothing).
 """
+import importlib.util
 import os
 import warnings
 
 import torch
 
-from . import reference
-
-_BUILD_HINT = "build it with `pip install --no-build-isolation -e .` (needs a C++ compiler and ninja)"
+from . import _build, reference
 
 
 def _load_extension():
@@ -21,14 +23,22 @@ def _load_extension():
     if choice == "reference":
         return False
     try:
-        from . import _C  # noqa: F401  (loading the library registers torch.ops.hookstats)
-    except ImportError as e:
-        if choice == "compiled":
-            raise ImportError(f"HOOKSTATS_BACKEND=compiled but hookstats._C is not built: {_BUILD_HINT}") from e
-        warnings.warn(f"hookstats: the compiled extension is not available ({e}); using the slower pure-PyTorch "
-                      f"reference path. To use the fused op, {_BUILD_HINT}.", RuntimeWarning, stacklevel=3)
-        return False
-    return True
+        if importlib.util.find_spec(f"{__package__}._C") is not None:
+            from . import _C  # noqa: F401  (loading the library registers torch.ops.hookstats)
+        else:
+            _build.load_on_first_use()
+        return True
+    except _build.NotBuilt as e:
+        reason, fix = e.args
+    except Exception as e:  # noqa: BLE001  (a monitor must not break the import of the user's script)
+        reason, fix = f"{type(e).__name__}: {e}", "reinstall hookstats (scripts/install.sh builds it ahead of time)"
+    if choice == "compiled":
+        raise ImportError(f"HOOKSTATS_BACKEND=compiled, but the fused C++/CUDA op is not available: {reason}. "
+                          f"To get it: {fix}.")
+    warnings.warn(f"hookstats: the fused C++/CUDA op is not available: {reason}. Using the slower pure-PyTorch "
+                  f"reference path. To get the op: {fix}. HOOKSTATS_BACKEND=reference selects the reference path "
+                  f"without this warning.", RuntimeWarning, stacklevel=3)
+    return False
 
 
 _COMPILED = _load_extension()
