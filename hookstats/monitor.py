@@ -223,15 +223,19 @@ class Monitor:
     # ---- steps and phases ----
     def _on_root_forward(self, module, args):
         self._phase = "train" if module.training else "eval"
-        nested = self._root_running > 0  # the root model called inside its own forward
-        self._root_running += 1
+        compiling = torch.compiler.is_compiling()
+        # Compiled code keeps no count of running root forwards: Dynamo guards on every int a hook reads, and
+        # a count its replayed side effects leave behind recompiled the model at every step.
+        nested = not compiling and self._root_running > 0  # the root model called inside its own forward
+        if not compiling:
+            self._root_running += 1
         if nested:
             return None
         self._calls.clear()
         self._gradless_calls.clear()
         for per_call in (*self._call_index.values(), *self._input_grads):
             per_call.reset()  # a forward that raised leaves its calls open
-        if torch.compiler.is_compiling():
+        if compiling:
             # Counting steps here would put a Python branch on the step into the compiled graph and
             # recompile every step: compiled models count optimizer steps instead, or mon.step() calls.
             self._compiled = True
@@ -247,7 +251,8 @@ class Monitor:
         self._update_active()
 
     def _on_root_forward_end(self, module, args, out):
-        self._root_running = max(self._root_running - 1, 0)
+        if not torch.compiler.is_compiling():
+            self._root_running = max(self._root_running - 1, 0)
 
     def step(self):
         """Ends the current step. Once called, root forwards no longer count steps."""

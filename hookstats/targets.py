@@ -376,7 +376,7 @@ class CallIndex:
         self.running = CallStacks()
 
     def pre_hook(self, module, args):
-        if not self.running and self.mon._root_running == 0:
+        if not self.running and not torch.compiler.is_compiling() and self.mon._root_running == 0:
             self.count = 0
         self.running.push(self.count)
         self.count += 1

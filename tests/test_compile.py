@@ -177,6 +177,34 @@ def test_eager_steps_before_or_between_compiled_ones_stay_steps_of_their_own(fre
     assert counts == {k: 3 * 8 for k in range(5)}
 
 
+@pytest.mark.parametrize("validate", [False, True], ids=["train", "train_and_validate"])
+def test_a_compiled_loop_compiles_as_often_as_without_hookstats(fresh_dynamo, validate):
+    # each step used to compile a new graph (a count of running root forwards was guarded on), until
+    # torch's recompile limit ran the model eagerly for the rest of training
+    graphs = []
+    for monitored in (False, True):
+        torch._dynamo.reset()
+        counters.clear()
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        mon = hookstats.attach(model) if monitored else None
+        run = torch.compile(model, backend="aot_eager")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(10):
+            model.train()
+            run(torch.randn(3, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            if validate:
+                model.eval()
+                with torch.no_grad():
+                    run(torch.randn(5, 4))
+        graphs.append(counters["stats"]["unique_graphs"])
+        if mon is not None:
+            assert mon.stats()["0:output"]["count"] == 10 * 3 * 8
+            mon.remove()
+    assert graphs[1] == graphs[0]
+
+
 def test_a_second_optimizers_parameter_gradients_stay_in_the_eager_step_that_made_them():
     # Muon + AdamW style: two optimizers over one model; each step's param_grad records hold both halves
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
