@@ -2,9 +2,6 @@
 go into a preallocated device ring buffer with device ops only; every `log_every` steps the ring goes to
 the host in one packed transfer (pinned + non_blocking on CUDA) and on to the sinks and the alert checks."""
 import math
-import os
-import sys
-import warnings
 
 import numpy as np
 import torch
@@ -13,6 +10,7 @@ from . import layout
 from .alerts import AlertRules, step_order
 from .sinks.memory import MemorySink
 from .stats import chan_merge_rows, finalize_rows, new_fstate_values
+from .user_warning import warn_user
 
 F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits) then the istate deltas
 
@@ -288,16 +286,6 @@ class History:
         return dev, host
 
 
-_INTERNAL = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.dirname(torch.__file__) + os.sep)
-
-
-def warn_user(msg, category):
-    """Warns at the user's line: the first frame outside hookstats and torch (history warnings surface in
-    a forward, an optimizer step, mon.step(), flush() or remove(), each at its own depth)."""
-    frame, level = sys._getframe(1), 2
-    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(msg, category, stacklevel=level)
 
 
 def step_columns(fstate, istate, cfg):

@@ -12,9 +12,10 @@ from torch import nn
 
 from . import _ops, targets
 from .alerts import AlertRules
-from .targets import is_measurable, measured, tensor_leaves, unread_reason
+from .targets import is_measurable, measured, tensor_leaves, unread_reason  # noqa: F401 (tensor_leaves: hookstats.monitor API)
 from .config import StatsConfig, check_arg
 from .stats import chan_merge_rows, finalize, merge_states, new_fstate_values
+from .user_warning import warn_user
 
 PHASES = ("train", "eval")
 KINDS = ("output", "grad_output", "input", "grad_input", "param_grad", "watch", "watch_grad")
@@ -469,7 +470,7 @@ class Monitor:
     def _tell(self, what, msg):
         if what not in self._told:
             self._told.add(what)
-            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            warn_user(msg)
 
     # ---- reading ----
     def stats(self, phase="train", kind=None):

@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from .monitor import tensor_leaves
+from .targets import tensor_leaves
 
 
 class Summary:

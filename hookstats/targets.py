@@ -519,6 +519,7 @@ class ParamGrads:
             if p.requires_grad and p.is_floating_point() and id(p) not in self.params:
                 self.params[id(p)] = (mon._key(name, "param_grad", "", None), p)
         self.fresh = {}
+        self.unsampled = 0  # optimizer steps with fresh gradients in unsampled steps, while none was measured
         self.handles = [weakly(self._mark, p.register_post_accumulate_grad_hook) for _, p in self.params.values()]
         self.handles.append(global_optimizer_hook(self._on_optimizer_step))
         for key, p in self.params.values():
@@ -538,6 +539,17 @@ class ParamGrads:
         if not ids:
             return
         by_dev = {}
+        if not self.mon._sampled and self.unsampled >= 0:
+            self.unsampled += 1
+            if self.unsampled > self.mon.every:
+                self.unsampled = -1  # said once
+                self.mon._tell("param_grads_unsampled", (
+                    f"hookstats: param_grads=True has measured nothing in {self.mon.every + 1} optimizer steps: each "
+                    f"fell on a step that every={self.mon.every} does not sample (a step is a train forward, and "
+                    "gradient accumulation runs several per optimizer step). Count steps with steps='manual' and "
+                    "mon.step() after each optimizer step, or pick an every that the forwards per step do not divide."))
+        elif self.mon._sampled:
+            self.unsampled = -1
         for i in ids:
             p = self.fresh.pop(i)
             g = measured(p.grad)  # a DTensor (FSDP2): this rank's shard

@@ -855,3 +855,26 @@ def test_a_forgotten_monitor_does_not_keep_its_model_alive():
     torch.optim.SGD(other.parameters(), lr=0.1).step()  # the dead monitor's global hooks do nothing
     hookstats.attach(other, param_grads=True).remove()  # and are removed at the next registration
     assert (len(_global_optimizer_pre_hooks), len(_global_optimizer_post_hooks)) == before
+
+
+@pytest.mark.parametrize("every", [2, 3])
+def test_accumulation_whose_optimizer_steps_are_never_sampled_says_so(every):
+    # 2 forwards per optimizer step and every=2: each optimizer step falls on an unsampled step, so no
+    # parameter gradient is ever measured; that used to pass in silence
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mon = hookstats.attach(model, every=every, param_grads=True)
+        for _ in range(6):
+            for _ in range(2):
+                model(torch.randn(3, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        got = mon.stats(kind="param_grad")
+        mon.remove()
+    said = [w for w in caught if "param_grads=True has measured nothing" in str(w.message)]
+    if every == 2:
+        assert got == {} and len(said) == 1 and said[0].filename == __file__
+    else:
+        assert said == [] and got["0.weight:param_grad"]["count"] > 0
