@@ -234,7 +234,9 @@ def tap_grad(mon, key, t, phase):
     if target is None:
         return
     st, flag = target
-    view = mon._view_taps.add(key, t) if not torch.compiler.is_compiling() and t._is_view() else None
+    compiling = torch.compiler.is_compiling()
+    view = mon._view_taps.add(key, t) if not compiling and t._is_view() else None
+    step = None if compiling else mon.step_count  # read in eager code only: compiled code would guard on it
 
     def on_grad(g):
         if torch.compiler.is_compiling():  # g is dense with t's dtype; the strict backward bans .layout
@@ -242,11 +244,21 @@ def tap_grad(mon, key, t, phase):
         elif view is not None and ViewTaps.modified(view):
             ViewTaps.tell(mon, key)
         elif mon.attached and (g := measured(g)) is not None:
+            if step is not None and mon.step_count != step:
+                tell_split_step(mon, key, step)
             st.reached = st.reached or mon._sampled  # paused since the forward: the flag masks the op
             mon._accumulate(g, st, flag)
         return None
 
     t.register_hook(on_grad)
+
+
+def tell_split_step(mon, key, step):
+    mon._tell("split_step", f"hookstats: the gradient of {key.id} from step {step} arrived in step {mon.step_count}: "
+                            "several train forwards ran before one backward (two views of a batch, R-Drop, a "
+                            "generator called twice), and each forward started a step, so the gradients are "
+                            "measured in a later step than their forward (and not at all if every=N skips it). "
+                            "Count steps with steps='manual' and mon.step() after each optimizer step.")
 
 
 def skip_recomputed_call(mon, name, recompute):

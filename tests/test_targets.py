@@ -878,3 +878,18 @@ def test_accumulation_whose_optimizer_steps_are_never_sampled_says_so(every):
         assert got == {} and len(said) == 1 and said[0].filename == __file__
     else:
         assert said == [] and got["0.weight:param_grad"]["count"] > 0
+
+
+@pytest.mark.parametrize("forwards", [1, 2])
+def test_gradients_arriving_in_a_later_step_than_their_forward_are_said_once(forwards):
+    # two train forwards before one backward (two views of a batch): the first view's gradients reached
+    # the next step, and with every=2 no gradient was measured at all, in silence
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mon = hookstats.attach(model, every=2)
+        for _ in range(3):
+            sum(model(torch.randn(3, 4)).sum() for _ in range(forwards)).backward()
+        mon.remove()
+    said = [w for w in caught if "arrived in step" in str(w.message)]
+    assert len(said) == (forwards - 1) and all(w.filename == __file__ for w in said)
