@@ -7,6 +7,7 @@ import threading
 import warnings
 import weakref
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -621,6 +622,8 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
                  rank_zero_only=rank_zero_only)
     for name, v in flags.items():
         check_arg(name, v, bool)
+    if isinstance(history, np.bool_):
+        history = bool(history)
     if not isinstance(history, bool):
         check_arg("history", history, int, lo=1)  # True/False, or the ring's capacity in steps
     check_arg("log_every", log_every, int, lo=1)
