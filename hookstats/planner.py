@@ -5,7 +5,6 @@ attach() hooks the copy with the same keywords, and one forward, backward and st
 called: plan() stands in for it at the one seam every hook goes through (hookstats._ops.accumulate_ /
 accumulate_many_, as bench.py's reference switch does) and records the tensor each call would read. So the
 targets are those attach() creates, and the monitor's own memory is its real mon.memory()."""
-import argparse
 import contextlib
 import copy
 import dataclasses
@@ -309,16 +308,17 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
 # ---------------------------------------------------------------- python -m hookstats plan
 def add_arguments(p):
     from . import presets
+    from .cli import int_in, positive_float
     p.add_argument("model", help=f"a preset ({', '.join(presets.PRESETS)}) or the path of a Hugging Face config.json")
-    p.add_argument("--batch", type=_positive_int, default=1, help="batch size (default: 1)")
-    p.add_argument("--seq", type=_positive_int, default=None, help="sequence length (default: the preset's)")
+    p.add_argument("--batch", type=int_in(1), default=1, help="batch size (default: 1)")
+    p.add_argument("--seq", type=int_in(1), default=None, help="sequence length (default: the preset's)")
     p.add_argument("--dtype", choices=sorted(presets.DTYPES), default="bf16", help="parameter dtype (default: bf16)")
     p.add_argument("--device", default="cuda", help="plan for this device (default: cuda; no GPU needed)")
-    p.add_argument("--step-time", type=float, metavar="SECONDS", help="your training step time")
-    p.add_argument("--peak-tflops", type=float, help="step time = the model's FLOPs at this peak (TFLOP/s)")
-    p.add_argument("--budget", type=float, default=0.05, help="overhead budget for every=N (default: 0.05 = 5%%)")
-    p.add_argument("--steps", type=_positive_int, default=100, help="steps for the held detach-to-CPU bytes (default: 100)")
-    p.add_argument("--every", type=_positive_int, default=1, help="attach(every=N)")
+    p.add_argument("--step-time", type=positive_float(), metavar="SECONDS", help="your training step time")
+    p.add_argument("--peak-tflops", type=positive_float(1e12), help="step time = the model's FLOPs at this peak (TFLOP/s)")
+    p.add_argument("--budget", type=positive_float(), default=0.05, help="overhead budget for every=N (default: 0.05 = 5%%)")
+    p.add_argument("--steps", type=int_in(1), default=100, help="steps for the held detach-to-CPU bytes (default: 100)")
+    p.add_argument("--every", type=int_in(1), default=1, help="attach(every=N)")
     for flag, dest, what in (("--inputs", "inputs", "module inputs"), ("--input-grads", "input_grads", "input gradients"),
                              ("--param-grads", "param_grads", "parameter gradients"),
                              ("--separate-calls", "separate_calls", "each call apart"),
@@ -330,16 +330,6 @@ def add_arguments(p):
     p.add_argument("--modules", nargs="+", help="attach(modules=[...]): names or globs")
     p.add_argument("--totals", action="store_true", help="print the totals only, not one line per target")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-
-
-def _positive_int(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
 
 
 def main(argv=None):
@@ -367,7 +357,7 @@ def main(argv=None):
         print(f"hookstats plan: error: {e}", file=sys.stderr)
         return 2
     predict = {"step_time": args.step_time, "budget": args.budget,
-               "peak_flops": args.peak_tflops * 1e12 if args.peak_tflops else None}
+               "peak_flops": args.peak_tflops * 1e12 if args.peak_tflops is not None else None}
     if args.json:
         print(json.dumps(result.to_dict(args.steps, **predict), indent=1))
     else:

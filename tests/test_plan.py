@@ -339,3 +339,25 @@ def test_cli_help_and_bad_arguments(capsys):
         cli.main(["plan", "gpt2", "--batch", "0"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "must be >= 1" in err
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--budget", "-1"], "--budget: must be a finite number > 0, got -1"),
+    (["--budget", "inf"], "--budget: must be a finite number > 0, got inf"),
+    (["--step-time", "-1"], "--step-time: must be a finite number > 0, got -1"),
+    (["--step-time", "nan"], "--step-time: must be a finite number > 0, got nan"),
+    (["--peak-tflops", "0"], "--peak-tflops: must be a finite number > 0, got 0"),
+    (["--peak-tflops", "fast"], "--peak-tflops: not a number: 'fast'"),
+    (["--peak-tflops", "1e300"], "--peak-tflops: must be a finite number > 0, got 1e300"),  # inf FLOP/s
+    (["--seq", "0"], "--seq: must be >= 1, got 0"),
+    (["--steps", "-3"], "--steps: must be >= 1, got -3"),
+    (["--every", "1.5"], "--every: not an integer: '1.5'"),
+])
+def test_cli_numeric_options_are_checked_before_planning(argv, match, capsys, monkeypatch):
+    def no_plan(*args, **kwargs):
+        raise AssertionError("planned before the arguments were checked")
+    monkeypatch.setattr(plan_cli, "plan", no_plan)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["plan", "gpt2", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and match in err
