@@ -151,7 +151,7 @@ class Monitor:
                  grads=True, input_grads=False, param_grads=False, separate_calls=False):
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
-        check_arg("every", every, int, lo=1)
+        every = check_arg("every", every, int, lo=1)
         self.model, self.cfg, self.every, self.track_eval = model, cfg, every, eval
         self.modules = modules
         self.step_count = 0  # the step being run now

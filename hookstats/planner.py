@@ -284,7 +284,7 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
         memory = mon.memory()
     keep = attach_kwargs.get("keep", inspect.signature(attach).parameters["keep"].default)
     memory["host_history_bytes"], memory["host_history_max_bytes"] = \
-        host_history(mon.cfg, len(listed), keep) if attach_kwargs.get("history") else (0, 0)
+        host_history(mon.cfg, len(listed), int(keep)) if attach_kwargs.get("history") else (0, 0)
     if speed is None:
         devices = {r[2] for _, recs in listed for r in recs}
         speed = next(iter(devices)) if len(devices) == 1 else False
@@ -302,7 +302,7 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
             device=",".join(sorted({str(r[2]) for r in recs})), values=sum(r[3] for r in recs),
             bytes=sum(r[3] * r[1].itemsize for r in recs),
             op_seconds=sum(speed.seconds(r[1], r[3]) for r in recs) if speed else None))
-    return Plan(targets, memory, flops.get_total_flops(), mon.every, getattr(speed, "source", None), notes, keep)
+    return Plan(targets, memory, flops.get_total_flops(), mon.every, getattr(speed, "source", None), notes, int(keep))
 
 
 # ---------------------------------------------------------------- python -m hookstats plan

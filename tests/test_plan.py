@@ -361,3 +361,10 @@ def test_cli_numeric_options_are_checked_before_planning(argv, match, capsys, mo
         cli.main(["plan", "gpt2", *argv])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and match in err
+
+
+def test_numpy_scalar_arguments_plan_to_plain_json():
+    import numpy as np
+    p = plan(CNN(), torch.ones(1, 3, 4, 4), speed=False, every=np.int64(2), history=np.int64(3), keep=np.int32(7))
+    d = json.loads(json.dumps(p.to_dict()))
+    assert d["total"]["every"] == 2 and d["memory"]["host_history_bytes"] > 0 and "after 7 measured steps" in p.table()
