@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from . import layout
+from .config import check_arg
 
 F = layout.FSTATE_SIZE
 # columns of the alert row (one row per target); float columns are float64 bits in the int64 buffer
@@ -35,16 +36,10 @@ class AlertRules:
     warning = AlertWarning
 
     def __post_init__(self):
-        if not 0 <= self.dead_fraction <= 1:
-            raise ValueError(f"dead_fraction must be in [0, 1], got {self.dead_fraction!r}")
-        for name in ("dead_steps", "warmup"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-        if not self.std_factor > 1:
-            raise ValueError(f"std_factor must be > 1, got {self.std_factor!r}")
-        if not 0 < self.ema <= 1:
-            raise ValueError(f"ema must be in (0, 1], got {self.ema!r}")
+        checks = {"enabled": (bool,), "nonfinite": (bool,), "dead_fraction": (float, 0, 1), "dead_steps": (int, 1),
+                  "std_factor": (float, 1, None, True), "warmup": (int, 1), "ema": (float, 0, 1, True)}
+        for name, rule in checks.items():  # frozen: the checked (Python) values replace NumPy scalars
+            object.__setattr__(self, name, check_arg(name, getattr(self, name), *rule))
 
     def init_row(self, row):
         row.zero_()

@@ -2,6 +2,7 @@
 on stderr and exit status 2, never a traceback."""
 import argparse
 import importlib
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -27,6 +28,19 @@ def int_in(lo, hi=None):
             raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
         if v < lo or (hi is not None and v > hi):
             raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}" if v < lo else f"must be <= {hi}, got {v}")
+        return v
+    return parse
+
+
+def positive_float(scale=1.0):
+    """An argparse type: a finite number > 0 (that stays finite times `scale`, the unit it is used in)."""
+    def parse(text):
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not (v > 0 and math.isfinite(v * scale)):
+            raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
         return v
     return parse
 

@@ -22,10 +22,10 @@ class StatsConfig:
     log_hist: bool = True
 
     def __post_init__(self):
-        check_arg("nbins", self.nbins, int, lo=1, hi=layout.MAX_BINS)
-        for name in ("lo", "hi", "eps"):
-            check_arg(name, getattr(self, name), float)
-        check_arg("eps", self.eps, float, lo=0)
+        checks = {"nbins": (int, 1, layout.MAX_BINS), "lo": (float,), "hi": (float,), "eps": (float, 0),
+                  "near_zero": (("abs", "le"),), "linear_hist": (bool,), "log_hist": (bool,)}
+        for name, rule in checks.items():  # frozen: the checked (Python) values replace NumPy scalars
+            object.__setattr__(self, name, check_arg(name, getattr(self, name), *rule))
         if not self.lo < self.hi:
             raise ValueError(f"lo must be < hi, got lo={self.lo} hi={self.hi}")
         if not self.lo32 < float(np.float32(self.hi)):
@@ -36,9 +36,6 @@ class StatsConfig:
         if self.eps > 0 and self.eps32 == 0:
             raise ValueError(f"eps={self.eps!r} rounds to 0 in float32 (the kernels compare in float32): use 0 "
                              "(exact zeros) or a value >= 1.4e-45")
-        check_arg("near_zero", self.near_zero, ("abs", "le"))
-        check_arg("linear_hist", self.linear_hist, bool)
-        check_arg("log_hist", self.log_hist, bool)
 
     # The kernels bin in float32: these are the exact float32 values every backend uses.
     @property
@@ -74,21 +71,25 @@ class StatsConfig:
 F32_MAX = float(np.finfo(np.float32).max)
 
 
-def check_arg(name, value, rule, lo=None, hi=None):
-    """The one argument check of attach() and StatsConfig: returns value, or raises a ValueError naming the
+def check_arg(name, value, rule, lo=None, hi=None, lo_open=False):
+    """The one argument check of attach(), History, AlertRules and StatsConfig: returns value as a Python
+    bool/int/float/str (NumPy scalars are taken wherever Python ones are), or raises a ValueError naming the
     argument. rule: bool, int or float (a finite number that float32 can hold: the kernels' arithmetic) with
-    optional bounds lo..hi, or a tuple of the allowed values."""
+    optional bounds lo..hi (lo_open: value > lo), or a tuple of the allowed values."""
+    if isinstance(value, np.generic):
+        value = value.item()
     if isinstance(rule, tuple):
         if not any(value == c and type(value) is type(c) for c in rule):
             raise ValueError(f"{name} must be one of {', '.join(map(repr, rule))}; got {value!r}")
         return value
-    numbers = {bool: (bool, np.bool_), int: (int, np.integer), float: (int, float, np.integer, np.floating)}[rule]
-    if not isinstance(value, numbers) or rule is not bool and isinstance(value, (bool, np.bool_)):
+    numbers = {bool: (bool,), int: (int,), float: (int, float)}[rule]
+    if not isinstance(value, numbers) or rule is not bool and isinstance(value, bool):
         what = {bool: "True or False", int: "an int", float: "a number"}[rule]
         raise ValueError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
     if rule is float and not (math.isfinite(value) and abs(value) <= F32_MAX):
         raise ValueError(f"{name} must be a finite number within float32's range (|x| <= {F32_MAX:.4g}), got {value!r}")
-    if lo is not None and value < lo or hi is not None and value > hi:
-        bounds = f"in [{lo}, {hi}]" if lo is not None and hi is not None else f">= {lo}" if lo is not None else f"<= {hi}"
+    if lo is not None and (value <= lo if lo_open else value < lo) or hi is not None and value > hi:
+        op, bracket = (">", "(") if lo_open else (">=", "[")
+        bounds = f"in {bracket}{lo}, {hi}]" if lo is not None and hi is not None else f"{op} {lo}" if lo is not None else f"<= {hi}"
         raise ValueError(f"{name} must be {'an int ' if rule is int else ''}{bounds}, got {value!r}")
-    return value
+    return float(value) if rule is float else value

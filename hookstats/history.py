@@ -8,6 +8,7 @@ import torch
 
 from . import layout
 from .alerts import AlertRules, step_order
+from .config import check_arg
 from .sinks.memory import MemorySink
 from .stats import chan_merge_rows, finalize_rows, new_fstate_values
 from .user_warning import warn_user
@@ -116,9 +117,9 @@ class History:
     """
 
     def __init__(self, monitor, log_every=10, capacity=None, sinks=(), alerts=True, keep=1000):
-        for name, v in (("log_every", log_every), ("keep", keep)) + ((("capacity", capacity),) if capacity is not None else ()):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        log_every, keep = check_arg("log_every", log_every, int, lo=1), check_arg("keep", keep, int, lo=1)
+        if capacity is not None:
+            capacity = check_arg("history", capacity, int, lo=1)  # attach(history=N) is the ring's capacity
         if alerts is True:
             alerts = AlertRules()
         if alerts is not False and not isinstance(alerts, AlertRules):

@@ -7,6 +7,7 @@ import threading
 import warnings
 import weakref
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -151,7 +152,7 @@ class Monitor:
                  grads=True, input_grads=False, param_grads=False, separate_calls=False):
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
-        check_arg("every", every, int, lo=1)
+        every = check_arg("every", every, int, lo=1)
         self.model, self.cfg, self.every, self.track_eval = model, cfg, every, eval
         self.modules = modules
         self.step_count = 0  # the step being run now
@@ -627,6 +628,8 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
                  rank_zero_only=rank_zero_only)
     for name, v in flags.items():
         check_arg(name, v, bool)
+    if isinstance(history, np.bool_):
+        history = bool(history)
     if not isinstance(history, bool):
         check_arg("history", history, int, lo=1)  # True/False, or the ring's capacity in steps
     check_arg("log_every", log_every, int, lo=1)

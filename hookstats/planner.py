@@ -5,15 +5,16 @@ attach() hooks the copy with the same keywords, and one forward, backward and st
 called: plan() stands in for it at the one seam every hook goes through (hookstats._ops.accumulate_ /
 accumulate_many_, as bench.py's reference switch does) and records the tensor each call would read. So the
 targets are those attach() creates, and the monitor's own memory is its real mon.memory()."""
-import argparse
 import contextlib
 import copy
 import dataclasses
+import inspect
 import json
 import math
 import sys
 import threading
 
+import numpy as np
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException, FakeTensor,
@@ -21,8 +22,10 @@ from torch._subclasses.fake_tensor import (DataDependentOutputException, Dynamic
 from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
-from . import _ops, op_speed
+from . import _ops, layout, op_speed
+from .history import step_columns
 from .monitor import attach, attached_monitor
+from .sinks.memory import held_bytes
 from .summary import format_table
 from .targets import tensor_leaves
 
@@ -51,8 +54,8 @@ class TargetPlan:
 class Plan:
     """The result of plan(): per target and in total, what is read, copied and held, and the predicted cost."""
 
-    def __init__(self, targets, memory, flops, every, speed_source, notes=()):
-        self.targets, self.memory, self.flops, self.every = targets, memory, flops, every
+    def __init__(self, targets, memory, flops, every, speed_source, notes=(), keep=None):
+        self.targets, self.memory, self.flops, self.every, self.keep = targets, memory, flops, every, keep
         self.speed_source, self.notes = speed_source, list(notes)
 
     @property
@@ -116,6 +119,9 @@ class Plan:
                   f"hookstats holds: {_size(m['state_bytes'])} of state, {_size(m['history_bytes'])} of history ring "
                   f"({_size(m['device_bytes'])} on the device), {_size(m['host_staging_bytes'])} of host staging "
                   "(mon.memory())",
+                  *([f"mon.history() on the host after {self.keep} measured steps: {_size(m['host_history_bytes'])} "
+                     f"of fixed columns, at most {_size(m['host_history_max_bytes'])} with the histograms' spans "
+                     "(which slots the data uses)"] if m["host_history_max_bytes"] else []),
                   f"detach-to-CPU of the same targets: copies {_size(self.bytes)} to the host per step, holds "
                   f"{_size(self.detach_held(steps))} after {steps} steps; keeping them detached on the device "
                   f"holds as much there",
@@ -223,6 +229,14 @@ def _listed(monitor, recorded):
             for key in sorted(by_key, key=lambda k: (first[k], k.id))]
 
 
+def host_history(cfg, targets, keep):
+    """(fixed, widest): the bytes mon.history() holds on the host once it keeps `keep` measured steps of
+    `targets` targets (MemorySink's columns, sinks.memory.held_bytes): the fixed part is exact, the
+    histograms' spans (the slots the records use, data-dependent) are counted at their widest."""
+    cols = step_columns(np.zeros((1, 1, layout.FSTATE_SIZE)), np.zeros((1, 1, cfg.istate_size), dtype=np.int64), cfg)
+    return held_bytes(cols, targets, keep)
+
+
 def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None, speed=None, **attach_kwargs):
     """What hookstats.attach(model, **attach_kwargs) would measure in one training step on these inputs,
     and what it would cost, found on fake tensors: nothing of the model's size is allocated, so a 70B model
@@ -268,6 +282,9 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
                              "tensors") from None
         listed = _listed(mon, recorder.calls)
         memory = mon.memory()
+    keep = attach_kwargs.get("keep", inspect.signature(attach).parameters["keep"].default)
+    memory["host_history_bytes"], memory["host_history_max_bytes"] = \
+        host_history(mon.cfg, len(listed), int(keep)) if attach_kwargs.get("history") else (0, 0)
     if speed is None:
         devices = {r[2] for _, recs in listed for r in recs}
         speed = next(iter(devices)) if len(devices) == 1 else False
@@ -285,22 +302,23 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
             device=",".join(sorted({str(r[2]) for r in recs})), values=sum(r[3] for r in recs),
             bytes=sum(r[3] * r[1].itemsize for r in recs),
             op_seconds=sum(speed.seconds(r[1], r[3]) for r in recs) if speed else None))
-    return Plan(targets, memory, flops.get_total_flops(), mon.every, getattr(speed, "source", None), notes)
+    return Plan(targets, memory, flops.get_total_flops(), mon.every, getattr(speed, "source", None), notes, int(keep))
 
 
 # ---------------------------------------------------------------- python -m hookstats plan
 def add_arguments(p):
     from . import presets
+    from .cli import int_in, positive_float
     p.add_argument("model", help=f"a preset ({', '.join(presets.PRESETS)}) or the path of a Hugging Face config.json")
-    p.add_argument("--batch", type=_positive_int, default=1, help="batch size (default: 1)")
-    p.add_argument("--seq", type=_positive_int, default=None, help="sequence length (default: the preset's)")
+    p.add_argument("--batch", type=int_in(1), default=1, help="batch size (default: 1)")
+    p.add_argument("--seq", type=int_in(1), default=None, help="sequence length (default: the preset's)")
     p.add_argument("--dtype", choices=sorted(presets.DTYPES), default="bf16", help="parameter dtype (default: bf16)")
     p.add_argument("--device", default="cuda", help="plan for this device (default: cuda; no GPU needed)")
-    p.add_argument("--step-time", type=float, metavar="SECONDS", help="your training step time")
-    p.add_argument("--peak-tflops", type=float, help="step time = the model's FLOPs at this peak (TFLOP/s)")
-    p.add_argument("--budget", type=float, default=0.05, help="overhead budget for every=N (default: 0.05 = 5%%)")
-    p.add_argument("--steps", type=_positive_int, default=100, help="steps for the held detach-to-CPU bytes (default: 100)")
-    p.add_argument("--every", type=_positive_int, default=1, help="attach(every=N)")
+    p.add_argument("--step-time", type=positive_float(), metavar="SECONDS", help="your training step time")
+    p.add_argument("--peak-tflops", type=positive_float(1e12), help="step time = the model's FLOPs at this peak (TFLOP/s)")
+    p.add_argument("--budget", type=positive_float(), default=0.05, help="overhead budget for every=N (default: 0.05 = 5%%)")
+    p.add_argument("--steps", type=int_in(1), default=100, help="steps for the held detach-to-CPU bytes (default: 100)")
+    p.add_argument("--every", type=int_in(1), default=1, help="attach(every=N)")
     for flag, dest, what in (("--inputs", "inputs", "module inputs"), ("--input-grads", "input_grads", "input gradients"),
                              ("--param-grads", "param_grads", "parameter gradients"),
                              ("--separate-calls", "separate_calls", "each call apart"),
@@ -312,16 +330,6 @@ def add_arguments(p):
     p.add_argument("--modules", nargs="+", help="attach(modules=[...]): names or globs")
     p.add_argument("--totals", action="store_true", help="print the totals only, not one line per target")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-
-
-def _positive_int(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
 
 
 def main(argv=None):
@@ -349,7 +357,7 @@ def main(argv=None):
         print(f"hookstats plan: error: {e}", file=sys.stderr)
         return 2
     predict = {"step_time": args.step_time, "budget": args.budget,
-               "peak_flops": args.peak_tflops * 1e12 if args.peak_tflops else None}
+               "peak_flops": args.peak_tflops * 1e12 if args.peak_tflops is not None else None}
     if args.json:
         print(json.dumps(result.to_dict(args.steps, **predict), indent=1))
     else:

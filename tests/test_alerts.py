@@ -176,3 +176,27 @@ def test_warnings_point_at_the_users_line_not_at_hookstats(where):
     assert alerts, where
     assert {w.filename for w in alerts} == {__file__}, [(w.filename, w.lineno) for w in alerts]
 
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"dead_fraction": "0.5"}, "dead_fraction must be a number, got str"),
+    ({"dead_fraction": np.float64(1.5)}, r"dead_fraction must be in \[0, 1\], got 1.5"),
+    ({"dead_steps": np.int64(0)}, "dead_steps must be an int >= 1, got 0"),
+    ({"warmup": True}, "warmup must be an int, got bool"),
+    ({"std_factor": None}, "std_factor must be a number, got NoneType"),
+    ({"std_factor": np.float32(1)}, "std_factor must be > 1, got 1"),
+    ({"ema": np.float64(0)}, r"ema must be in \(0, 1\], got 0"),
+    ({"enabled": "yes"}, "enabled must be True or False, got str"),
+    ({"nonfinite": 1}, "nonfinite must be True or False, got int"),
+])
+def test_bad_rules_get_one_value_error_naming_the_field(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        AlertRules(**kwargs)
+
+
+def test_numpy_scalars_make_the_same_rules():
+    np_rules = AlertRules(enabled=np.bool_(True), dead_fraction=np.float32(0.5), dead_steps=np.int64(3),
+                          std_factor=np.int64(4), warmup=np.int32(2), ema=np.float64(0.25))
+    assert np_rules == AlertRules(dead_fraction=0.5, dead_steps=3, std_factor=4.0, warmup=2, ema=0.25)
+    assert all(type(getattr(np_rules, f)) in (bool, int, float) for f in ("enabled", "dead_fraction", "dead_steps",
+                                                                         "std_factor", "warmup", "ema"))

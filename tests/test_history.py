@@ -397,3 +397,49 @@ def test_no_record_dicts_without_a_sink_that_takes_them(monkeypatch):
     run(model, mon, 5)
     mon.remove()
     assert len({s for s, _ in mon._history.memory_sink.items()}) == 5
+
+
+def test_numpy_scalars_are_taken_wherever_python_ones_are():
+    """attach() takes NumPy ints and strings as it takes Python ones (they come from configs and arrays):
+    the ring holds `history` slots, flushes every `log_every` steps and the host keeps the last `keep`."""
+    torch.manual_seed(0)
+    model, sink = nn.Sequential(nn.Linear(3, 3)), MemorySink()
+    mon = hookstats.attach(model, steps="manual", history=np.int64(4), log_every=np.int32(3), keep=np.int64(5),
+                           every=np.int16(1), near_zero=np.str_("le"), sinks=[sink],
+                           alerts=hookstats.AlertRules(dead_steps=np.int64(2), warmup=np.int8(3),
+                                                       dead_fraction=np.float32(0.9), enabled=np.bool_(True)))
+    xs = [torch.randn(2, 3) for _ in range(7)]
+    for s, x in enumerate(xs):
+        with torch.no_grad():
+            model(x)
+        mon.step()
+        if s == 2:  # log_every=3: the first three steps are on the host, without a flush of ours
+            assert [s for s, _ in sink.steps] == [0, 1, 2]
+    mon.flush()
+    h = mon.history()
+    steps = sorted(set(h["step"]))
+    assert steps == [2, 3, 4, 5, 6]  # keep=5: the last five of seven
+    mean = h[(h["target"] == "0:output") & (h["stat"] == "mean")].sort_values("step")["value"].to_numpy()
+    want = [model[0](x).double().mean().item() for x in xs[2:]]
+    np.testing.assert_allclose(mean, want, rtol=1e-6)
+    assert mon.cfg.near_zero == "le" and type(mon.cfg.near_zero) is str
+    mon.remove()
+
+
+def test_numpy_bool_history_is_history_true():
+    mon = hookstats.attach(nn.Linear(2, 2), steps="manual", history=np.bool_(True), log_every=1)
+    mon.model(torch.ones(1, 2))
+    mon.step()
+    assert sorted(set(mon.history()["step"])) == [0]
+    mon.remove()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"history": True, "log_every": np.int64(0)}, "log_every must be an int >= 1, got 0"),
+    ({"history": np.int64(0)}, "history must be an int >= 1, got 0"),
+    ({"history": True, "keep": np.int64(-1)}, "keep must be an int >= 1, got -1"),
+    ({"near_zero": np.str_("lt")}, "near_zero must be one of 'abs', 'le'; got 'lt'"),
+])
+def test_bad_numpy_scalars_get_one_error_naming_the_attach_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        hookstats.attach(nn.Linear(2, 2), **kwargs)

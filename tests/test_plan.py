@@ -109,7 +109,43 @@ def test_targets_and_values_equal_a_real_attach(name, kwargs):
 def test_memory_equals_mon_memory(kwargs):
     model, args, kw = model_and_inputs("cnn")
     _, memory = real_step(model, args, kw, **kwargs)
-    assert plan(model, *args, speed=False, **kwargs).memory == memory
+    planned = plan(model, *args, speed=False, **kwargs).memory
+    host_history = ("host_history_bytes", "host_history_max_bytes")  # predicted at `keep` steps: the test below
+    assert {k: v for k, v in planned.items() if k not in host_history} == \
+        {k: v for k, v in memory.items() if k not in host_history}
+
+
+@pytest.mark.parametrize("kwargs", [{"linear_hist": False, "log_hist": False}, {},
+                                    {"nbins": 8, "param_grads": True, "log_hist": False}, {"every": 2}])
+def test_host_history_at_keep_steps_against_a_real_run(kwargs):
+    """Once mon.history() keeps `keep` steps the host holds per target and step the step, 8 int64 and 6
+    float64 scalars (6 ints without the linear histogram), slot 0 of each histogram, and the span of slots
+    the records used: the planned fixed part is exact, the span at most the whole histogram."""
+    torch.manual_seed(0)
+    model, x, keep = nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 6)), torch.randn(4, 6), 12
+    p = plan(model, x, speed=False, history=True, log_every=5, keep=keep, **kwargs)
+    mon = hookstats.attach(model, history=True, log_every=5, keep=keep, **kwargs)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    for _ in range(keep * kwargs.get("every", 1)):
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    mon.flush()
+    real = mon.memory()["host_history_bytes"]
+    mon.remove()
+    linear, log2 = kwargs.get("linear_hist", True), kwargs.get("log_hist", True)
+    nbins, targets = kwargs.get("nbins", 40), 4 + 4 * bool(kwargs.get("param_grads"))
+    fixed = targets * keep * 8 * (1 + 6 + 2 * linear + 6 + linear + log2) + linear * 8 * (nbins + 1)
+    widest = fixed + targets * keep * 8 * (linear * (nbins - 1) + log2 * 255) + linear * (targets - 1) * 8 * (nbins + 1)
+    assert len(p.targets) == targets
+    assert p.memory["host_history_bytes"] == fixed and p.memory["host_history_max_bytes"] == widest
+    assert fixed <= real <= widest
+    if linear or log2:
+        assert real > fixed  # the spans the records used
+    else:
+        assert real == fixed
+    line = next(ln for ln in p.table().splitlines() if "host" in ln and "history" in ln and str(keep) in ln)
+    assert plan_cli._size(fixed) in line
 
 
 def test_detach_bytes_equal_what_a_detach_to_cpu_hook_copies():
@@ -303,3 +339,32 @@ def test_cli_help_and_bad_arguments(capsys):
         cli.main(["plan", "gpt2", "--batch", "0"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "must be >= 1" in err
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--budget", "-1"], "--budget: must be a finite number > 0, got -1"),
+    (["--budget", "inf"], "--budget: must be a finite number > 0, got inf"),
+    (["--step-time", "-1"], "--step-time: must be a finite number > 0, got -1"),
+    (["--step-time", "nan"], "--step-time: must be a finite number > 0, got nan"),
+    (["--peak-tflops", "0"], "--peak-tflops: must be a finite number > 0, got 0"),
+    (["--peak-tflops", "fast"], "--peak-tflops: not a number: 'fast'"),
+    (["--peak-tflops", "1e300"], "--peak-tflops: must be a finite number > 0, got 1e300"),  # inf FLOP/s
+    (["--seq", "0"], "--seq: must be >= 1, got 0"),
+    (["--steps", "-3"], "--steps: must be >= 1, got -3"),
+    (["--every", "1.5"], "--every: not an integer: '1.5'"),
+])
+def test_cli_numeric_options_are_checked_before_planning(argv, match, capsys, monkeypatch):
+    def no_plan(*args, **kwargs):
+        raise AssertionError("planned before the arguments were checked")
+    monkeypatch.setattr(plan_cli, "plan", no_plan)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["plan", "gpt2", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and match in err
+
+
+def test_numpy_scalar_arguments_plan_to_plain_json():
+    import numpy as np
+    p = plan(CNN(), torch.ones(1, 3, 4, 4), speed=False, every=np.int64(2), history=np.int64(3), keep=np.int32(7))
+    d = json.loads(json.dumps(p.to_dict()))
+    assert d["total"]["every"] == 2 and d["memory"]["host_history_bytes"] > 0 and "after 7 measured steps" in p.table()
