@@ -843,6 +843,8 @@ def test_a_forgotten_monitor_does_not_keep_its_model_alive():
     import gc
     import weakref
     from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
+    gc.collect()
+    hookstats.attach(nn.Linear(2, 2), param_grads=True).remove()  # drops dead hooks earlier tests left behind
     before = len(_global_optimizer_pre_hooks), len(_global_optimizer_post_hooks)
     model = mlp()
     hookstats.attach(model, param_grads=True)  # never removed
