@@ -121,7 +121,7 @@ def write_reports(name, run_dir, mon, model, example, seconds, log=print, progre
     else:
         alerts_file.unlink(missing_ok=True)  # an earlier run's alerts into the same folder are not this run's
     alerts = brief(mon.alerts)
-    series = plots.collect(mon._history.memory_sink.items())
+    series = plots.collect(mon.history_sink.items())
     totals = {k: v["log2_hist"] for k, v in mon.stats().items() if v["log2_hist"] is not None}
     charts = plots.save_all(series, run_dir / "charts", run_totals=totals, progress=lambda todo: show(
         todo, desc=f"{name} charts", unit="chart", enabled=progress))

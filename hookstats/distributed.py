@@ -7,12 +7,15 @@ each rank adds a flag "my targets fit the layout" to the istate buffer, and only
 (a target first reached since) are the names exchanged again and the two collectives repeated. Reading
 that flag is the one host read beyond the collectives. The monitor's own running state is left as it is.
 """
+import weakref
+
 import torch
 import torch.distributed as dist
 
 from .stats import chan_merge_rows, finalize, new_fstate_values
 
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_layouts = weakref.WeakKeyDictionary()  # monitor -> (group, world size, [(phase, TargetKey)]) agreed at its last reduce()
 
 
 def is_initialized():
@@ -96,8 +99,8 @@ def _local_rows(monitor, device):
     """(phase, TargetKey) -> (fstate, istate) on `device`, one row per target (devices of a rank merged).
     Preallocated states no hook ever reached are left out, as in Monitor.stats()."""
     rows = {}
-    reached = [kv for kv in monitor._states.items() if getattr(kv[1], "reached", True)]
-    for (phase, key, dev), st in sorted(reached, key=lambda kv: (kv[0][0], kv[0][1].id, str(kv[0][2]))):
+    for key, _, st in sorted(monitor.states(), key=lambda s: (s[2].phase, s[0].id, str(s[1]))):
+        phase = st.phase
         f, i = st.total_fstate().to(device), st.istate.to(device)
         prev = rows.get((phase, key))
         rows[(phase, key)] = (f, i) if prev is None else (chan_merge_rows(prev[0], f), prev[1] + i)
@@ -114,9 +117,8 @@ def _check_same_config(configs):
 def reduce(monitor, group=None):
     """Merges `monitor`'s state over the ranks of `group` (default: the whole world); every rank of the group
     must call it. Without an initialized process group it returns the local state as a world of one."""
-    if hasattr(monitor, "_eager_point"):
-        monitor._eager_point()  # allocates states first reached inside compiled code
-    devices = {st.fstate.device for st in monitor._states.values()} or {torch.device("cpu")}
+    monitor.eager_point()  # allocates states first reached inside compiled code
+    devices = {st.fstate.device for _, _, st in monitor.states(reached_only=False)} or {torch.device("cpu")}
     if not is_initialized():
         device = next(iter(devices)) if len(devices) == 1 else torch.device("cpu")
         local = _local_rows(monitor, device)
@@ -127,11 +129,11 @@ def reduce(monitor, group=None):
         raise ValueError("hookstats reduce: this process is not a member of the given group")
     device, world = _comm_device(group), dist.get_world_size(group)
     local = _local_rows(monitor, device)
-    layout = getattr(monitor, "_reduce_layout", None)
+    layout = _layouts.get(monitor)
     for _ in range(2):
         if layout is None or layout[0] is not group or layout[1] != world:
             layout = (group, world, _agree_on_keys(monitor.cfg, local, group, world))
-            monitor._reduce_layout = layout
+            _layouts[monitor] = layout
         keys = layout[2]
         fits = set(local) <= set(keys)
         f, i = _pack(monitor.cfg, local, keys, device)

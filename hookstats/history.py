@@ -135,19 +135,15 @@ class History:
         self._last_flush = 0
         self._reported = set()
         self._broken = self._closed = False
-        self._order = step_order(monitor.modules, monitor._forward_order)
-        monitor._split_steps = True
-        for (phase, _, _), st in monitor._states.items():
-            if phase == "train":
-                st.split_steps()
+        self._order = step_order(monitor.modules, monitor.forward_order)
+        monitor.split_steps()
         monitor.step_listeners.append(self._on_step_end)
 
     # ---- recording ----
     def _train_states(self):
         by_dev = {}
-        for (phase, _, device), st in self.monitor._states.items():
-            if phase == "train":
-                by_dev.setdefault(device, []).append(st)
+        for _, device, st in self.monitor.states("train", reached_only=False):
+            by_dev.setdefault(device, []).append(st)
         return by_dev
 
     def _on_step_end(self, monitor, step, sampled):
@@ -354,13 +350,13 @@ def histogram(monitor, target, phase="train"):
     return {k: r[k] for k in ("hist", "hist_edges", "underflow", "overflow", "log2_hist", "nan", "posinf", "neginf")}
 
 
-def memory(monitor):
-    """Bytes the monitor holds: running state on the devices, the history rings, host staging buffers and
-    the steps mon.history() keeps on the host (host_history_bytes, growing up to `keep` steps)."""
-    states = sum(t.numel() * t.element_size() for st in monitor._states.values()
+def memory(states, flags, hist):
+    """Bytes a monitor holds: running `states` and sampling `flags` on the devices, the history rings, host
+    staging buffers and the steps mon.history() keeps on the host (host_history_bytes, growing up to `keep`
+    steps). hist: the monitor's History, or None."""
+    states = sum(t.numel() * t.element_size() for st in states
                  for t in (st.fstate, st.istate, st.scratch, st.closed_f) if t is not None)
-    states += sum(f.numel() * f.element_size() for f in monitor._flags.values())
-    hist = getattr(monitor, "_history", None)
+    states += sum(f.numel() * f.element_size() for f in flags)
     dev, host = hist.nbytes() if hist is not None else (0, 0)
     kept = hist.memory_sink.nbytes() if hist is not None else 0
     return {"state_bytes": states, "history_bytes": dev, "host_staging_bytes": host, "host_history_bytes": kept,

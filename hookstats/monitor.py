@@ -146,6 +146,11 @@ class Monitor:
 
     A step is one forward of the root model in training mode (steps="forward"), or, with
     steps="manual" or once mon.step() has been called, what the caller ends with mon.step(). Step k is measured when k % every == 0 (step 0 is measured).
+
+    The hooks' port, what hookstats/targets.py uses (per tensor: plain attributes and methods, no layer
+    between): phase, measuring, sampling, root_running, gradless_calls, forward_order, view_taps, untapped;
+    measures_phase(), saw(), call_of(), next_watch_call(), key(), resolve(), accumulate(), accumulate_many(),
+    measure_in(), tell(), eager_point(). Internal to hookstats: not for users, they may change.
     """
 
     def __init__(self, model, cfg, modules, every=1, eval=False, inputs=False, outputs=True, steps="forward",
@@ -159,11 +164,11 @@ class Monitor:
         check_arg("steps", steps, ("forward", "manual"))  # a root forward in training mode is a step; mon.step() ends one
         self._manual = steps == "manual"
         self._paused = False
-        self._phase = "train"
-        self._active = True  # this step is sampled and its phase is measured: the eager hooks' fast check
-        self._sampled = True  # this step is sampled (not paused, step % every == 0): what the device flags hold
+        self.phase = "train"
+        self.measuring = True  # this step is sampled and its phase is measured: the eager hooks' fast check
+        self.sampling = True  # this step is sampled (not paused, step % every == 0): what the device flags hold
         self._states = {}  # (phase, TargetKey, device) -> TargetState
-        self._flags = {}  # device -> 1-element bool tensor: the device-side copy of _sampled
+        self._flags = {}  # device -> 1-element bool tensor: the device-side copy of sampling
         self._handles = []
         self._attached = True  # a plain bool: compiled code (watch) can read it, not the list of handles
         self.step_listeners = []  # callables(monitor, finished_step, it_was_sampled), run when a step ends
@@ -173,15 +178,15 @@ class Monitor:
         self._late = set()  # (phase, *key fields, device) first reached inside compiled code, allocated at the next eager point
         self._compiled = False  # a hook ran inside torch.compile
         self._told = set()  # one-time warnings already given
-        self._gradless_calls = set()  # names called without grad (reentrant checkpointing's forward), separate_calls
+        self.gradless_calls = set()  # names called without grad (reentrant checkpointing's forward), separate_calls
         self._split_steps = False  # train states keep the open step apart (History sets it)
-        self._forward_order = {}  # module or watch name -> rank of its first eager forward call (alerts' order)
-        self._untapped = False  # a gradient tap was left out of compiled code (targets.COMPILED_GRAD_TAPS)
-        self._view_taps = targets.ViewTaps()  # gradient taps on view outputs, checked for in-place ops
+        self.forward_order = {}  # module or watch name -> rank of its first eager forward call (alerts' order)
+        self.untapped = False  # a gradient tap was left out of compiled code (targets.COMPILED_GRAD_TAPS)
+        self.view_taps = targets.ViewTaps()  # gradient taps on view outputs, checked for in-place ops
         self._lock = threading.Lock()  # _exclusive()
         self._param_grads = None
         self._input_grads = []  # targets.InputGrads (input_grads=True)
-        self._root_running = 0  # root forwards running now (separate_calls numbers calls per root forward)
+        self.root_running = 0  # root forwards running now (separate_calls numbers calls per root forward)
         for dev in {t.device for t in (*model.parameters(), *model.buffers())} - {torch.device("meta")}:
             self._flag(dev)  # compiled code cannot allocate them
         self._flag(torch.device("cpu"))
@@ -224,17 +229,17 @@ class Monitor:
 
     # ---- steps and phases ----
     def _on_root_forward(self, module, args):
-        self._phase = "train" if module.training else "eval"
+        self.phase = "train" if module.training else "eval"
         compiling = torch.compiler.is_compiling()
         # Compiled code keeps no count of running root forwards: Dynamo guards on every int a hook reads, and
         # a count its replayed side effects leave behind recompiled the model at every step.
-        nested = not compiling and self._root_running > 0  # the root model called inside its own forward
+        nested = not compiling and self.root_running > 0  # the root model called inside its own forward
         if not compiling:
-            self._root_running += 1
+            self.root_running += 1
         if nested:
             return None
         self._calls.clear()
-        self._gradless_calls.clear()
+        self.gradless_calls.clear()
         for per_call in (*self._call_index.values(), *self._input_grads):
             per_call.reset()  # a forward that raised leaves its calls open
         if compiling:
@@ -245,7 +250,7 @@ class Monitor:
         if targets.in_recompute():
             self._update_active()  # an eval forward may have run since this step's forward
             return None  # a checkpointed root recomputed in backward is not a new step
-        self._eager_point()
+        self.eager_point()
         if not self._manual and module.training:
             if self._step_has_forward:
                 self._end_step()
@@ -254,12 +259,12 @@ class Monitor:
 
     def _on_root_forward_end(self, module, args, out):
         if not torch.compiler.is_compiling():
-            self._root_running = max(self._root_running - 1, 0)
+            self.root_running = max(self.root_running - 1, 0)
 
     def step(self):
         """Ends the current step. Once called, root forwards no longer count steps."""
         self._manual = True
-        self._eager_point()
+        self.eager_point()
         if self._param_grads is not None:
             self._param_grads.flush()  # loops without a torch.optim optimizer
         self._end_step()
@@ -314,14 +319,18 @@ class Monitor:
     def _update_active(self):
         sampled = not self._paused and self.step_count % self.every == 0
         self._step_sampled = self._step_sampled or sampled
-        self._active = sampled and self._measures_phase()
-        if sampled != self._sampled:
-            self._sampled = sampled
+        self.measuring = sampled and self.measures_phase()
+        if sampled != self.sampling:
+            self.sampling = sampled
             for flag in self._flags.values():
                 flag.fill_(sampled)
 
-    def _measures_phase(self):
-        return self._phase == "train" or self.track_eval
+    def measures_phase(self):
+        return self.phase == "train" or self.track_eval
+
+    @property
+    def paused(self):
+        return self._paused
 
     def pause(self):
         self._paused = True
@@ -334,7 +343,7 @@ class Monitor:
     @property
     def sampled(self):
         """Whether the current step is being measured."""
-        return self._active
+        return self.measuring
 
     @property
     def step_sampled(self):
@@ -345,12 +354,12 @@ class Monitor:
     def _flag(self, device):
         flag = self._flags.get(device)
         if flag is None:
-            flag = self._flags[device] = torch.tensor([self._sampled], dtype=torch.bool, device=device)
+            flag = self._flags[device] = torch.tensor([self.sampling], dtype=torch.bool, device=device)
             mark_static(flag)
         return flag
 
     def state(self, key, device, phase=None):
-        phase = phase or self._phase
+        phase = phase or self.phase
         k = (phase, key, device)
         st = self._states.get(k)
         if st is None:
@@ -359,26 +368,39 @@ class Monitor:
                 st.split_steps()
         return st
 
+    def states(self, phase=None, reached_only=True):
+        """[(TargetKey, device, TargetState)] of `phase` (default: every phase; a state has its .phase), in
+        allocation order; reached_only leaves out preallocated states no hook has reached, as stats() does."""
+        return [(key, device, st) for (ph, key, device), st in self._states.items()
+                if (phase is None or ph == phase) and (st.reached or not reached_only)]
+
+    def split_steps(self):
+        """From now on train states keep the open step apart from the steps before it (History needs it)."""
+        self._split_steps = True
+        for (phase, _, _), st in self._states.items():
+            if phase == "train":
+                st.split_steps()
+
     def _preallocate(self, name, kind, m, phases=None):
         p = next(m.parameters(recurse=False), None)
         if is_measurable(p):
             for phase in phases or (PHASES if self.track_eval else PHASES[:1]):
-                self.state(self._key(name, kind, "", 0 if self.separate_calls else None), p.device, phase)
+                self.state(self.key(name, kind, "", 0 if self.separate_calls else None), p.device, phase)
 
-    def _key(self, module, kind, leaf, call):
+    def key(self, module, kind, leaf, call):
         return TargetKey(module, kind, leaf, call)
 
-    def _saw(self, name):
+    def saw(self, name):
         """Records the order in which the forward first reaches each hooked module (eager code only)."""
-        if name not in self._forward_order and not torch.compiler.is_compiling():
-            self._forward_order[name] = len(self._forward_order)
+        if name not in self.forward_order and not torch.compiler.is_compiling():
+            self.forward_order[name] = len(self.forward_order)
 
-    def _call_of(self, name):
+    def call_of(self, name):
         """The index of the running call of module `name` in this forward, or None when calls share one state."""
         index = self._call_index.get(name) if self.separate_calls else None
         return None if index is None else index.current()
 
-    def _next_watch_call(self, name):
+    def next_watch_call(self, name):
         """The index of this mon.watch(name, ...) call in the current forward, or None when calls share one state."""
         if not self.separate_calls:
             return None
@@ -386,7 +408,7 @@ class Monitor:
         self._calls[name] = n + 1
         return n
 
-    def _resolve(self, key, device, phase, reach=True):
+    def resolve(self, key, device, phase, reach=True):
         """(state, flag) of key, or None inside compiled code when they do not exist yet: compiled code
         cannot allocate them, so they are allocated at the next eager point (one recompile, then measured).
         reach=False leaves marking the state as reached (listed by stats()) to the caller."""
@@ -409,37 +431,37 @@ class Monitor:
         code is one graph at a time, and cannot trace a lock."""
         return contextlib.nullcontext() if torch.compiler.is_compiling() else self._lock
 
-    def _accumulate(self, t, st, flag):
+    def accumulate(self, t, st, flag):
         with self._exclusive():
             _ops.accumulate_(t, st.fstate, st.istate, st.scratch, flag, *self._op_args)
 
-    def _accumulate_many(self, ts, sts, device):
+    def accumulate_many(self, ts, sts, device):
         with self._exclusive():
             _ops.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],
                                   self._flag(device), *self._op_args)
 
-    def _measure_in(self, key, t, phase):
+    def measure_in(self, key, t, phase):
         x = measured(t)
         if x is not None:
-            target = self._resolve(key, x.device, phase)
+            target = self.resolve(key, x.device, phase)
             if target is not None:
-                self._accumulate(x, *target)
+                self.accumulate(x, *target)
         elif (why := unread_reason(t)) is not None:
-            self._tell(f"unread:{key.id}", f"hookstats: {key.id} is {why}: it is not measured")
+            self.tell(f"unread:{key.id}", f"hookstats: {key.id} is {why}: it is not measured")
 
     def measure(self, key, t):
         """Feeds tensor t to the state of `key` in the current phase (skips non-float tensors)."""
-        self._measure_in(key, t, self._phase)
+        self.measure_in(key, t, self.phase)
 
     def watch(self, name, tensor):
         """Call inside a forward: measures `tensor` ("name:watch") and, if it requires grad, its gradient
         ("name:watch_grad"). Returns the tensor unchanged, so `x = mon.watch("attn", x)` also works."""
         return targets.watch(self, name, tensor)
 
-    def _eager_point(self):
+    def eager_point(self):
         """Runs outside compiled code (root forward, step, optimizer step, stats): allocates what compiled
         code reached first, says once what torch.compile changes and which view outputs lost their gradient."""
-        self._view_taps.settle(self)
+        self.view_taps.settle(self)
         if self._late:
             late = sorted(((phase, TargetKey(*k), dev) for phase, *k, dev in self._late),
                           key=lambda t: (t[0], t[1].id, str(t[2])))
@@ -448,27 +470,27 @@ class Monitor:
                 self.state(key, device, phase)
                 self._flag(device)
             ids = list(dict.fromkeys(k[1].id + ("" if k[0] == "train" else f" ({k[0]})") for k in late))
-            self._tell(("late", *ids), f"hookstats: {len(ids)} target(s) ({', '.join(ids)}) were first reached "
-                               "inside torch.compile, where their state cannot be allocated; they are allocated now "
-                               "and measured from the next call on (one recompile). Run one eager step before "
-                               "compiling to measure them from the start.")
-        if self._untapped:
-            self._tell("untapped", f"hookstats: torch {torch.__version__} cannot compile hooks on gradients that "
-                                   "update hookstats' state (fixed in torch 2.13): inside torch.compile, gradients "
-                                   "flowing into outputs and watched tensors are not measured (grad_output, "
-                                   "watch_grad); forward values and parameter gradients are.")
+            self.tell(("late", *ids), f"hookstats: {len(ids)} target(s) ({', '.join(ids)}) were first reached "
+                              "inside torch.compile, where their state cannot be allocated; they are allocated now "
+                              "and measured from the next call on (one recompile). Run one eager step before "
+                              "compiling to measure them from the start.")
+        if self.untapped:
+            self.tell("untapped", f"hookstats: torch {torch.__version__} cannot compile hooks on gradients that "
+                                  "update hookstats' state (fixed in torch 2.13): inside torch.compile, gradients "
+                                  "flowing into outputs and watched tensors are not measured (grad_output, "
+                                  "watch_grad); forward values and parameter gradients are.")
         if self._compiled and self._input_grads:
-            self._tell("input_grads", "hookstats: input_grads=True uses PyTorch's backward-hook nodes (those of full "
-                                      "backward hooks), which torch.compile cannot trace (a graph break per hooked "
-                                      "module); they still run eagerly.")
+            self.tell("input_grads", "hookstats: input_grads=True uses PyTorch's backward-hook nodes (those of full "
+                                     "backward hooks), which torch.compile cannot trace (a graph break per hooked "
+                                     "module); they still run eagerly.")
 
     def _allocate_late(self, optimizer, args, kwargs):
         """An optimizer step is an eager point of a compiled training loop: the next compiled call measures
         what the last one reached first (tuple outputs, watch...), with no stats() or mon.step() call."""
         if not torch.compiler.is_compiling():
-            self._eager_point()
+            self.eager_point()
 
-    def _tell(self, what, msg):
+    def tell(self, what, msg):
         if what not in self._told:
             self._told.add(what)
             warn_user(msg)
@@ -479,13 +501,12 @@ class Monitor:
         check_arg("phase", phase, PHASES)
         if kind is not None:
             check_arg("kind", kind, KINDS)
-        self._eager_point()
+        self.eager_point()
         if self._compiled and not self._manual and not self._optimizer_steps:
-            self._tell("steps", "hookstats: under torch.compile root forwards are not counted as steps, and no "
-                                "torch.optim optimizer has stepped: call mon.step() after each step (outside the "
-                                "compiled function) for every=N and history.")
-        chosen = [st for (ph, key, _), st in self._states.items()
-                  if ph == phase and (kind is None or key.kind == kind) and getattr(st, "reached", True)]
+            self.tell("steps", "hookstats: under torch.compile root forwards are not counted as steps, and no "
+                               "torch.optim optimizer has stepped: call mon.step() after each step (outside the "
+                               "compiled function) for every=N and history.")
+        chosen = [st for key, _, st in self.states(phase) if kind is None or key.kind == kind]
         host = self._to_host(chosen)
         grouped = {}
         for st in chosen:
@@ -529,8 +550,6 @@ class Monitor:
         from . import distributed
         return distributed.reduce(self, group)
 
-    _reduce_layout = None  # (group, world size, [(phase, TargetKey)]) the ranks agreed on at the last reduce()
-
     # ---- per-step history, sinks, alerts (the logic is in hookstats/history.py) ----
     _history = None
 
@@ -549,12 +568,17 @@ class Monitor:
     def memory(self):
         """Bytes held by the monitor: running state, history ring and host staging buffers."""
         from .history import memory
-        return memory(self)
+        return memory([st for _, _, st in self.states(reached_only=False)], self._flags.values(), self._history)
 
     def flush(self):
         """Sends the recorded steps to the sinks now (one packed device-to-host copy per device)."""
         if self._history is not None:
             self._history.flush()
+
+    @property
+    def history_sink(self):
+        """The hookstats.sinks.MemorySink holding the steps mon.history() keeps, or None without a history."""
+        return self._history.memory_sink if self._history is not None else None
 
     @property
     def alerts(self):

@@ -218,11 +218,10 @@ def default_loss(out):
 
 def _listed(monitor, recorded):
     """(TargetKey, [records]) of every train target stats() would list after this step (the states a hook
-    reached), in first-call order. Reads the monitor's states: Monitor has no public listing of them yet."""
+    reached), in first-call order."""
     by_key = {}
-    for (phase, key, _), st in monitor._states.items():
-        if phase == "train" and st.reached:
-            by_key.setdefault(key, []).append(id(st.fstate))
+    for key, _, st in monitor.states("train"):
+        by_key.setdefault(key, []).append(id(st.fstate))
     order = {fid: i for i, fid in enumerate(recorded)}
     first = {key: min(order.get(f, math.inf) for f in fids) for key, fids in by_key.items()}
     return [(key, [r for f in by_key[key] for r in recorded.get(f, [])])

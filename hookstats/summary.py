@@ -51,7 +51,7 @@ def _run(model, inputs, kwargs, monitor):
             shapes[name] = _shape(out)
         handles.append(m.register_forward_hook(hook))
     modes = {m: m.training for m in model.modules()}
-    was_paused = monitor is not None and monitor._paused
+    was_paused = monitor is not None and monitor.paused
     if monitor is not None:
         monitor.pause()
     try:

@@ -162,7 +162,7 @@ def in_recompute():
 def skip_now(mon):
     """Eager fast path: skip unsampled steps. Compiled code never branches on the step (that would
     recompile each step); there the device-side flag masks the op instead."""
-    return not torch.compiler.is_compiling() and not mon._active
+    return not torch.compiler.is_compiling() and not mon.measuring
 
 
 def recomputing():
@@ -208,10 +208,10 @@ class ViewTaps:
 
     @staticmethod
     def tell(mon, key):
-        mon._tell(f"view_grad:{key.id}", f"hookstats: {key.id} is not measured: the output is a view that an "
-                  "in-place op (ReLU(inplace=True), Dropout(inplace=True), F.relu_, x.add_(...)) modified after "
-                  "its module returned, and PyTorch then delivers only part of its gradient, or none. Use the "
-                  "op out of place to measure it.")
+        mon.tell(f"view_grad:{key.id}", f"hookstats: {key.id} is not measured: the output is a view that an "
+                 "in-place op (ReLU(inplace=True), Dropout(inplace=True), F.relu_, x.add_(...)) modified after "
+                 "its module returned, and PyTorch then delivers only part of its gradient, or none. Use the "
+                 "op out of place to measure it.")
 
     def settle(self, mon):
         for entry in self.pending:
@@ -224,41 +224,41 @@ def tap_grad(mon, key, t, phase):
     """Measures the gradient of the loss w.r.t. t (the value t had here, before any later in-place op)."""
     if not (t.requires_grad and is_measurable(t)):
         if t.requires_grad and (why := unread_reason(t)) is not None:
-            mon._tell(f"unread:{key.id}", f"hookstats: {key.id} is not measured: its tensor is {why}")
+            mon.tell(f"unread:{key.id}", f"hookstats: {key.id} is not measured: its tensor is {why}")
         return
     if not COMPILED_GRAD_TAPS and torch.compiler.is_compiling():
-        mon._untapped = True
+        mon.untapped = True
         return
     # eager: listed once a gradient arrives; compiled: once tapped (a backward hook cannot mutate Python state)
-    target = mon._resolve(key, t.device, phase, reach=torch.compiler.is_compiling())
+    target = mon.resolve(key, t.device, phase, reach=torch.compiler.is_compiling())
     if target is None:
         return
     st, flag = target
     compiling = torch.compiler.is_compiling()
-    view = mon._view_taps.add(key, t) if not compiling and t._is_view() else None
+    view = mon.view_taps.add(key, t) if not compiling and t._is_view() else None
     step = None if compiling else mon.step_count  # read in eager code only: compiled code would guard on it
 
     def on_grad(g):
         if torch.compiler.is_compiling():  # g is dense with t's dtype; the strict backward bans .layout
-            mon._accumulate(g, st, flag)
+            mon.accumulate(g, st, flag)
         elif view is not None and ViewTaps.modified(view):
             ViewTaps.tell(mon, key)
         elif mon.attached and (g := measured(g)) is not None:
             if step is not None and mon.step_count != step:
                 tell_split_step(mon, key, step)
-            st.reached = st.reached or mon._sampled  # paused since the forward: the flag masks the op
-            mon._accumulate(g, st, flag)
+            st.reached = st.reached or mon.sampling  # paused since the forward: the flag masks the op
+            mon.accumulate(g, st, flag)
         return None
 
     t.register_hook(on_grad)
 
 
 def tell_split_step(mon, key, step):
-    mon._tell("split_step", f"hookstats: the gradient of {key.id} from step {step} arrived in step {mon.step_count}: "
-                            "several train forwards ran before one backward (two views of a batch, R-Drop, a "
-                            "generator called twice), and each forward started a step, so the gradients are "
-                            "measured in a later step than their forward (and not at all if every=N skips it). "
-                            "Count steps with steps='manual' and mon.step() after each optimizer step.")
+    mon.tell("split_step", f"hookstats: the gradient of {key.id} from step {step} arrived in step {mon.step_count}: "
+                           "several train forwards ran before one backward (two views of a batch, R-Drop, a "
+                           "generator called twice), and each forward started a step, so the gradients are "
+                           "measured in a later step than their forward (and not at all if every=N skips it). "
+                           "Count steps with steps='manual' and mon.step() after each optimizer step.")
 
 
 def skip_recomputed_call(mon, name, recompute):
@@ -268,12 +268,12 @@ def skip_recomputed_call(mon, name, recompute):
     noted here, so the loss of its gradients is said once."""
     if not recompute:
         if not torch.is_grad_enabled():
-            mon._gradless_calls.add(name)
+            mon.gradless_calls.add(name)
         return False
-    if name in mon._gradless_calls:
-        mon._tell("recompute_calls", "hookstats: with separate_calls=True, gradients flowing through segments "
-                                     "recomputed by activation checkpointing (use_reentrant=True) are not "
-                                     "measured: a recomputed call cannot be matched to its index")
+    if name in mon.gradless_calls:
+        mon.tell("recompute_calls", "hookstats: with separate_calls=True, gradients flowing through segments "
+                                    "recomputed by activation checkpointing (use_reentrant=True) are not "
+                                    "measured: a recomputed call cannot be matched to its index")
     return True
 
 
@@ -283,19 +283,19 @@ def output_hook(mon, name, values=True, grads=True):
         # a recomputed forward (checkpointing) was measured the first time; with use_reentrant=True
         # its gradients flow through the recomputed graph only, so they are tapped there
         recompute = recomputing()
-        if not mon._measures_phase() or skip_now(mon) or recompute and not grads:
+        if not mon.measures_phase() or skip_now(mon) or recompute and not grads:
             return None
         if mon.separate_calls and skip_recomputed_call(mon, name, recompute):
             return None
-        mon._saw(name)
-        call = mon._call_of(name)
-        phase = mon._phase
+        mon.saw(name)
+        call = mon.call_of(name)
+        phase = mon.phase
         for leaf, t in tensor_leaves(out):
-            key = mon._key(name, "output", leaf, call)
+            key = mon.key(name, "output", leaf, call)
             if values and not recompute:
-                mon._measure_in(key, t, phase)
+                mon.measure_in(key, t, phase)
             if grads:
-                tap_grad(mon, mon._key(name, "grad_output", leaf, call), t, phase)
+                tap_grad(mon, mon.key(name, "grad_output", leaf, call), t, phase)
         return None
     return hook
 
@@ -330,12 +330,12 @@ def input_hook(mon, name, module):
     names = positional_names(module)
 
     def hook(module, args, kwargs):
-        if not mon._measures_phase() or skip_now(mon) or recomputing():
+        if not mon.measures_phase() or skip_now(mon) or recomputing():
             return None
-        mon._saw(name)
-        call = mon._call_of(name)
+        mon.saw(name)
+        call = mon.call_of(name)
         for leaf, t in (*positional_leaves(args, names), *tensor_leaves(kwargs)):
-            mon._measure_in(mon._key(name, "input", leaf, call), t, mon._phase)
+            mon.measure_in(mon.key(name, "input", leaf, call), t, mon.phase)
         return None
     return hook
 
@@ -388,7 +388,7 @@ class CallIndex:
         self.running = CallStacks()
 
     def pre_hook(self, module, args):
-        if not self.running and not torch.compiler.is_compiling() and self.mon._root_running == 0:
+        if not self.running and not torch.compiler.is_compiling() and self.mon.root_running == 0:
             self.count = 0
         self.running.push(self.count)
         self.count += 1
@@ -423,13 +423,13 @@ class InputGrads:
 
     def pre_hook(self, module, args):
         mon = self.mon
-        skip = not mon._measures_phase() or skip_now(mon)
+        skip = not mon.measures_phase() or skip_now(mon)
         if not skip and mon.separate_calls:
             skip = skip_recomputed_call(mon, self.name, recomputing())
         if skip or not (torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
             self.open.push(None)
             return None
-        bw = BackwardHook(module, [self._measure(mon._call_of(self.name), mon._phase)], [])
+        bw = BackwardHook(module, [self._measure(mon.call_of(self.name), mon.phase)], [])
         self.open.push(bw)
         return bw.setup_input_hook(args)
 
@@ -440,9 +440,9 @@ class InputGrads:
         leaves, spec = tree_flatten(out)
         if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
             if any(t.requires_grad for _, t in tensor_leaves(out)):
-                self.mon._tell(f"grad_input_out:{self.name}",
-                               f"hookstats: {self.name}: gradients w.r.t. its inputs are not measured: its output, a "
-                               f"{type(out).__name__}, is not a container torch.utils._pytree can rebuild")
+                self.mon.tell(f"grad_input_out:{self.name}",
+                              f"hookstats: {self.name}: gradients w.r.t. its inputs are not measured: its output, a "
+                              f"{type(out).__name__}, is not a container torch.utils._pytree can rebuild")
             return None  # no gradient will flow back through this call
         return tree_unflatten(list(bw.setup_output_hook(tuple(leaves))), spec)
 
@@ -453,7 +453,7 @@ class InputGrads:
             if not mon.attached:
                 return None
             for leaf, g in positional_leaves(grad_input, self.names):
-                mon._measure_in(mon._key(name, "grad_input", leaf, call), g, phase)
+                mon.measure_in(mon.key(name, "grad_input", leaf, call), g, phase)
             return None
         return hook
 
@@ -497,17 +497,17 @@ def watch(mon, name, t):
     if not is_measurable(t):
         raise ValueError(f"watch({name!r}, ...): expected a float32/float64/float16/bfloat16 tensor, got "
                          f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
-    if not mon.attached or not mon._measures_phase() or skip_now(mon):
+    if not mon.attached or not mon.measures_phase() or skip_now(mon):
         return t
     recompute = recomputing()
     if mon.separate_calls and skip_recomputed_call(mon, name, recompute):
         return t
-    mon._saw(name)
-    call = mon._next_watch_call(name)
-    phase = mon._phase
+    mon.saw(name)
+    call = mon.next_watch_call(name)
+    phase = mon.phase
     if not recompute:
-        mon._measure_in(mon._key(name, "watch", "", call), t, phase)
-    tap_grad(mon, mon._key(name, "watch_grad", "", call), t, phase)
+        mon.measure_in(mon.key(name, "watch", "", call), t, phase)
+    tap_grad(mon, mon.key(name, "watch_grad", "", call), t, phase)
     return t
 
 
@@ -529,19 +529,19 @@ class ParamGrads:
                              "(to_empty) makes new parameter objects, which would never be measured: attach after it")
         for name, p in named_params:
             if p.requires_grad and p.is_floating_point() and id(p) not in self.params:
-                self.params[id(p)] = (mon._key(name, "param_grad", "", None), p)
+                self.params[id(p)] = (mon.key(name, "param_grad", "", None), p)
         self.fresh = {}
         self.unsampled = 0  # optimizer steps with fresh gradients in unsampled steps, while none was measured
         self.handles = [weakly(self._mark, p.register_post_accumulate_grad_hook) for _, p in self.params.values()]
         self.handles.append(global_optimizer_hook(self._on_optimizer_step))
         for key, p in self.params.values():
-            mon._resolve(key, p.device, "train", reach=False)
+            mon.resolve(key, p.device, "train", reach=False)
 
     def _mark(self, p):
         self.fresh[id(p)] = p
 
     def _on_optimizer_step(self, optimizer, args, kwargs):
-        self.mon._eager_point()
+        self.mon.eager_point()
         ids = [id(p) for group in optimizer.param_groups for p in group["params"]]
         self.flush(ids)
 
@@ -551,27 +551,27 @@ class ParamGrads:
         if not ids:
             return
         by_dev = {}
-        if not self.mon._sampled and self.unsampled >= 0:
+        if not self.mon.sampling and self.unsampled >= 0:
             self.unsampled += 1
             if self.unsampled > self.mon.every:
                 self.unsampled = -1  # said once
-                self.mon._tell("param_grads_unsampled", (
-                    f"hookstats: param_grads=True has measured nothing in {self.mon.every + 1} optimizer steps: each "
-                    f"fell on a step that every={self.mon.every} does not sample (a step is a train forward, and "
-                    "gradient accumulation runs several per optimizer step). Count steps with steps='manual' and "
-                    "mon.step() after each optimizer step, or pick an every that the forwards per step do not divide."))
-        elif self.mon._sampled:
+                self.mon.tell("param_grads_unsampled", (
+                   f"hookstats: param_grads=True has measured nothing in {self.mon.every + 1} optimizer steps: each "
+                   f"fell on a step that every={self.mon.every} does not sample (a step is a train forward, and "
+                   "gradient accumulation runs several per optimizer step). Count steps with steps='manual' and "
+                   "mon.step() after each optimizer step, or pick an every that the forwards per step do not divide."))
+        elif self.mon.sampling:
             self.unsampled = -1
         for i in ids:
             p = self.fresh.pop(i)
             g = measured(p.grad)  # a DTensor (FSDP2): this rank's shard
-            if g is None or not self.mon._sampled:
+            if g is None or not self.mon.sampling:
                 continue
-            target = self.mon._resolve(self.params[i][0], g.device, "train")
+            target = self.mon.resolve(self.params[i][0], g.device, "train")
             if target is not None:
                 by_dev.setdefault(g.device, []).append((g, target[0]))
         for dev, items in by_dev.items():
-            self.mon._accumulate_many([g for g, _ in items], [st for _, st in items], dev)
+            self.mon.accumulate_many([g for g, _ in items], [st for _, st in items], dev)
 
     def clear(self):
         self.fresh.clear()

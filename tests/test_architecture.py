@@ -1,0 +1,140 @@
+"""The package's files talk through public names: no object reaches into a private member (`_name`) that a
+class of another file defines, and no file uses another module's private functions. Read from the AST."""
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "hookstats"
+ACCESSORS = ("getattr", "hasattr", "setattr", "delattr")
+
+
+def private(name):
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def is_self(node):
+    return isinstance(node, ast.Name) and node.id in ("self", "cls")
+
+
+def class_members(tree):
+    """Private names the classes of one file define: methods, class attributes, __slots__ and attributes set
+    on self/cls."""
+    names = set()
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for node in cls.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AnnAssign) else []
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    names.add(t.id)
+                    if t.id == "__slots__":
+                        names.update(e.value for e in ast.walk(node.value)
+                                     if isinstance(e, ast.Constant) and isinstance(e.value, str))
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and is_self(node.value):
+                names.add(node.attr)
+    return {n for n in names if private(n)}
+
+
+def module_privates(tree):
+    """Private functions, classes and globals a module defines at its top level."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(e.id for e in ast.walk(t) if isinstance(e, ast.Name))
+    return {n for n in names if private(n)}
+
+
+def module_name(path, package):
+    rel = path.relative_to(package.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def imported_names(tree, path, package):
+    """local name -> dotted name of each package name the file imports (a module, function or class)."""
+    here = module_name(path, package).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            base = ".".join(base + ([node.module] if node.module else []))
+            for a in node.names:
+                out[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "hookstats":
+                    if a.asname:
+                        out[a.asname] = a.name
+                    else:
+                        out["hookstats"] = "hookstats"
+    return out
+
+
+def accesses(tree):
+    """(node, object node, attribute name) of every attribute read or written, getattr(x, "name") too."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            yield node, node.value, node.attr
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ACCESSORS \
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
+                and isinstance(node.args[1].value, str):
+            yield node, node.args[0], node.args[1].value
+
+
+def cross_file_uses(package=PACKAGE):
+    """'file:line: what' for every private member of another file's class, or another module's private name,
+    used in the package."""
+    files = {p: ast.parse(p.read_text(), str(p)) for p in sorted(package.rglob("*.py"))}
+    members = {p: class_members(t) for p, t in files.items()}
+    privates = {module_name(p, package): module_privates(t) for p, t in files.items()}
+    found = []
+    for path, tree in files.items():
+        others = set().union(*(m for p, m in members.items() if p != path)) - members[path]
+        modules = imported_names(tree, path, package)
+        for node, obj, attr in accesses(tree):
+            if not private(attr) or is_self(obj):
+                continue
+            target = modules.get(obj.id) if isinstance(obj, ast.Name) else None
+            if target in privates and target != module_name(path, package):
+                if attr in privates[target]:
+                    found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {obj.id}.{attr}")
+            elif attr in others:
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {ast.unparse(obj)}.{attr}")
+        for node in ast.walk(tree):  # from .targets import _private
+            if isinstance(node, ast.ImportFrom) and node.level:
+                for a in node.names:
+                    if private(a.name) and a.name != "_C" and modules.get(a.asname or a.name) not in privates:
+                        found.append(f"{path.relative_to(package.parent)}:{node.lineno}: imports {a.name}")
+    return sorted(found, key=lambda f: (f.split(":")[0], int(f.split(":")[1])))
+
+
+def test_no_private_member_used_across_files():
+    found = cross_file_uses()
+    assert not found, "private members used outside the file that owns them:\n" + "\n".join(found)
+
+
+def test_the_check_finds_a_reach_across_files(tmp_path):
+    """The scan itself: a private member of another file's class, used through any object but self (getattr
+    too), and another module's private function are found; a file's own privates and self's are not."""
+    pkg = tmp_path / "hookstats"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "owner.py").write_text("class Owner:\n    def __init__(self):\n        self._secret = 1\n"
+                                  "    def _helper(self):\n        return self._secret\n"
+                                  "def _module_helper():\n    return 0\n"
+                                  "def peek(o):\n    return o._secret, _module_helper()\n")
+    (pkg / "user.py").write_text("from . import owner\nfrom .owner import _module_helper as helper\n"
+                                 "def read(o):\n    return o._secret, o.public\n"
+                                 "def call(o):\n    return getattr(o, '_helper')()\n"
+                                 "def free():\n    return owner._module_helper()\n"
+                                 "class User:\n    def __init__(self, o):\n        self.o = o\n        self._mine = 2\n"
+                                 "    def mine(self):\n        return self._mine, self.o._secret\n")
+    found = cross_file_uses(pkg)
+    assert [f.split(": ", 1)[1] for f in found] == ["imports _module_helper", "o._secret", "o._helper",
+                                                    "owner._module_helper", "self.o._secret"]
