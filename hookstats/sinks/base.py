@@ -1,7 +1,7 @@
 """What every sink shares: the record format and the scalar statistics written per step.
 
 A sink is any object with write(step, records) and close(); write_alerts(step, alerts) is optional.
-records: one dict per target measured in that step (hookstats.history.step_record): target, module,
+records: one dict per target measured in that step (hookstats.history.step_records): target, module,
 kind, leaf, the SCALARS, and NumPy arrays hist, hist_edges, log2_hist (None when switched off).
 """
 import math
