@@ -502,6 +502,8 @@ class Monitor:
         if kind is not None:
             check_arg("kind", kind, KINDS)
         self.eager_point()
+        if self._param_grads is not None:
+            self._param_grads.tell_if_never_measured()
         if self._compiled and not self._manual and not self._optimizer_steps:
             self.tell("steps", "hookstats: under torch.compile root forwards are not counted as steps, and no "
                                "torch.optim optimizer has stepped: call mon.step() after each step (outside the "
@@ -594,6 +596,7 @@ class Monitor:
         self._handles.clear()
         self._attached = False
         if self._param_grads is not None:
+            self._param_grads.tell_if_never_measured()
             self._param_grads.remove()
         if self._history is not None:
             self._history.close()  # records the open step, flushes and closes the sinks

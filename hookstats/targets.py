@@ -550,6 +550,7 @@ class ParamGrads:
         ids = list(self.fresh) if ids is None else [i for i in ids if i in self.fresh]
         if not ids:
             return
+        self.flushed = True
         by_dev = {}
         if not self.mon.sampling and self.unsampled >= 0:
             self.unsampled += 1
@@ -572,6 +573,17 @@ class ParamGrads:
                 by_dev.setdefault(g.device, []).append((g, target[0]))
         for dev, items in by_dev.items():
             self.mon.accumulate_many([g for g, _ in items], [st for _, st in items], dev)
+
+    flushed = False  # some optimizer step or mon.step() came to measure fresh gradients
+
+    def tell_if_never_measured(self):
+        """Gradients computed that nothing came to measure: a loop without a torch.optim optimizer and
+        without mon.step() (a hand-written update) would otherwise measure no parameter gradient in silence."""
+        if self.fresh and not self.flushed and self.mon.step_count >= 2:  # a first step may not have stepped yet
+            self.mon.tell("param_grads_never", (
+                "hookstats: param_grads=True has measured no parameter gradient: they are measured when a "
+                "torch.optim optimizer steps or at mon.step(), and neither happened; call mon.step() after each "
+                "update of a loop without a torch.optim optimizer."))
 
     def clear(self):
         self.fresh.clear()

@@ -895,3 +895,34 @@ def test_gradients_arriving_in_a_later_step_than_their_forward_are_said_once(for
         mon.remove()
     said = [w for w in caught if "arrived in step" in str(w.message)]
     assert len(said) == (forwards - 1) and all(w.filename == __file__ for w in said)
+
+
+@pytest.mark.parametrize("update", ["by_hand", "torch_optim", "mon_step"])
+def test_parameter_gradients_nothing_came_to_measure_are_said_once(update):
+    # a hand-written update (no torch.optim optimizer) without mon.step() measured nothing, in silence
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mon = hookstats.attach(model, param_grads=True)
+        model(torch.randn(3, 4)).sum().backward()
+        mon.stats()  # mid-step, before the first update: nothing to say yet
+        for _ in range(3):
+            if update == "by_hand":
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p -= 0.1 * p.grad
+                        p.grad = None
+            elif update == "torch_optim":
+                opt.step()
+                opt.zero_grad()
+            else:
+                mon.step()
+            model(torch.randn(3, 4)).sum().backward()
+        got = mon.stats(kind="param_grad")
+        mon.remove()
+    said = [w for w in caught if "has measured no parameter gradient" in str(w.message)]
+    if update == "by_hand":
+        assert got == {} and len(said) == 1 and said[0].filename == __file__
+    else:
+        assert said == [] and got["0.weight:param_grad"]["count"] == 3 * 32
