@@ -197,7 +197,6 @@ class Monitor:
         self._handles.append(targets.hook_module(model, self._on_root_forward, pre=True))
         self._handles.append(targets.hook_module(model, self._on_root_forward_end, always_call=True))
         self._handles.append(targets.global_optimizer_hook(self._on_optimizer_step, post=True))
-        self._handles.append(targets.global_optimizer_hook(self._allocate_late, post=True))
         self._optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
         self._optimizers = weakref.WeakKeyDictionary()  # optimizer -> it steps this model's parameters
         no_bw = targets.followed_in_place(model, modules) if input_grads else set()
@@ -273,17 +272,20 @@ class Monitor:
     def _on_optimizer_step(self, optimizer, args, kwargs):
         """Under compile an optimizer step of this model ends the step (root forwards are not counted there).
         In eager code the next train forward ends it, so a second optimizer's parameter gradients stay in
-        it; if that next forward is the first compiled one, the compile's start ends it (_compile_started)."""
-        if self._manual or not self._attached or not self._steps_this_model(optimizer):
-            return
-        if self._compiled:
-            self._optimizer_steps += 1
-            self._step_has_forward = self._eager_stepped = False
-            self._end_step()
-            self._update_active()
-        elif self._step_has_forward:
-            self._eager_stepped = True
-            targets.on_compile_start(self._compile_started)
+        it; if that next forward is the first compiled one, the compile's start ends it (_compile_started).
+        Any optimizer step is also an eager point of a compiled loop: the next compiled call measures what
+        the last one reached first (tuple outputs, watch...), with no stats() or mon.step() call."""
+        if not self._manual and self._attached and self._steps_this_model(optimizer):
+            if self._compiled:
+                self._optimizer_steps += 1
+                self._step_has_forward = self._eager_stepped = False
+                self._end_step()
+                self._update_active()
+            elif self._step_has_forward:
+                self._eager_stepped = True
+                targets.on_compile_start(self._compile_started)
+        if not torch.compiler.is_compiling():
+            self.eager_point()
 
     def _compile_started(self):
         """Dynamo starts compiling a frame, in eager Python before it runs: an eager step whose optimizer has
@@ -483,12 +485,6 @@ class Monitor:
             self.tell("input_grads", "hookstats: input_grads=True uses PyTorch's backward-hook nodes (those of full "
                                      "backward hooks), which torch.compile cannot trace (a graph break per hooked "
                                      "module); they still run eagerly.")
-
-    def _allocate_late(self, optimizer, args, kwargs):
-        """An optimizer step is an eager point of a compiled training loop: the next compiled call measures
-        what the last one reached first (tuple outputs, watch...), with no stats() or mon.step() call."""
-        if not torch.compiler.is_compiling():
-            self.eager_point()
 
     def tell(self, what, msg):
         if what not in self._told:

@@ -226,15 +226,15 @@ def tap_grad(mon, key, t, phase):
         if t.requires_grad and (why := unread_reason(t)) is not None:
             mon.tell(f"unread:{key.id}", f"hookstats: {key.id} is not measured: its tensor is {why}")
         return
-    if not COMPILED_GRAD_TAPS and torch.compiler.is_compiling():
+    compiling = torch.compiler.is_compiling()
+    if not COMPILED_GRAD_TAPS and compiling:
         mon.untapped = True
         return
     # eager: listed once a gradient arrives; compiled: once tapped (a backward hook cannot mutate Python state)
-    target = mon.resolve(key, t.device, phase, reach=torch.compiler.is_compiling())
+    target = mon.resolve(key, t.device, phase, reach=compiling)
     if target is None:
         return
     st, flag = target
-    compiling = torch.compiler.is_compiling()
     view = mon.view_taps.add(key, t) if not compiling and t._is_view() else None
     step = None if compiling else mon.step_count  # read in eager code only: compiled code would guard on it
 
