@@ -22,15 +22,8 @@ def op_time(workload="cnn", steps=6, warmup=2, repeats=3):
     (what the hooks cost without the op)."""
     from hookstats import _ops
     model, step = bench.make_workload(workload)
-    real = _ops.accumulate_, _ops.accumulate_many_
     spent = [0.0]
-
-    def timed(fn):
-        def call(*args):
-            t0 = bench.clock()
-            fn(*args)
-            spent[0] += bench.clock() - t0
-        return call
+    timed, real = bench.timed_ops(spent)
 
     def run(config):
         inst = bench.install_hookstats(model, **config) if config is not None else bench.Installed()
@@ -46,9 +39,8 @@ def op_time(workload="cnn", steps=6, warmup=2, repeats=3):
     samples = {}
     for _ in range(repeats):  # interleaved: every variant once per repeat
         samples.setdefault("no hooks", []).append(run(None))
-        for label, config, ops in (("both histograms", {}, [timed(f) for f in real]),
-                                   ("histograms off", {"linear_hist": False, "log_hist": False},
-                                    [timed(f) for f in real]),
+        for label, config, ops in (("both histograms", {}, timed),
+                                   ("histograms off", {"linear_hist": False, "log_hist": False}, timed),
                                    ("op does nothing", {}, [lambda *a: None] * 2)):
             _ops.accumulate_, _ops.accumulate_many_ = ops
             try:

@@ -23,19 +23,6 @@ def loss(out):
     return F.cross_entropy(out.reshape(-1, out.shape[-1]), torch.zeros(out.numel() // out.shape[-1], dtype=torch.long))
 
 
-def timed_ops(spent):
-    """The real op, with this thread's clock around every call (what the op costs inside the step)."""
-    real = _ops.accumulate_, _ops.accumulate_many_
-
-    def wrap(fn):
-        def call(*args):
-            t0 = bench.clock()
-            fn(*args)
-            spent[0] += bench.clock() - t0
-        return call
-    return [wrap(f) for f in real], real
-
-
 def validate(workload, repeats, steps, warmup=2):
     model, step = bench.make_workload(workload)
     kwargs = bench.hookstats_kwargs()
@@ -53,7 +40,7 @@ def validate(workload, repeats, steps, warmup=2):
                 base.append(bench.time_steps(step, lambda: None, steps))
                 continue
             spent = [0.0]
-            (one, many), real = timed_ops(spent)
+            (one, many), real = bench.timed_ops(spent)
             _ops.accumulate_, _ops.accumulate_many_ = one, many
             mon = hookstats.attach(model, **kwargs)
             try:

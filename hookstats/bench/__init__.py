@@ -7,7 +7,7 @@ from .memory import measure_memory, memory_child
 from .models import LayerStack, SmallCNN, SmallTransformer, check_workload, make_workload
 from .syncs import SyncCounter, count_syncs
 from .table import loadavg, machine, table
-from .timing import CLOCKS, clock, device, interleaved_step_times, set_clock, set_device, summarize, sync, time_steps
+from .timing import CLOCKS, clock, device, interleaved_step_times, set_clock, set_device, summarize, sync, time_steps, timed_ops
 from .variants import (BASELINE, LABELS, VARIANT_LIST, VARIANTS, Installed, available_variants, hooked_modules,
                        hookstats_kwargs, install_hookstats, reference_backend)
 

@@ -54,6 +54,21 @@ def sync():
         torch.cuda.synchronize(device())
 
 
+def timed_ops(spent):
+    """([accumulate_, accumulate_many_] with this thread's clock around every call, adding to spent[0]), and the
+    real pair to put back: what the op costs inside a step. Install with `_ops.accumulate_, ... = timed`."""
+    from hookstats import _ops
+    real = _ops.accumulate_, _ops.accumulate_many_
+
+    def wrap(fn):
+        def call(*args):
+            t0 = clock()
+            fn(*args)
+            spent[0] += clock() - t0
+        return call
+    return [wrap(f) for f in real], real
+
+
 def time_steps(step, after_step, n):
     sync()
     t0 = clock()
