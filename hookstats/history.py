@@ -283,8 +283,6 @@ class History:
         return dev, host
 
 
-
-
 def step_columns(fstate, istate, cfg):
     """The statistics of every step slot and target ([S, T] arrays, histograms [S, T, size]) in the keys and
     order of a record. min/max are running values: a per-step minimum cannot be recovered from running state."""

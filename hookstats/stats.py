@@ -50,40 +50,17 @@ def chan_merge_rows(a, b):
 
 
 def finalize(fstate, istate, cfg):
-    """One target's statistics as plain Python/NumPy values. std is the unbiased (n - 1) one, like torch.std."""
-    f = np.asarray(fstate, dtype=np.float64)
-    i = np.asarray(istate, dtype=np.int64)
-    nb = cfg.nbins
-    count = int(i[layout.COUNT])
-    n = float(f[layout.N_FINITE])
-    lin = i[layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(nb)]
-    var = float(f[layout.M2]) / (n - 1) if n > 1 else math.nan
-    return {
-        "count": count,
-        "finite": int(n),
-        "mean": float(f[layout.MEAN]) if n > 0 else math.nan,
-        "std": math.sqrt(var) if n > 1 else math.nan,
-        "var": var,
-        "min": float(f[layout.MIN]),
-        "max": float(f[layout.MAX]),
-        "near_zero": int(i[layout.NEAR_ZERO]) / count if count else math.nan,
-        "near_zero_count": int(i[layout.NEAR_ZERO]),
-        "nan": int(lin[nb + 2]),
-        "posinf": int(lin[nb + 3]),
-        "neginf": int(lin[nb + 4]),
-        # histograms: None when switched off in the config
-        "underflow": int(lin[0]) if cfg.linear_hist else None,
-        "overflow": int(lin[nb + 1]) if cfg.linear_hist else None,
-        "hist": lin[1: nb + 1].copy() if cfg.linear_hist else None,
-        "hist_edges": cfg.edges() if cfg.linear_hist else None,
-        "log2_hist": i[layout.log_base(nb):].copy() if cfg.log_hist else None,
-    }
+    """One target's statistics as plain Python/NumPy values (finalize_rows of one state). std is the unbiased
+    (n - 1) one, like torch.std; histograms are None when switched off in the config."""
+    cols = finalize_rows(fstate, istate, cfg)
+    return {k: None if v is None else v.copy() if k in ("hist", "hist_edges", "log2_hist") else v.item()
+            for k, v in cols.items()}
 
 
 def finalize_rows(fstate, istate, cfg):
-    """finalize() of many states at once, equal to it value for value: fstate [..., 5] float64 and istate
-    [..., istate_size] int64 give the same keys, each an array over the leading dimensions (hist and
-    log2_hist views of istate with one more dimension, hist_edges one array); None where finalize gives None."""
+    """The statistics of many states at once: fstate [..., 5] float64 and istate [..., istate_size] int64 give
+    finalize()'s keys, each an array over the leading dimensions (hist and log2_hist views of istate with one
+    more dimension, hist_edges one array); None for a histogram switched off."""
     f = np.asarray(fstate, dtype=np.float64)
     i = np.asarray(istate, dtype=np.int64)
     nb = cfg.nbins

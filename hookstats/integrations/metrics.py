@@ -1,11 +1,12 @@
 """What the Lightning and HF callbacks log: the window's statistics merged over ranks, as flat scalars
 named `<prefix><module>/<kind><leaf>/<stat>` (characters loggers such as MLflow reject become '_')."""
 import re
-import warnings
 
 from .. import distributed
+from ..config import check_arg
 from ..sinks.tensorboard import add_histograms
 from ..sinks.wandb import histograms
+from ..user_warning import warn_user
 
 DEFAULT_STATS = ("mean", "std", "min", "max", "near_zero", "nan", "posinf", "neginf")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/ ]")
@@ -60,11 +61,10 @@ def sent(what, fn, *args):
         fn(*args)
         return True
     except Exception as e:
-        warnings.warn(f"hookstats: {what} failed and is switched off: {e!r}", RuntimeWarning, stacklevel=3)
+        warn_user(f"hookstats: {what} failed and is switched off: {e!r}")
         return False
 
 
 def check_every(name, v):
-    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-        raise ValueError(f"{name} must be None or an int >= 1, got {v!r}")
-    return v
+    """None, or an int >= 1 (config.check_arg)."""
+    return None if v is None else check_arg(name, v, int, lo=1)

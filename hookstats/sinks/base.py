@@ -20,10 +20,7 @@ PREFIX = "hookstats/"
 
 def scalar_items(record):
     """(stat, value) for each scalar statistic present in the record: counts as int, the rest as float."""
-    for stat in SCALARS:
-        v = record.get(stat)
-        if v is not None:
-            yield stat, int(v) if isinstance(v, numbers.Integral) else float(v)
+    return chosen_items(record, SCALARS)
 
 
 def check_stats(stats):

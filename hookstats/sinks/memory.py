@@ -6,6 +6,7 @@ import collections
 
 import numpy as np
 
+from ..config import check_arg
 from .base import KEY_FIELDS, SCALARS
 
 INTS = ("count", "finite", "near_zero_count", "nan", "posinf", "neginf", "underflow", "overflow")
@@ -180,8 +181,7 @@ class _Block:
 
 class MemorySink:
     def __init__(self, max_steps=None):
-        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
-            raise ValueError(f"max_steps must be None or an int >= 1, got {max_steps!r}")
+        max_steps = None if max_steps is None else check_arg("max_steps", max_steps, int, lo=1)
         self.max_steps = max_steps
         self._window = collections.deque(maxlen=max_steps)  # the kept steps, oldest first (with max_steps)
         self._blocks = {}  # target id -> _Block, in first-seen order
