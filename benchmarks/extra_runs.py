@@ -20,7 +20,7 @@ def op_time(workload="cnn", steps=6, warmup=2, repeats=3):
     """Milliseconds per step spent inside the fused op (clock around each call, every target on), with both
     histograms and without, against the step time of the same runs and of a monitor whose op does nothing
     (what the hooks cost without the op)."""
-    from hookstats import _ops
+    from hookstats import accumulate
     model, step = bench.make_workload(workload)
     spent = [0.0]
     timed, real = bench.timed_ops(spent)
@@ -42,11 +42,11 @@ def op_time(workload="cnn", steps=6, warmup=2, repeats=3):
         for label, config, ops in (("both histograms", {}, timed),
                                    ("histograms off", {"linear_hist": False, "log_hist": False}, timed),
                                    ("op does nothing", {}, [lambda *a: None] * 2)):
-            _ops.accumulate_, _ops.accumulate_many_ = ops
+            accumulate.accumulate_, accumulate.accumulate_many_ = ops
             try:
                 samples.setdefault(label, []).append(run(config))
             finally:
-                _ops.accumulate_, _ops.accumulate_many_ = real
+                accumulate.accumulate_, accumulate.accumulate_many_ = real
     out = {}
     for label, runs in samples.items():  # medians, and the step time as a ratio to no hooks of the same repeat
         out[label] = {k: statistics.median(r[k] for r in runs) for k in ("step_ms", "op_ms")}

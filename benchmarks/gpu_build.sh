@@ -11,4 +11,4 @@ HOOKSTATS_FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-$arch}" MAX
   "$py" setup.py -q build_ext --inplace
 echo "gpu_build: built for sm_${arch/./} in $(( $(date +%s) - start )) s"
 "$py" -c "import torch, hookstats; print('gpu_build: torch', torch.__version__, 'on', torch.cuda.get_device_name(),
-      '| backend', hookstats.backend(), '| CUDA kernel', hookstats._ops.has_cuda_kernel())"
+      '| backend', hookstats.backend(), '| CUDA kernel', hookstats.accumulate.has_cuda_kernel())"

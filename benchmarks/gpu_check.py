@@ -409,7 +409,7 @@ def main():
     import hookstats
     from hookstats import StatsConfig
 
-    if not (torch.cuda.is_available() and hookstats._ops.has_cuda_kernel()):
+    if not (torch.cuda.is_available() and hookstats.accumulate.has_cuda_kernel()):
         sys.exit("needs a GPU and hookstats built with its CUDA kernel (see .ci/cuda_build.sh)")
     cfg = StatsConfig(nbins=40, lo=-4, hi=12, eps=1e-3)
     if args.sanitize_target:

@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from hookstats import _ops, bench, reference
+from hookstats import accumulate, bench, reference
 from hookstats.config import StatsConfig
 
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
@@ -40,9 +40,9 @@ def fastai_call(with_hist):
 
 def variants(compile_reference=True):
     v = {"x.sum()": lambda x: x.sum()}
-    if _ops.backend() == "compiled":
+    if accumulate.backend() == "compiled":
         for name, cfg in CONFIGS.items():
-            v[name] = op_call(_ops.accumulate_, cfg)
+            v[name] = op_call(accumulate.accumulate_, cfg)
     try:
         v["fastai hook, no hist"] = fastai_call(False)
         v["fastai hook, with_hist"] = fastai_call(True)

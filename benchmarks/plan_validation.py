@@ -13,7 +13,7 @@ import torch
 from torch.nn import functional as F
 
 import hookstats
-from hookstats import _ops, bench, op_speed, presets
+from hookstats import accumulate, bench, op_speed, presets
 from hookstats.planner import plan
 
 INPUTS = {"cnn": lambda: (torch.randn(64, 3, 32, 32),), "transformer": lambda: (torch.randint(0, 1000, (16, 128)),)}
@@ -41,7 +41,7 @@ def validate(workload, repeats, steps, warmup=2):
                 continue
             spent = [0.0]
             (one, many), real = bench.timed_ops(spent)
-            _ops.accumulate_, _ops.accumulate_many_ = one, many
+            accumulate.accumulate_, accumulate.accumulate_many_ = one, many
             mon = hookstats.attach(model, **kwargs)
             try:
                 bench.time_steps(step, lambda: None, warmup)
@@ -51,7 +51,7 @@ def validate(workload, repeats, steps, warmup=2):
                 ids, memory = sorted(mon.stats()), mon.memory()
             finally:
                 mon.remove()
-                _ops.accumulate_, _ops.accumulate_many_ = real
+                accumulate.accumulate_, accumulate.accumulate_many_ = real
     measured = [h / b - 1 for h, b in zip(hooked, base)]
     predicted = [p.op_seconds / b for b in base]  # the user's step time: this round's step without hooks
     med = statistics.median

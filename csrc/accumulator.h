@@ -1,6 +1,6 @@
 // accumulator.h -- THE statistics of hookstats: state layout, bin formulas and merges.
 // Shared by the CPU kernel (g++), the CUDA kernel (nvcc) and the CUDA emulation tests; needs no ATen.
-// hookstats/layout.py mirrors the layout constants; tests/test_ops.py checks that they agree.
+// hookstats/layout.py mirrors the layout constants; tests/test_accumulate.py checks that they agree.
 #pragma once
 #include <cstdint>
 #include <cstring>

@@ -1,5 +1,5 @@
 // ops.cpp -- the op schemas (once, for every device) and the empty Python module that loads them.
-// Kernels register themselves beside their code: cpu/stats_cpu.cpp, cuda/stats_cuda.cu.
+// Kernels register themselves beside their code: cpu/accumulate_cpu.cpp, cuda/accumulate_cuda.cu.
 #include <Python.h>
 #include <torch/library.h>
 
@@ -14,7 +14,7 @@ extern "C" PyObject* PyInit__C(void) {
 
 namespace hookstats {
 
-std::string cpu_kernel();  // cpu/stats_cpu.cpp: "avx2" or "portable" (HOOKSTATS_CPU_KERNEL=portable)
+std::string cpu_kernel();  // cpu/accumulate_cpu.cpp: "avx2" or "portable" (HOOKSTATS_CPU_KERNEL=portable)
 
 std::vector<int64_t> layout() {
   return {kFState, kLinBase, kLinExtra, kLogSlots, kLogExpMin, kMaxBins};
@@ -31,6 +31,9 @@ TORCH_LIBRARY(hookstats, m) {
   m.def(
       "accumulate_many_(Tensor[] xs, Tensor(a!)[] fstates, Tensor(b!)[] istates, Tensor(c!)[] scratches, "
       "Tensor enabled, float lo, float inv_w, float eps, int nbins, int flags) -> ()");
+  // Bytes of scratch a state on this CUDA device needs (ticket + one partial per block); its kernel is in
+  // cuda/accumulate_cuda.cu, so a build without CUDA has the schema and no kernel.
+  m.def("cuda_scratch_bytes(int device_index) -> int");
   m.def("layout() -> int[]", &layout);
   m.def("cpu_kernel() -> str", &cpu_kernel);
 }

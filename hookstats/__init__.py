@@ -1,5 +1,5 @@
 """hookstats: activation and gradient statistics for PyTorch training, fused into one op, no host sync."""
-from ._ops import accumulate_, accumulate_many_, backend
+from .accumulate import accumulate_, accumulate_many_, backend
 from .config import StatsConfig
 from .monitor import Monitor, TargetKey, attach
 from .alerts import AlertRules

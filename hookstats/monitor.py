@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import _ops, targets
+from . import accumulate, targets
 from .alerts import AlertRules
 from .targets import is_measurable, measured, tensor_leaves, unread_reason  # noqa: F401 (tensor_leaves: hookstats.monitor API)
 from .config import StatsConfig, check_arg
@@ -73,9 +73,9 @@ class TargetState:
 
 def scratch_bytes(device):
     """Per-state scratch of the CUDA kernel (ticket + one partial per block of its grid), as the kernel
-    computes it (csrc/cuda/stats_cuda.cu); the CPU kernel and the reference path need none."""
+    computes it (csrc/cuda/accumulate_cuda.cu); the CPU kernel and the reference path need none."""
     device = torch.device(device)
-    if device.type != "cuda" or not _ops.has_cuda_kernel():
+    if device.type != "cuda" or not accumulate.has_cuda_kernel():
         return 0
     index = device.index if device.index is not None else torch.cuda.current_device()
     return torch.ops.hookstats.cuda_scratch_bytes(index)
@@ -435,11 +435,11 @@ class Monitor:
 
     def accumulate(self, t, st, flag):
         with self._exclusive():
-            _ops.accumulate_(t, st.fstate, st.istate, st.scratch, flag, *self._op_args)
+            accumulate.accumulate_(t, st.fstate, st.istate, st.scratch, flag, *self._op_args)
 
     def accumulate_many(self, ts, sts, device):
         with self._exclusive():
-            _ops.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],
+            accumulate.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],
                                   self._flag(device), *self._op_args)
 
     def measure_in(self, key, t, phase):
@@ -610,7 +610,7 @@ class Monitor:
 
     def __repr__(self):
         return (f"Monitor({len(self.modules)} modules, {len(self._states)} states, step={self.step_count}, "
-                f"every={self.every}, backend={_ops.backend()!r})")
+                f"every={self.every}, backend={accumulate.backend()!r})")
 
 
 _attached_to = weakref.WeakKeyDictionary()  # model -> weakref of its last attached monitor (for summary())

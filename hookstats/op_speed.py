@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from . import _ops
+from . import accumulate
 from .monitor import scratch_bytes
 
 MB = 1 << 20
@@ -76,7 +76,7 @@ class MeasuredSpeed:
         self.repeats, self.pool, self.clock = repeats, max(pool, max(sizes)), clock
         self.points = {}  # dtype -> [seconds per call at each of self.sizes]
         self.source = (f"the op measured on this machine ({self.device}, {torch.get_num_threads()} torch thread(s), "
-                       f"{_ops.backend()} backend)")
+                       f"{accumulate.backend()} backend)")
 
     def _time_calls(self, buf, n):
         fstate = torch.zeros(5, dtype=torch.float64, device=self.device)
@@ -86,13 +86,13 @@ class MeasuredSpeed:
         args = (fstate, istate, scratch, flag, *self.cfg.op_args())
         xs = list(buf[: buf.numel() // n * n].view(-1, n).unbind(0))
         calls = max(2, min(200, (1 << 22) // n))
-        _ops.accumulate_(xs[-1], *args)  # warm-up
+        accumulate.accumulate_(xs[-1], *args)  # warm-up
         times = []
         for r in range(self.repeats):
             self._sync()
             t0 = self.clock()
             for i in range(calls):
-                _ops.accumulate_(xs[(r * calls + i) % len(xs)], *args)
+                accumulate.accumulate_(xs[(r * calls + i) % len(xs)], *args)
             self._sync()
             times.append((self.clock() - t0) / calls)
         return statistics.median(times)

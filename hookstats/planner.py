@@ -2,7 +2,7 @@
 
 The model is copied onto fake tensors (FakeTensorMode: shapes, dtypes and devices, no storage), the real
 attach() hooks the copy with the same keywords, and one forward, backward and step run. The op is never
-called: plan() stands in for it at the one seam every hook goes through (hookstats._ops.accumulate_ /
+called: plan() stands in for it at the one seam every hook goes through (hookstats.accumulate.accumulate_ /
 accumulate_many_, as bench.py's reference switch does) and records the tensor each call would read. So the
 targets are those attach() creates, and the monitor's own memory is its real mon.memory()."""
 import contextlib
@@ -22,7 +22,7 @@ from torch._subclasses.fake_tensor import (DataDependentOutputException, Dynamic
 from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
-from . import _ops, layout, op_speed
+from . import accumulate, layout, op_speed
 from .history import step_columns
 from .monitor import attach, attached_monitor
 from .sinks.memory import held_bytes
@@ -186,7 +186,7 @@ class _Recorder:
     @contextlib.contextmanager
     def installed(self):
         with self._lock:
-            real_one, real_many = _ops.accumulate_, _ops.accumulate_many_
+            real_one, real_many = accumulate.accumulate_, accumulate.accumulate_many_
 
             def one(x, fstate, *args):
                 if not self._ours(x):
@@ -199,11 +199,11 @@ class _Recorder:
                 for x, f in zip(xs, fstates):
                     self._record(x, f)
 
-            _ops.accumulate_, _ops.accumulate_many_ = one, many
+            accumulate.accumulate_, accumulate.accumulate_many_ = one, many
             try:
                 yield self
             finally:
-                _ops.accumulate_, _ops.accumulate_many_ = real_one, real_many
+                accumulate.accumulate_, accumulate.accumulate_many_ = real_one, real_many
 
 
 def default_loss(out):

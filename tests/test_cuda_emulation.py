@@ -1,4 +1,4 @@
-"""The real CUDA kernel source (csrc/cuda/stats_kernel.cuh) run on CPU threads through tests/cuda_emu/,
+"""The real CUDA kernel source (csrc/cuda/accumulate_kernel.cuh) run on CPU threads through tests/cuda_emu/,
 under ThreadSanitizer and under Address/UndefinedBehaviorSanitizer, checked against the CPU kernel
 (integer statistics exactly) and a float64 NumPy oracle (moments); planted bugs must be caught."""
 import concurrent.futures

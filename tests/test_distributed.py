@@ -317,7 +317,7 @@ def assert_state_matches_oracle(f, i, data, cfg):
     fo, io = oracle(data, cfg)
     np.testing.assert_array_equal(i, io)  # counts, near-zero, NaN/Inf, both histograms: exact
     assert f[layout.N_FINITE] == fo[layout.N_FINITE]
-    # the op's own float32 accuracy (tests/test_ops.py); the merge itself is checked bitwise below
+    # the op's own float32 accuracy (tests/test_accumulate.py); the merge itself is checked bitwise below
     std = np.sqrt(fo[layout.M2] / fo[layout.N_FINITE])
     assert abs(f[layout.MEAN] - fo[layout.MEAN]) <= 1e-7 * (abs(fo[layout.MEAN]) + std)
     np.testing.assert_allclose(f[layout.M2], fo[layout.M2], rtol=1e-6)

@@ -43,13 +43,13 @@ def test_a_bad_backend_name_is_an_error():
 
 
 def test_reference_and_compiled_monitors_agree(monkeypatch):
-    from hookstats import _ops, reference
+    from hookstats import accumulate, reference
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 8))
     x = torch.randn(256, 16)
     results = []
     for impl in (torch.ops.hookstats.accumulate_.default, reference.accumulate_):
-        monkeypatch.setattr(_ops, "accumulate_", impl)
+        monkeypatch.setattr(accumulate, "accumulate_", impl)
         with hookstats.attach(model) as mon:
             for _ in range(3):
                 model(x)

@@ -42,12 +42,12 @@ PROBE = """
 import json, sys
 {hide}
 import torch, hookstats
-from hookstats import _ops
+from hookstats import accumulate
 x = torch.randn(3000, generator=torch.Generator().manual_seed(0)) * 3
 fs = torch.tensor([0, 0, 0, float("nan"), float("nan")], dtype=torch.float64)
 cfg = hookstats.StatsConfig()
 ist = torch.zeros(cfg.istate_size, dtype=torch.int64)
-_ops.accumulate_(x, fs, ist, torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), *cfg.op_args())
+accumulate.accumulate_(x, fs, ist, torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), *cfg.op_args())
 kernel = torch.ops.hookstats.cpu_kernel() if hookstats.backend() == "compiled" else None
 print(json.dumps({{"backend": hookstats.backend(), "kernel": kernel, "file": hookstats.__file__,
                   "fstate": fs.tolist(), "x": x.double().tolist()}}))
@@ -81,7 +81,7 @@ def test_plain_pip_install_in_a_fresh_venv_compiles_the_op_on_first_import(tmp_p
     run([py, *PIP, src])
     site = run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
     assert not glob.glob(os.path.join(site, "hookstats", "_C*")), "the isolated build made an extension"
-    assert os.path.isfile(os.path.join(site, "hookstats", "_csrc", "cpu", "stats_cpu.cpp"))
+    assert os.path.isfile(os.path.join(site, "hookstats", "_csrc", "cpu", "accumulate_cpu.cpp"))
 
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "PYTHONPATH": ""}
     env.pop("HOOKSTATS_BACKEND", None)
@@ -175,7 +175,7 @@ def test_the_wheel_built_without_torch_is_pure_python_and_carries_the_sources(tm
 def test_the_sdist_carries_the_sources(tmp_path):
     sdist = build_without_torch(tmp_path, "sdist")
     names = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
-    for f in ("csrc/ops.cpp", "csrc/cpu/stats_cpu.cpp", "csrc/accumulator.h", "setup.py", "hookstats/_build.py"):
+    for f in ("csrc/ops.cpp", "csrc/cpu/accumulate_cpu.cpp", "csrc/accumulator.h", "setup.py", "hookstats/_build.py"):
         assert f in names, f
     assert not [n for n in names if n.endswith(".so")]
 

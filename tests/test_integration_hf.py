@@ -63,7 +63,7 @@ def check_windows(history, seen):
         for n in HOOKED:
             x = torch.cat([t.reshape(-1) for t in seen[n][w * per_window:(w + 1) * per_window]]).numpy()
             base = f"hookstats/{n}/output/"
-            # the op's float32 accumulation: mean within 1e-6 of (|mean| + std), as in tests/test_ops.py
+            # the op's float32 accumulation: mean within 1e-6 of (|mean| + std), as in tests/test_accumulate.py
             assert abs(h[base + "mean"] - x.mean()) <= 1e-6 * (abs(x.mean()) + x.std())
             np.testing.assert_allclose(h[base + "std"], x.std(ddof=1), rtol=1e-6)
             np.testing.assert_allclose([h[base + "min"], h[base + "max"]], [x.min(), x.max()], rtol=1e-6)

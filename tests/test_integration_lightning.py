@@ -107,7 +107,7 @@ def test_lightning_callback_logs_windows_that_match_the_oracle():
         for n in ("0", "2"):
             x = torch.cat([t.reshape(-1) for t in per_batch[n][w * EVERY:(w + 1) * EVERY]]).numpy()
             base = f"hookstats/net.{n}/output/"
-            # the op's float32 accumulation: mean within 1e-6 of (|mean| + std), as in tests/test_ops.py
+            # the op's float32 accumulation: mean within 1e-6 of (|mean| + std), as in tests/test_accumulate.py
             assert abs(metrics[base + "mean"] - x.mean()) <= 1e-6 * (abs(x.mean()) + x.std())
             np.testing.assert_allclose(metrics[base + "std"], x.std(ddof=1), rtol=1e-6)
             np.testing.assert_allclose([metrics[base + "min"], metrics[base + "max"]], [x.min(), x.max()], rtol=1e-6)

@@ -12,7 +12,7 @@ import tempfile
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KERNELS = os.path.join(ROOT, "csrc", "cuda", "stats_kernels.cu")
+KERNELS = os.path.join(ROOT, "csrc", "cuda", "accumulate_launch.cu")
 ARCHS = ("sm_80", "sm_90")
 # nvcc flags of the real build (setup.py nvcc_flags) plus the gates
 FLAGS = ["-O3", "-std=c++20", "--expt-relaxed-constexpr", "-Xptxas", "-v,-warn-spills,-warn-lmem-usage,-Werror"]
@@ -26,7 +26,7 @@ def nvcc():
 def compile_arch(arch, out_dir):
     """(returncode, ptxas log) of compiling the kernels' translation unit for one architecture."""
     cmd = [nvcc(), *FLAGS, f"-arch={arch}", f"-I{os.path.join(ROOT, 'csrc')}", "-c", KERNELS,
-           "-o", os.path.join(out_dir, f"stats_kernels_{arch}.o")]
+           "-o", os.path.join(out_dir, f"accumulate_launch_{arch}.o")]
     r = subprocess.run(cmd, capture_output=True, text=True)
     return r.returncode, r.stdout + r.stderr
 

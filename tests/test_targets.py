@@ -718,10 +718,10 @@ def test_the_host_sync_guard_sees_backward():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="model parallel needs a second device (CUDA)")
 def test_model_parallel_keeps_each_target_on_its_own_device(monkeypatch):
-    from hookstats import _ops, reference
-    if not _ops.has_cuda_kernel():
-        monkeypatch.setattr(_ops, "accumulate_", reference.accumulate_)
-        monkeypatch.setattr(_ops, "accumulate_many_", reference.accumulate_many_)
+    from hookstats import accumulate, reference
+    if not accumulate.has_cuda_kernel():
+        monkeypatch.setattr(accumulate, "accumulate_", reference.accumulate_)
+        monkeypatch.setattr(accumulate, "accumulate_many_", reference.accumulate_many_)
 
     class Split(nn.Module):
         def __init__(self):

@@ -6,8 +6,8 @@ the oracle saw missing without a RuntimeWarning that names it.
 
 Tolerances: hooked values are exact in float64 on both sides (bf16 autocast: the oracle sees the same bf16
 tensors), so counts, NaN/Inf, near-zero counts, min/max and histograms must match exactly; mean and std
-differ only by the kernel's summation (fp32 partial sums over chunks of <= 8 values, fp64 across chunks:
-KERNEL_NOTES.md), well inside rtol 1e-5 of the values' scale. Compiled runs are compared with an eager twin
+differ only by the kernel's summation (fp32 partial sums over chunks of <= 8 values, fp64 across chunks),
+well inside rtol 1e-5 of the values' scale. Compiled runs are compared with an eager twin
 of the model (the oracle's own hooks would change the compiled graph): aot_eager runs the same kernels, but
 the twin's parameters drift from the compiled ones by rounding, so there moments get rtol 1e-4 and
 histograms may move a few values to a neighbouring bin."""

@@ -56,9 +56,9 @@ def sync():
 
 def timed_ops(spent):
     """([accumulate_, accumulate_many_] with this thread's clock around every call, adding to spent[0]), and the
-    real pair to put back: what the op costs inside a step. Install with `_ops.accumulate_, ... = timed`."""
-    from hookstats import _ops
-    real = _ops.accumulate_, _ops.accumulate_many_
+    real pair to put back: what the op costs inside a step. Install with `accumulate.accumulate_, ... = timed`."""
+    from hookstats import accumulate
+    real = accumulate.accumulate_, accumulate.accumulate_many_
 
     def wrap(fn):
         def call(*args):

@@ -32,13 +32,13 @@ def hookstats_kwargs():
 @contextlib.contextmanager
 def reference_backend():
     """Routes the monitor through the pure-PyTorch reference op (what runs when the extension is missing)."""
-    from .. import _ops, reference
-    saved = _ops.accumulate_, _ops.accumulate_many_
-    _ops.accumulate_, _ops.accumulate_many_ = reference.accumulate_, reference.accumulate_many_
+    from .. import accumulate, reference
+    saved = accumulate.accumulate_, accumulate.accumulate_many_
+    accumulate.accumulate_, accumulate.accumulate_many_ = reference.accumulate_, reference.accumulate_many_
     try:
         yield
     finally:
-        _ops.accumulate_, _ops.accumulate_many_ = saved
+        accumulate.accumulate_, accumulate.accumulate_many_ = saved
 
 
 def install_hookstats(model, reference=False, **config):

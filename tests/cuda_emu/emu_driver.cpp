@@ -1,4 +1,4 @@
-// emu_driver.cpp -- runs the real CUDA kernels (csrc/cuda/stats_kernel.cuh) on CPU threads through
+// emu_driver.cpp -- runs the real CUDA kernels (csrc/cuda/accumulate_kernel.cuh) on CPU threads through
 // cuda_emu.h and writes the resulting states; tests/test_cuda_emulation.py feeds it and checks them.
 // usage: emu_driver IN OUT dtype nbins lo inv_w eps flags threads LAUNCHES mode ARGS...
 //   LAUNCHES: "E" or "E:D": E launches with enabled=1, then D with enabled=0 (must change nothing)
@@ -7,7 +7,7 @@
 //   mode strided GRID S1,S2,.. T1,T2,..   one view of IN with these sizes and element strides (coalesced
 //                                         by the launcher's own coalesce())
 #include "cuda_emu.h"
-#include "cuda/stats_kernel.cuh"
+#include "cuda/accumulate_kernel.cuh"
 
 #include <fstream>
 #include <string>

@@ -1,6 +1,6 @@
-// stats_cuda.cu -- the CUDA launcher of hookstats::accumulate_ / accumulate_many_ and its registration.
+// accumulate_cuda.cu -- the CUDA launcher of hookstats::accumulate_ / accumulate_many_ and its registration.
 // Checks, grid planning from the cached SM count, launch on the current stream: no host sync, no
-// allocation, no memset, so a call is safe inside CUDA graph capture. The kernels are in stats_kernel.cuh.
+// allocation, no memset, so a call is safe inside CUDA graph capture. The kernels are in accumulate_kernel.cuh.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../check_args.h"
-#include "stats_kernels.h"
+#include "accumulate_launch.h"
 
 namespace hookstats {
 namespace cuda_kernel {
@@ -51,7 +51,7 @@ int enabled_bytes(const at::Tensor& e) { return static_cast<int>(e.element_size(
 // The rest of scratch's checks are check_args.h's (uint8, contiguous, on x's device).
 void check_scratch_alignment(Op op, const at::Tensor& scratch) {
   TORCH_CHECK(scratch.numel() == 0 || reinterpret_cast<uintptr_t>(scratch.const_data_ptr()) % 8 == 0,
-              op, "scratch must be 8-byte aligned (hookstats.monitor.scratch_bytes(device) bytes of its own, "
+              op, "scratch must be 8-byte aligned (hookstats.state.scratch_bytes(device) bytes of its own, "
               "zeroed once at creation)");
 }
 
@@ -62,14 +62,14 @@ int plan_blocks(const at::Tensor& x, const at::Tensor& scratch) {
   const int64_t fits = (scratch.numel() - kTicketBytes) / static_cast<int64_t>(sizeof(BlockPartial));
   if (fits < cap) {
     TORCH_WARN_ONCE("hookstats.accumulate_: the scratch tensor holds ", scratch.numel(), " bytes, the GPU wants ",
-                    scratch_bytes_for(cap), " (hookstats.monitor.scratch_bytes): fewer blocks, lower bandwidth");
+                    scratch_bytes_for(cap), " (hookstats.state.scratch_bytes): fewer blocks, lower bandwidth");
     cap = fits > 1 ? static_cast<int>(fits) : 1;
   }
   const int blocks = blocks_for(n, static_cast<int>(x.element_size()), kThreads, cap);
   // shared-memory histograms count in 32 bits per warp
   TORCH_CHECK(n / (static_cast<int64_t>(blocks) * (kThreads / kWarp)) < (int64_t(1) << 31),
               "hookstats.accumulate_: ", n, " elements are too many for ", blocks, " blocks; give the state a scratch "
-              "of hookstats.monitor.scratch_bytes(device) bytes");
+              "of hookstats.state.scratch_bytes(device) bytes");
   return blocks;
 }
 
@@ -159,9 +159,9 @@ void accumulate_many_cuda(at::TensorList xs, at::TensorList fstates, at::TensorL
 }  // namespace
 }  // namespace cuda_kernel
 
+// The schema is in ops.cpp; an op without tensor arguments has no dispatch key, so its kernel is the catch-all.
 TORCH_LIBRARY_FRAGMENT(hookstats, m) {
-  // Bytes of scratch a state on this CUDA device needs (ticket + one partial per block); 0 elsewhere.
-  m.def("cuda_scratch_bytes(int device_index) -> int", &cuda_kernel::cuda_scratch_bytes);
+  m.impl("cuda_scratch_bytes", &cuda_kernel::cuda_scratch_bytes);
 }
 
 TORCH_LIBRARY_IMPL(hookstats, CUDA, m) {

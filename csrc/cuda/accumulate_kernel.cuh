@@ -1,5 +1,5 @@
-// stats_kernel.cuh -- the CUDA kernels of hookstats (one read pass, every statistic), with no ATen.
-// Compiled by nvcc (stats_kernels.cu) and, unchanged, as C++ on CPU threads by the emulation tests
+// accumulate_kernel.cuh -- the CUDA kernels of hookstats (one read pass, every statistic), with no ATen.
+// Compiled by nvcc (accumulate_launch.cu) and, unchanged, as C++ on CPU threads by the emulation tests
 // (tests/cuda_emu/cuda_emu.h defines HS_CPU_EMULATION and the CUDA built-ins this file uses).
 #pragma once
 #include <cuda/atomic>

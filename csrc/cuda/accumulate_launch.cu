@@ -1,7 +1,7 @@
-// stats_kernels.cu -- every instantiation of the kernels in stats_kernel.cuh and their launch, with no
+// accumulate_launch.cu -- every instantiation of the kernels in accumulate_kernel.cuh and their launch, with no
 // torch headers: tests/test_ptxas.py compiles this file alone to gate registers, spills and local memory.
-#include "stats_kernels.h"
-#include "stats_kernel.cuh"
+#include "accumulate_launch.h"
+#include "accumulate_kernel.cuh"
 
 namespace hookstats {
 namespace cuda_kernel {

@@ -1,9 +1,9 @@
-// stats_kernels.h -- what the ATen launcher (stats_cuda.cu) needs from the kernels: the argument
-// structures (stats_kernel.cuh, plain structs) and two launch functions defined in stats_kernels.cu.
+// accumulate_launch.h -- what the ATen launcher (accumulate_cuda.cu) needs from the kernels: the argument
+// structures (accumulate_kernel.cuh, plain structs) and two launch functions defined in accumulate_launch.cu.
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include "stats_kernel.cuh"
+#include "accumulate_kernel.cuh"
 
 namespace hookstats {
 namespace cuda_kernel {

@@ -1,4 +1,4 @@
-// stats_cpu.cpp -- the CPU kernel of hookstats::accumulate_ and its registration.
+// accumulate_cpu.cpp -- the CPU kernel of hookstats::accumulate_ and its registration.
 // at::parallel_for over fixed-size chunks (sized from numel only) whose moments merge in chunk order,
 // so the state is identical for any thread count. Integer statistics are summed, which is order-free.
 #include <ATen/ATen.h>
@@ -17,13 +17,13 @@
 
 #include "../accumulator.h"
 #include "../check_args.h"
-#include "chunk_avx2.h"
+#include "accumulate_avx2.h"
 
 namespace hookstats {
 namespace {
 
 constexpr int kBlock = 64;  // values consumed together; fp32 partial sums per lane, fp64 across blocks
-constexpr int kLanes = 8;   // each lane sums kBlock / kLanes = 8 values in fp32 (KERNEL_NOTES §2.3)
+constexpr int kLanes = 8;   // each lane sums kBlock / kLanes = 8 values in fp32, then fp64 across blocks
 constexpr int kSubHists = 4;  // private copies, so repeated bins do not serialise on one counter
 constexpr int64_t kMinChunk = int64_t(1) << 15;
 constexpr int64_t kMaxChunks = 1024;
