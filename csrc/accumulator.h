@@ -26,11 +26,33 @@ constexpr int kLogSlots = 256;
 constexpr int kLogExpMin = -126;  // exponent of log2 slot 2
 constexpr int kMaxBins = 256;
 
+enum Flags : int { kLinearHist = 1, kLogHist = 2, kSignedNearZero = 4, kFloatHist = 8 };
+
+// Float buckets (kFloatHist; istate then ends with kFloatSlots more slots): log-linear buckets read from the
+// value's float32 bits, (sign, exponent, top kFloatMantBits mantissa bits): slot = bits >> 20, so a bucket is
+// at most 2^-3 of its lower edge wide and merging is adding counts. Slot s: sign s >> 11 (0 +, 1 -), k = s & 2047:
+//   k in [0, 8):       |x| in [k * 2^-129, (k + 1) * 2^-129), nonzero (float32 subnormals, 8 linear sub-buckets)
+//   k in [8, 2040):    |x| in [2^(e-127) * (1 + t/8), 2^(e-127) * (1 + (t+1)/8)), e = k >> 3 (1..254), t = k & 7
+//   kFloatBelow:       float64 only: nonzero |x| < 2^-149 (below float32's smallest subnormal)
+//   kFloatAbove:       float64 only: finite |x| >= 2^128 (beyond float32's exponents)
+//   kFloatZero (k of the + half only): exact zeros, either sign
+// NaN and +-Inf are not in the buckets (they have their own slots in the linear part). float64 values are
+// bucketed by their exact magnitude (truncated toward zero to float32, never rounded up across an edge), so
+// the buckets of finite values sum to count - NaN - Inf, exactly, on every dtype.
+constexpr int kFloatMantBits = 3;
+constexpr int kFloatShift = 23 - kFloatMantBits;  // 20
+constexpr int kFloatHalf = 1 << (31 - kFloatShift);  // 2048 slots per sign
+constexpr int kFloatSlots = 2 * kFloatHalf;  // 4096
+constexpr int kFloatBelow = kFloatHalf - 3;  // 2045 (+ half), 4093 (- half)
+constexpr int kFloatAbove = kFloatHalf - 2;  // 2046, 4094
+constexpr int kFloatZero = kFloatHalf - 1;   // 2047
+
 HS_HD int64_t lin_slots(int nbins) { return nbins + kLinExtra; }
 HS_HD int64_t log_base(int nbins) { return kLinBase + lin_slots(nbins); }
-HS_HD int64_t istate_size(int nbins) { return log_base(nbins) + kLogSlots; }
-
-enum Flags : int { kLinearHist = 1, kLogHist = 2, kSignedNearZero = 4 };
+HS_HD int64_t float_base(int nbins) { return log_base(nbins) + kLogSlots; }
+HS_HD int64_t istate_size(int nbins, int flags = 0) {
+  return float_base(nbins) + ((flags & kFloatHist) ? kFloatSlots : 0);
+}
 
 // lo and inv_w = nbins / (hi - lo) are float32 values: every backend bins with the same fp32 ops.
 struct Params {
@@ -68,6 +90,25 @@ HS_HD int log_slot(float v) {
   const uint32_t u = float_bits(v) & 0x7fffffffu;
   const int e = static_cast<int>(u >> 23);
   return e == 0 ? (u != 0 ? 1 : 0) : e + 1;
+}
+// Float bucket of a finite float32 value (NaN/Inf never reach it): one shift, and zero moved to its own slot.
+HS_HD int float_slot(float v) {
+  const uint32_t u = float_bits(v);
+  return (u & 0x7fffffffu) == 0 ? kFloatZero : static_cast<int>(u >> kFloatShift);
+}
+// Float bucket of a finite float64 value: its exact magnitude, outside float32's exponents in the end slots.
+HS_HD int float_slot(double v) {
+  const int half = v < 0 ? kFloatHalf : 0;
+  const double a = v < 0 ? -v : v;
+  if (a == 0.0) return kFloatZero;
+  if (a >= 0x1p128) return half + kFloatAbove;
+  if (a < 0x1p-149) return half + kFloatBelow;
+  float f = static_cast<float>(a);
+  if (static_cast<double>(f) > a) {  // rounded up: step back one float32 ulp (truncation toward zero)
+    uint32_t u = float_bits(f) - 1;
+    memcpy(&f, &u, sizeof(f));
+  }
+  return half + static_cast<int>(float_bits(f) >> kFloatShift);
 }
 // float64 inputs are binned after rounding to float32; keep tiny and huge finite values in range.
 HS_HD float bin_value(double v) {

@@ -4,6 +4,8 @@ fstate float64[5]: n_finite, mean, M2, min, max (finite values only; min/max NaN
 istate int64[2 + nbins + 5 + 256]:
     count | near_zero | linear[under | nbins bins | over | NaN | +Inf | -Inf] | log2[256]
 log2 slots: 0 exact zero | 1 nonzero below 2**-126 | 2 + k for |x| in [2**(k-126), 2**(k-125)).
+With FLOAT_HIST, istate ends with FLOAT_SLOTS float buckets (slot = float32 bits >> 20; what each slot holds:
+csrc/accumulator.h, float_slot).
 """
 import numpy as np
 
@@ -15,7 +17,13 @@ LOG_SLOTS = 256
 LOG_EXP_MIN = -126
 MAX_BINS = 256
 
-LINEAR_HIST, LOG_HIST, SIGNED_NEAR_ZERO = 1, 2, 4
+LINEAR_HIST, LOG_HIST, SIGNED_NEAR_ZERO, FLOAT_HIST = 1, 2, 4, 8
+
+FLOAT_MANT_BITS = 3
+FLOAT_SHIFT = 23 - FLOAT_MANT_BITS
+FLOAT_HALF = 1 << (31 - FLOAT_SHIFT)  # slots per sign: + half first, then - half
+FLOAT_SLOTS = 2 * FLOAT_HALF
+FLOAT_BELOW, FLOAT_ABOVE, FLOAT_ZERO = FLOAT_HALF - 3, FLOAT_HALF - 2, FLOAT_HALF - 1
 
 
 def lin_slots(nbins):
@@ -26,8 +34,12 @@ def log_base(nbins):
     return LIN_BASE + lin_slots(nbins)
 
 
-def istate_size(nbins):
+def float_base(nbins):
     return log_base(nbins) + LOG_SLOTS
+
+
+def istate_size(nbins, flags=0):
+    return float_base(nbins) + (FLOAT_SLOTS if flags & FLOAT_HIST else 0)
 
 
 def nan_slot(nbins):
