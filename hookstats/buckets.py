@@ -1,0 +1,319 @@
+"""What the host reads from the float buckets (layout.FLOAT_*): the log2 histogram, the shares each low-precision
+format cannot hold, quantiles of x and |x|, near-zero shares and a linear histogram view fitted to the data.
+Every function takes counts [..., FLOAT_SLOTS] (int, the state's slot order) and works on all leading dimensions
+at once (targets, steps); NaN/Inf are not in the buckets, so every share is of the finite values, zeros included,
+and an empty row gives NaN.
+
+Buckets by magnitude (each sign alike): exact zero | float64 in (0, 2**-149) | 8 linear sub-buckets of float32's
+subnormals, [k, k+1) * 2**-129 (k = 0 starts at 2**-149) | log-linear [(8+m), (9+m)) * 2**(e-3) for e = -126..127,
+m = 0..7 | float64 >= 2**128. Bucket edges ("edges" below) are 2**-149, k * 2**-129 and (1 + m/8) * 2**e, among
+them every power of two from 2**-149 to 2**128.
+
+Quantiles. Rank rule: numpy.quantile's method="inverted_cdf" over the n finite values sorted ascending, i.e. the
+order statistic x_(r) with r = max(1, ceil(q * n)) (computed as NumPy does, in float64). The estimate comes from
+the bucket [a, b) holding rank r, narrowed to [minimum, maximum] when those are given:
+- zero: exact; r = 1 with `minimum` given: exactly `minimum`; r = n with `maximum`: exactly `maximum`;
+- log-linear buckets: 2ab / (a + b), relative error |est - x| / |x| <= (b - a) / (a + b) <= 1/17 (~5.9%,
+  QUANTILE_REL_ERROR), the optimum for one value per bucket (b / a <= 9/8);
+- below 2**-126 (subnormal sub-buckets, float64 below 2**-149): the midpoint, absolute error <= 2**-130
+  (QUANTILE_ABS_ERROR);
+- float64 >= 2**128: 2**128, or the bucket narrowed by `maximum`; no bound (no float32 value lands there).
+So |est - x| <= max(QUANTILE_REL_ERROR * |x|, QUANTILE_ABS_ERROR) for every |x| < 2**128.
+
+Near zero. near_zero(counts, t) is the exact share of |x| < t for any edge t. The default figure,
+relative_near_zero(), is the share of values more than 2**10 (about 1000x) below the target's own scale: t is the
+power of two 2**(E - 10), E the binary exponent of the p99 of |x| (floor(log2 p99)). E is exact, not an estimate
+(a log-linear bucket lies inside one binade), and t is an edge, so the share is exact. Why: a fixed |x| <= 1e-6 is
+0% on every output and 100% on a small gradient; a scale-relative threshold says "how much of this tensor is
+negligible next to its own large values": 2**-10 of the scale is below one fp16 ulp (2**-10) of a value at the
+scale and far below bf16's (2**-7), so these values vanish when added to scale-sized ones in 16-bit arithmetic.
+The p99 (not the max or the rms) keeps a few outliers from moving the threshold. N(0, 1) gives ~0.16%, a ReLU
+output its zero share plus a little, a dead unit 100%. Exact zeros always count; if the p99 itself is zero (>= 99%
+zeros) the figure is the share of exact zeros.
+
+Linear view: linear_view() spreads each bucket's count uniformly over the bucket's span (an assumption: the
+buckets do not say where inside a bucket the values lie; zero and the float64 end buckets are points), over
+`nbins` equal bins from the bucket holding the p0.1 to the one holding the p99.9 (narrowed to [minimum, maximum]);
+values beyond go to the outer bins, and the cumulative counts are rounded so the bins are integers that add up to
+exactly n. A degenerate span widens to the occupied buckets, then to +-1/8 of the value (+-1 around zero).
+"""
+import numpy as np
+
+from . import layout
+
+DEFAULT_QUANTILES = (0.001, 0.01, 0.5, 0.99, 0.999)
+QUANTILE_REL_ERROR = 1 / 17
+QUANTILE_ABS_ERROR = 2.0 ** -130
+NEAR_ZERO_BELOW_LOG2 = 10
+NEAR_ZERO_SCALE_Q = 0.99
+
+# name: (smallest subnormal, smallest normal, largest finite value)
+FORMATS = {"fp16": (2.0 ** -24, 2.0 ** -14, 65504.0),
+           "bf16": (2.0 ** -133, 2.0 ** -126, float.fromhex("0x1.fep127")),
+           "fp8 e4m3": (2.0 ** -9, 2.0 ** -6, 448.0),
+           "fp8 e5m2": (2.0 ** -16, 2.0 ** -14, 57344.0)}
+
+_H = layout.FLOAT_HALF
+_SUB = 1 << layout.FLOAT_MANT_BITS  # sub-buckets per binade
+_FINITE = 255 * _SUB  # slots 0.._FINITE-1 hold float32's finite nonzero magnitudes
+_ZERO, _BELOW, _ABOVE = layout.FLOAT_ZERO, layout.FLOAT_BELOW, layout.FLOAT_ABOVE
+
+
+def _magnitude_table():
+    """Nonzero slots of one sign by increasing magnitude, with each bucket's [lower, upper) and whether its
+    quantile estimate is the linear midpoint."""
+    k = np.arange(_FINITE)
+    e, m = k // _SUB, k % _SUB
+    lower = np.where(e == 0, k * 2.0 ** (-126 - layout.FLOAT_MANT_BITS),
+                     (_SUB + m) * np.exp2(e - 127.0 - layout.FLOAT_MANT_BITS))
+    lower[0] = 2.0 ** -149
+    lower = np.concatenate([[0.0], lower, [2.0 ** 128]])
+    upper = np.concatenate([lower[1:], [np.inf]])
+    slots = np.concatenate([[_BELOW], k, [_ABOVE]])
+    return slots, lower, upper, lower < 2.0 ** -126
+
+
+_MAG_SLOTS, _MAG_LO, _MAG_HI, _MAG_LINEAR = _magnitude_table()
+# ascending x: negative half by decreasing magnitude, zero, positive half
+_X_LO = np.concatenate([-_MAG_HI[::-1], [0.0], _MAG_LO])
+_X_HI = np.concatenate([-_MAG_LO[::-1], [0.0], _MAG_HI])
+_X_LINEAR = np.concatenate([_MAG_LINEAR[::-1], [True], _MAG_LINEAR])
+# |x|: zero, then both halves added
+_A_LO, _A_HI = np.concatenate([[0.0], _MAG_LO]), np.concatenate([[0.0], _MAG_HI])
+_A_LINEAR = np.concatenate([[True], _MAG_LINEAR])
+# thresholds t with an exact count of |x| < t: 0, then every finite upper edge; _EDGE_POS[i] indexes the
+# zero-padded cumulative |x| counts
+_EDGES = np.concatenate([[0.0], _MAG_HI[:-1]])
+_EDGE_POS = np.concatenate([[0], np.arange(2, len(_MAG_HI) + 1)])
+
+
+def _rows(counts):
+    """counts as int64 [rows, FLOAT_SLOTS] and the leading shape."""
+    c = np.asarray(counts)
+    if c.ndim < 1 or c.shape[-1] != layout.FLOAT_SLOTS:
+        raise ValueError(f"counts must have {layout.FLOAT_SLOTS} float buckets in its last dimension, got shape "
+                         f"{c.shape}")
+    if not np.issubdtype(c.dtype, np.integer):
+        raise ValueError(f"counts must be integers (the op's int64 slots), got {c.dtype}")
+    return c.reshape(-1, layout.FLOAT_SLOTS).astype(np.int64, copy=False), c.shape[:-1]
+
+
+def _per_row(v, lead):
+    """An optional per-row float bound (minimum or maximum) as float64 [rows]; NaN where unknown."""
+    if v is None:
+        return np.full(int(np.prod(lead, dtype=np.int64)), np.nan)
+    return np.broadcast_to(np.asarray(v, dtype=np.float64), lead).reshape(-1)
+
+
+def _signed(c):
+    return np.concatenate([c[:, _H + _MAG_SLOTS[::-1]], (c[:, _ZERO] + c[:, _H + _ZERO])[:, None],
+                           c[:, _MAG_SLOTS]], axis=1)
+
+
+def _absolute(c):
+    return np.concatenate([(c[:, _ZERO] + c[:, _H + _ZERO])[:, None], c[:, _MAG_SLOTS] + c[:, _H + _MAG_SLOTS]],
+                          axis=1)
+
+
+def _find(cum, v):
+    """Per row i, the first j with cum[i, j] > v[i, :] (cum nondecreasing, >= 0): one searchsorted over all rows,
+    each row lifted above the previous one (in chunks that keep the lifted values within int64)."""
+    rows, width = cum.shape
+    span = int(cum[:, -1].max(initial=0)) + 1
+    step = max(1, (1 << 62) // span)
+    out = np.empty(v.shape, dtype=np.int64)
+    for s in range(0, rows, step):
+        lift = np.arange(s, min(s + step, rows), dtype=np.int64)[:, None] * span
+        flat = (cum[s:s + step] + lift).ravel()
+        j = np.searchsorted(flat, (v[s:s + step] + lift).ravel(), side="right").reshape(lift.shape[0], -1)
+        out[s:s + step] = j - (lift // span - s) * width
+    return np.minimum(out, width - 1)
+
+
+def _rank_buckets(ordered, q):
+    """0-based rank (numpy's inverted_cdf) and the bucket holding it, [rows, len(q)]; n [rows]."""
+    n = ordered.sum(axis=1)
+    idx = np.maximum(np.ceil(n[:, None] * q[None, :] - 1), 0).astype(np.int64)
+    return idx, _find(np.cumsum(ordered, axis=1), idx), n
+
+
+def _check_q(q):
+    q = np.atleast_1d(np.asarray(q, dtype=np.float64))
+    if q.ndim != 1 or not np.all((q >= 0) & (q <= 1)):
+        raise ValueError(f"q must be quantiles in [0, 1] (a number or a 1-D sequence), got {q}")
+    return q
+
+
+def _narrowed(j, lo_table, hi_table, known_lo, known_hi):
+    """The buckets' [lo, hi] narrowed to the known bounds (NaN: unknown); an infinite end becomes the other end."""
+    lo = np.fmax(lo_table[j], known_lo[:, None])
+    hi = np.fmin(hi_table[j], known_hi[:, None])
+    return np.where(np.isinf(lo), hi, lo), np.where(np.isinf(hi), lo, hi)
+
+
+def _estimate(ordered, q, tables, known_lo, known_hi):
+    lo_table, hi_table, linear = tables
+    idx, j, n = _rank_buckets(ordered, q)
+    a, b = _narrowed(j, lo_table, hi_table, known_lo, known_hi)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        est = np.where(linear[j] | (a == b), a / 2 + b / 2, a / (0.5 + 0.5 * (a / b)))  # 2ab / (a + b)
+    est = np.where((idx == 0) & ~np.isnan(known_lo)[:, None], known_lo[:, None], est)
+    est = np.where((idx == n[:, None] - 1) & ~np.isnan(known_hi)[:, None], known_hi[:, None], est)
+    return np.where(n[:, None] > 0, est, np.nan)
+
+
+def quantiles(counts, q=DEFAULT_QUANTILES, *, absolute=False, minimum=None, maximum=None):
+    """Quantiles [..., len(q)] of x (absolute=False) or of |x|, error bound in the module docstring. minimum /
+    maximum: the exact min and max of the finite x (the state's fstate MIN/MAX, NaN while empty), optional,
+    broadcast over the leading dimensions; they narrow the end buckets and make the extreme ranks exact."""
+    c, lead = _rows(counts)
+    q = _check_q(q)
+    lo, hi = _per_row(minimum, lead), _per_row(maximum, lead)
+    if absolute:
+        with np.errstate(invalid="ignore"):
+            known_lo = np.where(lo > 0, lo, np.where(hi < 0, -hi, np.nan))
+        est = _estimate(_absolute(c), q, (_A_LO, _A_HI, _A_LINEAR), known_lo, np.fmax(np.abs(lo), np.abs(hi)))
+    else:
+        est = _estimate(_signed(c), q, (_X_LO, _X_HI, _X_LINEAR), lo, hi)
+    return est.reshape(*lead, len(q))
+
+
+def log2_hist(counts):
+    """The log2 |x| histogram [..., LOG_SLOTS] (layout.py): the sum of each binade's sub-buckets over both signs.
+    slot 0 exact zeros, 1 nonzero |x| < 2**-126 (float64 ones below 2**-149 too), 2 + k: [2**(k-126),
+    2**(k-125)), float64 >= 2**128 in the last slot. Equal to the kernels' log2 histogram for float32, float16 and
+    bfloat16 inputs; a float64 value is binned by its exact magnitude, where the kernels round it to float32 first
+    (a value just below a power of two may round up into the next slot there)."""
+    c, lead = _rows(counts)
+    both = c[:, :_H] + c[:, _H:]
+    out = np.empty((c.shape[0], layout.LOG_SLOTS), dtype=np.int64)
+    out[:, 0] = both[:, _ZERO]
+    out[:, 1] = both[:, _BELOW] + both[:, :_SUB].sum(axis=1)
+    out[:, 2:] = both[:, _SUB:_FINITE].reshape(c.shape[0], -1, _SUB).sum(axis=2)
+    out[:, -1] += both[:, _ABOVE]
+    return out.reshape(*lead, layout.LOG_SLOTS)
+
+
+def _below_counts(c):
+    """Zero-padded cumulative |x| counts [rows, 1 + 2043]: entry _EDGE_POS[i] counts |x| < _EDGES[i], entry 1
+    counts the exact zeros."""
+    a = _absolute(c)
+    return np.concatenate([np.zeros((a.shape[0], 1), dtype=np.int64), np.cumsum(a, axis=1)], axis=1)
+
+
+def _share(num, n):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, num / np.maximum(n, 1), np.nan)
+
+
+def near_zero(counts, threshold):
+    """Exact share [...] of the finite values with |x| < threshold; threshold (a number or an array broadcast
+    over the leading dimensions) must be a bucket edge (any power of two in [2**-149, 2**128], or 0)."""
+    c, lead = _rows(counts)
+    t = np.broadcast_to(np.asarray(threshold, dtype=np.float64), lead).reshape(-1)
+    i = np.minimum(np.searchsorted(_EDGES, t), len(_EDGES) - 1)
+    bad = _EDGES[i] != t
+    if bad.any():
+        raise ValueError(f"threshold {t[bad][0]!r} is not a bucket edge: use 0 or a power of two in [2**-149, "
+                         f"2**128] (edges: 2**-149, k * 2**-129 for k = 1..7, (1 + m/8) * 2**e)")
+    below = _below_counts(c)
+    rows = np.arange(c.shape[0])
+    return _share(below[rows, _EDGE_POS[i]], below[:, -1]).reshape(lead)
+
+
+def relative_near_zero(counts, below_log2=NEAR_ZERO_BELOW_LOG2, q=NEAR_ZERO_SCALE_Q):
+    """The default near-zero figure (rule and why: module docstring): {"share": exact share of |x| < threshold,
+    "threshold": 2**(E - below_log2), E = floor(log2) of the q-quantile of |x| (0.0: exact zeros only)}, [...]."""
+    c, lead = _rows(counts)
+    _, j, n = _rank_buckets(_absolute(c), _check_q(q)[:1])
+    scale = _A_LO[j[:, 0]]
+    _, e = np.frexp(scale)  # scale in [2**(e-1), 2**e): E = e - 1
+    target = np.ldexp(1.0, e - 1 - int(below_log2))
+    i = np.searchsorted(_EDGES, target, side="right") - 1
+    pos = np.where(scale > 0, np.maximum(_EDGE_POS[i], 1), 1)
+    below = _below_counts(c)
+    share = _share(below[np.arange(c.shape[0]), pos], n)
+    threshold = np.where(pos > 1, _EDGES[i], 0.0)
+    return {"share": share.reshape(lead), "threshold": np.where(n > 0, threshold, np.nan).reshape(lead)}
+
+
+def _edge_pos(t, side):
+    """Position (in _below_counts) of the largest edge <= t (side "floor") or the smallest >= t ("ceil")."""
+    i = np.searchsorted(_EDGES, t, side="right") - 1 if side == "floor" else np.searchsorted(_EDGES, t)
+    return _EDGE_POS[i]
+
+
+EXACT_SHARES = {name: {"underflow": sub in _EDGES, "subnormal": sub in _EDGES and normal in _EDGES,
+                       "overflow": mx in _EDGES} for name, (sub, normal, mx) in FORMATS.items()}
+
+
+def dtype_shares(counts):
+    """Per format of FORMATS: shares [...] of the finite values (zeros included, as plots.range_shares) that
+    it cannot hold. underflow: nonzero |x| below its smallest subnormal (rounds to 0 or to that subnormal);
+    subnormal: |x| in [smallest subnormal, smallest normal) (precision lost); overflow: |x| >= its max (clipped
+    by a saturating cast, or beyond). Each as a lower bound (key) and an upper bound (key + "_upper"), equal
+    where the bound is a bucket edge (EXACT_SHARES): fp8 e4m3 and e5m2 all exact, fp16's underflow and
+    subnormal exact, its overflow within [|x| >= 2**16, |x| >= 61440]; bf16's smallest subnormal 2**-133 and
+    max (2 - 2**-7) * 2**127 are inside buckets (underflow within [float64 below 2**-149, |x| < 2**-129])."""
+    c, lead = _rows(counts)
+    below = _below_counts(c)
+    n, zeros = below[:, -1], below[:, 1]
+    out = {}
+    for name, (sub, normal, mx) in FORMATS.items():
+        f = {side: [below[:, _edge_pos(t, side)] for t in (sub, normal, mx)] for side in ("floor", "ceil")}
+        counts_lo = {"underflow": f["floor"][0] - zeros, "subnormal": np.maximum(f["floor"][1] - f["ceil"][0], 0),
+                     "overflow": n - f["ceil"][2]}
+        counts_hi = {"underflow": f["ceil"][0] - zeros, "subnormal": f["ceil"][1] - f["floor"][0],
+                     "overflow": n - f["floor"][2]}
+        out[name] = {**{k: _share(v, n).reshape(lead) for k, v in counts_lo.items()},
+                     **{k + "_upper": _share(v, n).reshape(lead) for k, v in counts_hi.items()}}
+    return out
+
+
+def _view_range(ordered, n, known_lo, known_hi, q):
+    """[lo, hi] per row: the buckets holding the q ranks, else the occupied buckets, else +-1/8 around the value."""
+    _, j, _ = _rank_buckets(ordered, q)
+    lo, _ = _narrowed(j[:, :1], _X_LO, _X_HI, known_lo, known_hi)
+    _, hi = _narrowed(j[:, 1:], _X_LO, _X_HI, known_lo, known_hi)
+    _, ends, _ = _rank_buckets(ordered, np.array([0.0, 1.0]))
+    span_lo, _ = _narrowed(ends[:, :1], _X_LO, _X_HI, known_lo, known_hi)
+    _, span_hi = _narrowed(ends[:, 1:], _X_LO, _X_HI, known_lo, known_hi)
+    flat = ~(hi > lo)
+    lo, hi = np.where(flat, span_lo, lo)[:, 0], np.where(flat, span_hi, hi)[:, 0]
+    w = np.where(lo == 0, 1.0, np.abs(lo) / 8)
+    flat = ~(hi > lo)
+    lo, hi = np.where(flat, lo - w, lo), np.where(flat, hi + w, hi)
+    empty = n == 0
+    return np.where(empty, -1.0, lo), np.where(empty, 1.0, hi)
+
+
+def linear_view(counts, nbins=64, *, q=(0.001, 0.999), minimum=None, maximum=None):
+    """A linear histogram fitted to the occupied span (rules: module docstring), for TensorBoard's
+    add_histogram_raw, W&B, the charts and fastai's color_dim. Returns {"edges": float64 [..., nbins + 1],
+    "counts": int64 [..., nbins] adding up to n, "below" / "above": int64 [...] values beyond the edges,
+    counted in the first / last bin}. Empty rows: edges from -1 to 1, zero counts."""
+    if isinstance(nbins, bool) or not isinstance(nbins, (int, np.integer)) or nbins < 1:
+        raise ValueError(f"nbins must be an integer >= 1, got {nbins!r}")
+    q = _check_q(q)
+    if len(q) != 2 or not q[0] <= q[1]:
+        raise ValueError(f"q must be two quantiles (low, high) with low <= high, got {q}")
+    c, lead = _rows(counts)
+    known_lo, known_hi = _per_row(minimum, lead), _per_row(maximum, lead)
+    ordered = _signed(c)
+    n = ordered.sum(axis=1)
+    lo, hi = _view_range(ordered, n, known_lo, known_hi, q)
+    edges = lo[:, None] + (hi - lo)[:, None] * (np.arange(nbins + 1) / nbins)
+    edges[:, -1] = hi
+    # mass below each edge, each bucket uniform over its span narrowed to [minimum, maximum]
+    k = np.searchsorted(_X_LO, edges, side="left") - 1
+    before = np.concatenate([np.zeros((c.shape[0], 1), dtype=np.int64), np.cumsum(ordered, axis=1)], axis=1)
+    rows = np.arange(c.shape[0])[:, None]
+    a = np.fmax(_X_LO[k], known_lo[:, None])
+    b = np.fmin(_X_HI[k], known_hi[:, None])
+    a, b = np.where(np.isinf(a), b, a), np.where(np.isinf(b), a, b)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where(b > a, np.clip((edges - a) / (b - a), 0, 1), edges > a)
+    below = np.rint(before[rows, k] + ordered[rows, k] * frac).astype(np.int64)
+    cum = np.concatenate([np.zeros((c.shape[0], 1), dtype=np.int64), below[:, 1:-1], n[:, None]], axis=1)
+    out = {"edges": edges, "counts": np.diff(cum, axis=1), "below": below[:, 0], "above": n - below[:, -1]}
+    return {key: v.reshape(lead + v.shape[1:]) for key, v in out.items()}
