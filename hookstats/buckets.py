@@ -105,14 +105,28 @@ def _per_row(v, lead):
     return np.broadcast_to(np.asarray(v, dtype=np.float64), lead).reshape(-1)
 
 
+def _half(c, base, out):
+    """Write one sign's nonzero slots in magnitude order (_MAG_SLOTS) into out [rows, 2042], by slices."""
+    out[:, 0], out[:, 1:-1], out[:, -1] = c[:, base + _BELOW], c[:, base:base + _FINITE], c[:, base + _ABOVE]
+
+
 def _signed(c):
-    return np.concatenate([c[:, _H + _MAG_SLOTS[::-1]], (c[:, _ZERO] + c[:, _H + _ZERO])[:, None],
-                           c[:, _MAG_SLOTS]], axis=1)
+    w = len(_MAG_SLOTS)
+    out = np.empty((c.shape[0], 2 * w + 1), dtype=np.int64)
+    _half(c, _H, out[:, w - 1::-1])
+    out[:, w] = c[:, _ZERO] + c[:, _H + _ZERO]
+    _half(c, 0, out[:, w + 1:])
+    return out
 
 
 def _absolute(c):
-    return np.concatenate([(c[:, _ZERO] + c[:, _H + _ZERO])[:, None], c[:, _MAG_SLOTS] + c[:, _H + _MAG_SLOTS]],
-                          axis=1)
+    out = np.empty((c.shape[0], len(_MAG_SLOTS) + 1), dtype=np.int64)
+    out[:, 0] = c[:, _ZERO] + c[:, _H + _ZERO]
+    _half(c, 0, out[:, 1:])
+    neg = np.empty_like(out[:, 1:])
+    _half(c, _H, neg)
+    out[:, 1:] += neg
+    return out
 
 
 def _find(cum, v):
@@ -130,11 +144,19 @@ def _find(cum, v):
     return np.minimum(out, width - 1)
 
 
-def _rank_buckets(ordered, q):
+def _before(ordered):
+    """Counts before each bucket [rows, buckets + 1] (zero-padded cumulative counts; the last column is n)."""
+    out = np.empty((ordered.shape[0], ordered.shape[1] + 1), dtype=np.int64)
+    out[:, 0] = 0
+    np.cumsum(ordered, axis=1, out=out[:, 1:])
+    return out
+
+
+def _rank_buckets(before, q):
     """0-based rank (numpy's inverted_cdf) and the bucket holding it, [rows, len(q)]; n [rows]."""
-    n = ordered.sum(axis=1)
+    n = before[:, -1]
     idx = np.maximum(np.ceil(n[:, None] * q[None, :] - 1), 0).astype(np.int64)
-    return idx, _find(np.cumsum(ordered, axis=1), idx), n
+    return idx, _find(before[:, 1:], idx), n
 
 
 def _check_q(q):
@@ -153,7 +175,7 @@ def _narrowed(j, lo_table, hi_table, known_lo, known_hi):
 
 def _estimate(ordered, q, tables, known_lo, known_hi):
     lo_table, hi_table, linear = tables
-    idx, j, n = _rank_buckets(ordered, q)
+    idx, j, n = _rank_buckets(_before(ordered), q)
     a, b = _narrowed(j, lo_table, hi_table, known_lo, known_hi)
     with np.errstate(invalid="ignore", divide="ignore"):
         est = np.where(linear[j] | (a == b), a / 2 + b / 2, a / (0.5 + 0.5 * (a / b)))  # 2ab / (a + b)
@@ -195,10 +217,9 @@ def log2_hist(counts):
 
 
 def _below_counts(c):
-    """Zero-padded cumulative |x| counts [rows, 1 + 2043]: entry _EDGE_POS[i] counts |x| < _EDGES[i], entry 1
-    counts the exact zeros."""
-    a = _absolute(c)
-    return np.concatenate([np.zeros((a.shape[0], 1), dtype=np.int64), np.cumsum(a, axis=1)], axis=1)
+    """_before of the |x| buckets [rows, 1 + 2043]: entry _EDGE_POS[i] counts |x| < _EDGES[i], entry 1 counts
+    the exact zeros."""
+    return _before(_absolute(c))
 
 
 def _share(num, n):
@@ -225,13 +246,13 @@ def relative_near_zero(counts, below_log2=NEAR_ZERO_BELOW_LOG2, q=NEAR_ZERO_SCAL
     """The default near-zero figure (rule and why: module docstring): {"share": exact share of |x| < threshold,
     "threshold": 2**(E - below_log2), E = floor(log2) of the q-quantile of |x| (0.0: exact zeros only)}, [...]."""
     c, lead = _rows(counts)
-    _, j, n = _rank_buckets(_absolute(c), _check_q(q)[:1])
+    below = _below_counts(c)
+    _, j, n = _rank_buckets(below, _check_q(q)[:1])
     scale = _A_LO[j[:, 0]]
     _, e = np.frexp(scale)  # scale in [2**(e-1), 2**e): E = e - 1
     target = np.ldexp(1.0, e - 1 - int(below_log2))
     i = np.searchsorted(_EDGES, target, side="right") - 1
     pos = np.where(scale > 0, np.maximum(_EDGE_POS[i], 1), 1)
-    below = _below_counts(c)
     share = _share(below[np.arange(c.shape[0]), pos], n)
     threshold = np.where(pos > 1, _EDGES[i], 0.0)
     return {"share": share.reshape(lead), "threshold": np.where(n > 0, threshold, np.nan).reshape(lead)}
@@ -270,14 +291,13 @@ def dtype_shares(counts):
     return out
 
 
-def _view_range(ordered, n, known_lo, known_hi, q):
+def _view_range(before, known_lo, known_hi, q):
     """[lo, hi] per row: the buckets holding the q ranks, else the occupied buckets, else +-1/8 around the value."""
-    _, j, _ = _rank_buckets(ordered, q)
-    lo, _ = _narrowed(j[:, :1], _X_LO, _X_HI, known_lo, known_hi)
-    _, hi = _narrowed(j[:, 1:], _X_LO, _X_HI, known_lo, known_hi)
-    _, ends, _ = _rank_buckets(ordered, np.array([0.0, 1.0]))
-    span_lo, _ = _narrowed(ends[:, :1], _X_LO, _X_HI, known_lo, known_hi)
-    _, span_hi = _narrowed(ends[:, 1:], _X_LO, _X_HI, known_lo, known_hi)
+    _, j, n = _rank_buckets(before, np.concatenate([q, [0.0, 1.0]]))
+    lo, _ = _narrowed(j[:, 0:1], _X_LO, _X_HI, known_lo, known_hi)
+    _, hi = _narrowed(j[:, 1:2], _X_LO, _X_HI, known_lo, known_hi)
+    span_lo, _ = _narrowed(j[:, 2:3], _X_LO, _X_HI, known_lo, known_hi)
+    _, span_hi = _narrowed(j[:, 3:4], _X_LO, _X_HI, known_lo, known_hi)
     flat = ~(hi > lo)
     lo, hi = np.where(flat, span_lo, lo)[:, 0], np.where(flat, span_hi, hi)[:, 0]
     w = np.where(lo == 0, 1.0, np.abs(lo) / 8)
@@ -300,13 +320,13 @@ def linear_view(counts, nbins=64, *, q=(0.001, 0.999), minimum=None, maximum=Non
     c, lead = _rows(counts)
     known_lo, known_hi = _per_row(minimum, lead), _per_row(maximum, lead)
     ordered = _signed(c)
-    n = ordered.sum(axis=1)
-    lo, hi = _view_range(ordered, n, known_lo, known_hi, q)
+    before = _before(ordered)
+    n = before[:, -1]
+    lo, hi = _view_range(before, known_lo, known_hi, q)
     edges = lo[:, None] + (hi - lo)[:, None] * (np.arange(nbins + 1) / nbins)
     edges[:, -1] = hi
     # mass below each edge, each bucket uniform over its span narrowed to [minimum, maximum]
     k = np.searchsorted(_X_LO, edges, side="left") - 1
-    before = np.concatenate([np.zeros((c.shape[0], 1), dtype=np.int64), np.cumsum(ordered, axis=1)], axis=1)
     rows = np.arange(c.shape[0])[:, None]
     a = np.fmax(_X_LO[k], known_lo[:, None])
     b = np.fmin(_X_HI[k], known_hi[:, None])
