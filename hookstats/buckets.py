@@ -6,8 +6,8 @@ and an empty row gives NaN.
 
 Buckets by magnitude (each sign alike): exact zero | float64 in (0, 2**-149) | 8 linear sub-buckets of float32's
 subnormals, [k, k+1) * 2**-129 (k = 0 starts at 2**-149) | log-linear [(8+m), (9+m)) * 2**(e-3) for e = -126..127,
-m = 0..7 | float64 >= 2**128. Bucket edges ("edges" below) are 2**-149, k * 2**-129 and (1 + m/8) * 2**e, among
-them every power of two from 2**-149 to 2**128.
+m = 0..7 | float64 >= 2**128. Bucket edges ("edges" below) are 0, 2**-149, k * 2**-129 and (1 + m/8) * 2**e: every
+power of two from 2**-129 to 2**128, and 2**-149 (the powers between lie inside the first subnormal sub-bucket).
 
 Quantiles. Rank rule: numpy.quantile's method="inverted_cdf" over the n finite values sorted ascending, i.e. the
 order statistic x_(r) with r = max(1, ceil(q * n)) (computed as NumPy does, in float64). The estimate comes from
@@ -95,6 +95,8 @@ def _rows(counts):
                          f"{c.shape}")
     if not np.issubdtype(c.dtype, np.integer):
         raise ValueError(f"counts must be integers (the op's int64 slots), got {c.dtype}")
+    if c.size and c.min() < 0:
+        raise ValueError("counts must be >= 0: these are not float bucket counts")
     return c.reshape(-1, layout.FLOAT_SLOTS).astype(np.int64, copy=False), c.shape[:-1]
 
 
@@ -137,10 +139,10 @@ def _find(cum, v):
     step = max(1, (1 << 62) // span)
     out = np.empty(v.shape, dtype=np.int64)
     for s in range(0, rows, step):
-        lift = np.arange(s, min(s + step, rows), dtype=np.int64)[:, None] * span
-        flat = (cum[s:s + step] + lift).ravel()
-        j = np.searchsorted(flat, (v[s:s + step] + lift).ravel(), side="right").reshape(lift.shape[0], -1)
-        out[s:s + step] = j - (lift // span - s) * width
+        local = np.arange(min(step, rows - s), dtype=np.int64)[:, None]
+        flat = (cum[s:s + step] + local * span).ravel()
+        j = np.searchsorted(flat, (v[s:s + step] + local * span).ravel(), side="right").reshape(len(local), -1)
+        out[s:s + step] = j - local * width
     return np.minimum(out, width - 1)
 
 
@@ -229,14 +231,15 @@ def _share(num, n):
 
 def near_zero(counts, threshold):
     """Exact share [...] of the finite values with |x| < threshold; threshold (a number or an array broadcast
-    over the leading dimensions) must be a bucket edge (any power of two in [2**-149, 2**128], or 0)."""
+    over the leading dimensions) must be a bucket edge: 0, 2**-149, any power of two in [2**-129, 2**128], or
+    (1 + m/8) * 2**e."""
     c, lead = _rows(counts)
     t = np.broadcast_to(np.asarray(threshold, dtype=np.float64), lead).reshape(-1)
     i = np.minimum(np.searchsorted(_EDGES, t), len(_EDGES) - 1)
     bad = _EDGES[i] != t
     if bad.any():
-        raise ValueError(f"threshold {t[bad][0]!r} is not a bucket edge: use 0 or a power of two in [2**-149, "
-                         f"2**128] (edges: 2**-149, k * 2**-129 for k = 1..7, (1 + m/8) * 2**e)")
+        raise ValueError(f"threshold {t[bad][0]!r} is not a bucket edge: use 0, 2**-149 or a power of two in "
+                         f"[2**-129, 2**128] (edges: 2**-149, k * 2**-129 for k = 1..7, (1 + m/8) * 2**e)")
     below = _below_counts(c)
     rows = np.arange(c.shape[0])
     return _share(below[rows, _EDGE_POS[i]], below[:, -1]).reshape(lead)
@@ -244,7 +247,9 @@ def near_zero(counts, threshold):
 
 def relative_near_zero(counts, below_log2=NEAR_ZERO_BELOW_LOG2, q=NEAR_ZERO_SCALE_Q):
     """The default near-zero figure (rule and why: module docstring): {"share": exact share of |x| < threshold,
-    "threshold": 2**(E - below_log2), E = floor(log2) of the q-quantile of |x| (0.0: exact zeros only)}, [...]."""
+    "threshold": 2**(E - below_log2), E = floor(log2) of the q-quantile of |x| (0.0: exact zeros only)}, [...].
+    Below float32's normals E is that of the bucket's lower edge and the threshold the largest edge under
+    2**(E - below_log2); float64 scales >= 2**128 count as E = 128."""
     c, lead = _rows(counts)
     below = _below_counts(c)
     _, j, n = _rank_buckets(below, _check_q(q)[:1])

@@ -198,6 +198,20 @@ def test_quantiles_of_the_rank_rule_at_exact_products():
     _assert_within_bound(buckets.quantiles(float_counts(x), q), true)
 
 
+def test_quantiles_of_rows_with_counts_near_int64_limits():
+    """Totals near 2**61 per row: the rank search splits the rows so no lifted count overflows."""
+    rows = np.zeros((5, SLOTS), dtype=np.int64)
+    big = 2 ** 60
+    for i in range(5):
+        rows[i, [1016, 1016 + 8 * (i + 1), HALF + 1000]] = [big, big // (i + 1), 3 * big // 4]
+    whole = buckets.quantiles(rows, [0.1, 0.5, 0.9])
+    for i in range(5):
+        assert np.array_equal(whole[i], buckets.quantiles(rows[i], [0.1, 0.5, 0.9]))
+    n = rows[0].sum()
+    assert whole[0, 0] < 0 and whole[0, 1] == pytest.approx(1.0 + 1 / 17, rel=1e-12)  # rank 0.5 * n falls on 1.0's bucket
+    assert rows[0, HALF + 1000] < n / 2 < rows[0, HALF + 1000] + rows[0, 1016]
+
+
 def test_quantiles_of_empty_rows_are_nan():
     assert np.isnan(buckets.quantiles(np.zeros(SLOTS, dtype=np.int64))).all()
     assert np.isnan(buckets.quantiles(float_counts(np.array([np.nan, np.inf])), absolute=True)).all()
@@ -316,7 +330,8 @@ def test_leading_dimensions_equal_row_by_row():
 
 
 @pytest.mark.parametrize("bad, match", [(np.zeros(4095, np.int64), "4096 float buckets"),
-                                        (np.zeros(SLOTS, np.float64), "integers")])
+                                        (np.zeros(SLOTS, np.float64), "integers"),
+                                        (-float_counts(np.ones(3, np.float32)), ">= 0")])
 def test_bad_counts_raise_one_clear_error(bad, match):
     for f in (buckets.log2_hist, buckets.quantiles, buckets.dtype_shares, buckets.linear_view,
               buckets.relative_near_zero):
