@@ -100,11 +100,16 @@ def _rows(counts):
     return c.reshape(-1, layout.FLOAT_SLOTS).astype(np.int64, copy=False), c.shape[:-1]
 
 
-def _per_row(v, lead):
-    """An optional per-row float bound (minimum or maximum) as float64 [rows]; NaN where unknown."""
+def _per_row(name, v, lead):
+    """A number or array broadcast over the leading shape, as float64 [rows]; None: NaN (unknown)."""
     if v is None:
         return np.full(int(np.prod(lead, dtype=np.int64)), np.nan)
-    return np.broadcast_to(np.asarray(v, dtype=np.float64), lead).reshape(-1)
+    v = np.asarray(v, dtype=np.float64)
+    try:
+        return np.broadcast_to(v, lead).reshape(-1)
+    except ValueError:
+        raise ValueError(f"{name} must be a number or broadcast to the counts' leading shape {lead}, got shape "
+                         f"{v.shape}") from None
 
 
 def _half(c, base, out):
@@ -192,7 +197,7 @@ def quantiles(counts, q=DEFAULT_QUANTILES, *, absolute=False, minimum=None, maxi
     broadcast over the leading dimensions; they narrow the end buckets and make the extreme ranks exact."""
     c, lead = _rows(counts)
     q = _check_q(q)
-    lo, hi = _per_row(minimum, lead), _per_row(maximum, lead)
+    lo, hi = _per_row("minimum", minimum, lead), _per_row("maximum", maximum, lead)
     if absolute:
         with np.errstate(invalid="ignore"):
             known_lo = np.where(lo > 0, lo, np.where(hi < 0, -hi, np.nan))
@@ -234,7 +239,7 @@ def near_zero(counts, threshold):
     over the leading dimensions) must be a bucket edge: 0, 2**-149, any power of two in [2**-129, 2**128], or
     (1 + m/8) * 2**e."""
     c, lead = _rows(counts)
-    t = np.broadcast_to(np.asarray(threshold, dtype=np.float64), lead).reshape(-1)
+    t = _per_row("threshold", threshold, lead)
     i = np.minimum(np.searchsorted(_EDGES, t), len(_EDGES) - 1)
     bad = _EDGES[i] != t
     if bad.any():
@@ -323,7 +328,7 @@ def linear_view(counts, nbins=64, *, q=(0.001, 0.999), minimum=None, maximum=Non
     if len(q) != 2 or not q[0] <= q[1]:
         raise ValueError(f"q must be two quantiles (low, high) with low <= high, got {q}")
     c, lead = _rows(counts)
-    known_lo, known_hi = _per_row(minimum, lead), _per_row(maximum, lead)
+    known_lo, known_hi = _per_row("minimum", minimum, lead), _per_row("maximum", maximum, lead)
     ordered = _signed(c)
     before = _before(ordered)
     n = before[:, -1]

@@ -208,7 +208,7 @@ def test_quantiles_of_rows_with_counts_near_int64_limits():
     for i in range(5):
         assert np.array_equal(whole[i], buckets.quantiles(rows[i], [0.1, 0.5, 0.9]))
     n = rows[0].sum()
-    assert whole[0, 0] < 0 and whole[0, 1] == pytest.approx(1.0 + 1 / 17, rel=1e-12)  # rank 0.5 * n falls on 1.0's bucket
+    assert whole[0, 0] < 0 and whole[0, 1] == pytest.approx(1.0 + 1 / 17, rel=1e-12)  # 1.0's bucket
     assert rows[0, HALF + 1000] < n / 2 < rows[0, HALF + 1000] + rows[0, 1016]
 
 
@@ -347,3 +347,8 @@ def test_bad_arguments_raise_one_clear_error():
         buckets.linear_view(c, 0)
     with pytest.raises(ValueError, match="two quantiles"):
         buckets.linear_view(c, 8, q=(0.9, 0.1))
+    rows = np.stack([c, c])
+    with pytest.raises(ValueError, match="minimum must be a number or broadcast to the counts' leading shape"):
+        buckets.quantiles(rows, minimum=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="threshold must be"):
+        buckets.near_zero(rows, [1.0, 2.0, 4.0])
