@@ -25,8 +25,8 @@ relative_near_zero(), is the share of values more than 2**10 (about 1000x) below
 power of two 2**(E - 10), E the binary exponent of the p99 of |x| (floor(log2 p99)). E is exact, not an estimate
 (a log-linear bucket lies inside one binade), and t is an edge, so the share is exact. Why: a fixed |x| <= 1e-6 is
 0% on every output and 100% on a small gradient; a scale-relative threshold says "how much of this tensor is
-negligible next to its own large values": 2**-10 of the scale is below one fp16 ulp (2**-10) of a value at the
-scale and far below bf16's (2**-7), so these values vanish when added to scale-sized ones in 16-bit arithmetic.
+negligible next to its own large values": below 2**(E - 10) is below one fp16 ulp of a value at the scale and
+an eighth of a bf16 ulp, so added to scale-sized values in 16-bit arithmetic they change at most its last bit.
 The p99 (not the max or the rms) keeps a few outliers from moving the threshold. N(0, 1) gives ~0.16%, a ReLU
 output its zero share plus a little, a dead unit 100%. Exact zeros always count; if the p99 itself is zero (>= 99%
 zeros) the figure is the share of exact zeros.
