@@ -317,11 +317,12 @@ def _view_range(before, known_lo, known_hi, q):
     return np.where(empty, -1.0, lo), np.where(empty, 1.0, hi)
 
 
-def linear_view(counts, nbins=64, *, q=(0.001, 0.999), minimum=None, maximum=None):
+def linear_view(counts, nbins=64, *, q=(0.001, 0.999), minimum=None, maximum=None, span=None):
     """A linear histogram fitted to the occupied span (rules: module docstring), for TensorBoard's
-    add_histogram_raw, W&B, the charts and fastai's color_dim. Returns {"edges": float64 [..., nbins + 1],
-    "counts": int64 [..., nbins] adding up to n, "below" / "above": int64 [...] values beyond the edges,
-    counted in the first / last bin}. Empty rows: edges from -1 to 1, zero counts."""
+    add_histogram_raw, W&B, the charts and fastai's color_dim. span=(lo, hi) (numbers or arrays over the leading
+    dimensions, lo < hi) fixes the range instead, e.g. one range for all steps of a heatmap. Returns
+    {"edges": float64 [..., nbins + 1], "counts": int64 [..., nbins] adding up to n, "below" / "above": int64
+    [...] values beyond the edges, counted in the first / last bin}. Empty rows: edges from -1 to 1, zero counts."""
     if isinstance(nbins, bool) or not isinstance(nbins, (int, np.integer)) or nbins < 1:
         raise ValueError(f"nbins must be an integer >= 1, got {nbins!r}")
     q = _check_q(q)
@@ -332,7 +333,12 @@ def linear_view(counts, nbins=64, *, q=(0.001, 0.999), minimum=None, maximum=Non
     ordered = _signed(c)
     before = _before(ordered)
     n = before[:, -1]
-    lo, hi = _view_range(before, known_lo, known_hi, q)
+    if span is None:
+        lo, hi = _view_range(before, known_lo, known_hi, q)
+    else:
+        lo, hi = (_per_row(f"span[{i}]", v, lead) for i, v in enumerate(span))
+        if not np.all(np.isfinite(lo) & np.isfinite(hi) & (lo < hi)):
+            raise ValueError("span must be (lo, hi) with finite lo < hi")
     edges = lo[:, None] + (hi - lo)[:, None] * (np.arange(nbins + 1) / nbins)
     edges[:, -1] = hi
     # mass below each edge, each bucket uniform over its span narrowed to [minimum, maximum]

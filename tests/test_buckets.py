@@ -297,6 +297,20 @@ def test_linear_view_of_gradients_is_never_one_bin(name):
         assert (counts > 0).sum() >= 8
 
 
+def test_linear_view_on_a_given_span_shared_by_rows():
+    rows = np.stack([float_counts(DATA[k]) for k in ("normal_f32", "sign_mixture", "relu_like")])
+    view = buckets.linear_view(rows, 10, span=(-2.0, 3.0))
+    assert np.array_equal(view["edges"], np.broadcast_to(np.linspace(-2.0, 3.0, 11), (3, 11)))
+    for i, k in enumerate(("normal_f32", "sign_mixture", "relu_like")):
+        v = _finite64(DATA[k])
+        true = np.histogram(np.clip(v, -2.0, 3.0), view["edges"][i])[0]
+        slack = _straddling(DATA[k], view["edges"][i])
+        assert view["counts"][i].sum() == v.size
+        assert np.all(np.abs(view["counts"][i] - true) <= slack[:-1] + slack[1:] + 1)
+    with pytest.raises(ValueError, match="span must be"):
+        buckets.linear_view(rows, 10, span=(1.0, 1.0))
+
+
 def test_linear_view_of_degenerate_rows():
     rows = np.stack([np.zeros(SLOTS, dtype=np.int64), float_counts(np.zeros(5, np.float32)),
                      float_counts(np.full(5, 3.0, np.float32))])
