@@ -183,6 +183,32 @@ def test_quantiles_within_the_stated_bound_of_numpy(data, absolute, known):
             assert np.all(est >= ref.min()) and est[0] == ref.min()
 
 
+def _random_mixture(seed):
+    """Random scales, signs, zeros, ties (integers), bf16 rounding and sizes from 1 to 5000."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 5000))
+    parts = [rng.standard_normal(n) * 10.0 ** rng.uniform(-40, 35),
+             np.exp(rng.normal(rng.uniform(-60, 60), rng.uniform(0.1, 15), n)) * _signs(rng, n, rng.random()),
+             np.zeros(n), rng.integers(-5, 6, n).astype(np.float64) * 2.0 ** rng.integers(-140, 100)]
+    x = np.choose(rng.integers(0, 4, n), parts)
+    if seed % 3 == 0:
+        return torch.from_numpy(x).float().bfloat16().float().numpy()
+    with np.errstate(over="ignore"):  # beyond float32: +-Inf, left out of the buckets
+        return x.astype(np.float32) if seed % 3 == 1 else x
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_quantiles_within_the_stated_bound_on_random_mixtures(seed):
+    x = _random_mixture(seed)
+    v = _finite64(x)
+    c = float_counts(x)
+    for absolute in (False, True):
+        ref = np.abs(v) if absolute else v
+        true = np.quantile(ref, Q_GRID, method="inverted_cdf")
+        _assert_within_bound(buckets.quantiles(c, Q_GRID, absolute=absolute), true)
+        _assert_within_bound(buckets.quantiles(c, Q_GRID, absolute=absolute, minimum=v.min(), maximum=v.max()), true)
+
+
 def test_quantile_bound_is_nearly_reached():
     """The estimator is no better than stated: data at a bucket's lower edge is 1/17 off, so the bound is tight."""
     x = np.full(10, 1.0, dtype=np.float32)
