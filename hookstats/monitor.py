@@ -15,7 +15,8 @@ from . import accumulate, targets
 from .alerts import AlertRules
 from .targets import is_measurable, measured, tensor_leaves, unread_reason  # noqa: F401 (tensor_leaves: hookstats.monitor API)
 from .config import StatsConfig, check_arg
-from .stats import chan_merge_rows, finalize, merge_states, new_fstate_values
+from .records import stats_records
+from .stats import chan_merge_rows, merge_states, new_fstate_values
 from .user_warning import warn_user
 
 PHASES = ("train", "eval")
@@ -509,16 +510,8 @@ class Monitor:
         grouped = {}
         for st in chosen:
             grouped.setdefault(st.key, []).append(host[id(st)])
-        out = {}
-        for key, parts in grouped.items():
-            f, i = merge_states(parts) if len(parts) > 1 else parts[0]
-            rec = finalize(f, i, self.cfg)
-            if rec["count"] == 0 and key.leaf == "" and any(k.module == key.module and k.kind == key.kind and k.leaf
-                                                         for k in grouped):
-                continue  # preallocated plain-tensor state of a module whose outputs turned out to be tuples
-            out[key.id] = {"module": key.module, "kind": key.kind, "leaf": key.leaf, "call": key.call,
-                           "phase": phase, **rec}
-        return out
+        keyed = [(key, *(merge_states(parts) if len(parts) > 1 else parts[0])) for key, parts in grouped.items()]
+        return stats_records(keyed, self.cfg, phase)
 
     @staticmethod
     def _to_host(states):

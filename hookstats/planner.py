@@ -23,8 +23,8 @@ from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
 from . import accumulate, layout, op_speed
-from .history import step_columns
 from .monitor import attach, attached_monitor
+from .records import step_columns
 from .sinks.memory import held_bytes
 from .summary import format_table
 from .targets import tensor_leaves

@@ -363,7 +363,7 @@ def test_finalize_rows_equals_finalize_on_each_state(config):
 @pytest.mark.parametrize("config", CONFIGS)
 def test_records_handed_to_sinks_are_finalize_per_target(config):
     from hookstats.config import StatsConfig
-    from hookstats.history import step_columns, step_records
+    from hookstats.records import step_columns, step_records
     from hookstats.monitor import TargetKey
     cfg = StatsConfig(**config)
     f, i = random_states(np.random.default_rng(7), (6, 30), cfg)

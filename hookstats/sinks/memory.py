@@ -6,13 +6,13 @@ import collections
 
 import numpy as np
 
+from .. import statistics
 from ..config import check_arg
 from .base import KEY_FIELDS, SCALARS
 
-INTS = ("count", "finite", "near_zero_count", "nan", "posinf", "neginf", "underflow", "overflow")
-FLOATS = ("mean", "std", "var", "near_zero", "running_min", "running_max")
-HISTS = ("hist", "log2_hist")
-FIELDS = (*INTS, *FLOATS, *HISTS, "hist_edges")
+INTS, FLOATS, HISTS, (EDGES,) = (statistics.names(statistics.HISTORY, t) for t in
+                                 (statistics.INT, statistics.FLOAT, statistics.COUNTS, statistics.EDGES))
+FIELDS = (*INTS, *FLOATS, *HISTS, EDGES)
 
 
 class _Span:
@@ -80,8 +80,8 @@ class _Schema:
         self.none = tuple(k for k in FIELDS if k in cols and cols[k] is None)
         self.hists = tuple((k, cols[k].shape[-1]) for k in HISTS if cols.get(k) is not None)
         self.edges = None
-        if cols.get("hist_edges") is not None:
-            self.edges = np.array(cols["hist_edges"], dtype=np.float64)
+        if cols.get(EDGES) is not None:
+            self.edges = np.array(cols[EDGES], dtype=np.float64)
             self.edges.flags.writeable = False
 
     def fields(self):
@@ -175,7 +175,7 @@ class _Block:
         for k, span in self.hists.items():
             rec[k] = span.get(i)
         if self.edges is not None:
-            rec["hist_edges"] = self.edges
+            rec[EDGES] = self.edges
         return rec
 
 
@@ -194,7 +194,7 @@ class MemorySink:
         for k in FIELDS:
             if k in first:
                 cols[k] = None if first[k] is None else (
-                    first[k] if k == "hist_edges" else np.array([[r[k] for r in records]]))
+                    first[k] if k == EDGES else np.array([[r[k] for r in records]]))
         self.write_rows([step], [{k: r[k] for k in KEY_FIELDS} for r in records], cols,
                         np.ones((1, len(records)), dtype=bool))
 
