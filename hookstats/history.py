@@ -8,7 +8,7 @@ import torch
 
 from . import layout
 from .alerts import AlertRules, step_order
-from .config import check_arg
+from .config import check_count
 from .records import key_fields, select_steps, step_columns, step_records
 from .sinks.memory import MemorySink
 from .stats import chan_merge_rows, new_fstate_values
@@ -114,27 +114,38 @@ class _Ring:
         return pending
 
 
+def history_options(history=True, log_every=10, keep=1000, sinks=None, alerts=True):
+    """attach()'s history arguments, checked (one clear error each) and given as History's keywords; None
+    when no history is kept (history=False and no sinks). history: True/False, or the ring's capacity in
+    steps (default log_every; a full ring flushes early)."""
+    if isinstance(history, np.bool_):
+        history = bool(history)
+    capacity = None if isinstance(history, bool) else check_count("history", history)
+    log_every, keep = check_count("log_every", log_every), check_count("keep", keep)
+    if sinks is not None and not isinstance(sinks, (list, tuple)):
+        raise ValueError(f"sinks must be a list of sinks, got {type(sinks).__name__}")
+    if not isinstance(alerts, (bool, AlertRules)):
+        raise ValueError(f"alerts must be True, False or an AlertRules, got {alerts!r}")
+    if history is False and not sinks:
+        return None
+    rules = AlertRules() if alerts is True else alerts or AlertRules(enabled=False)
+    return {"log_every": log_every, "capacity": capacity or log_every, "sinks": check_sinks(sinks), "rules": rules,
+            "keep": keep}
+
+
 class History:
     """Per-step statistics of every train-phase target, kept on the device and drained to sinks.
 
-    log_every: steps between flushes; capacity: ring slots (default log_every; a full ring flushes early);
+    Its arguments are those of history_options(): log_every: steps between flushes; capacity: ring slots;
     keep: steps kept on the host for history() (the sinks get every step); sinks: objects with
-    write(step, records) and close(); alerts: an AlertRules, or False for none.
+    write(step, records) and close(); rules: an AlertRules (enabled=False for none).
     """
 
-    def __init__(self, monitor, log_every=10, capacity=None, sinks=(), alerts=True, keep=1000):
-        log_every, keep = check_arg("log_every", log_every, int, lo=1), check_arg("keep", keep, int, lo=1)
-        if capacity is not None:
-            capacity = check_arg("history", capacity, int, lo=1)  # attach(history=N) is the ring's capacity
-        if alerts is True:
-            alerts = AlertRules()
-        if alerts is not False and not isinstance(alerts, AlertRules):
-            raise ValueError(f"alerts must be True, False or an AlertRules, got {alerts!r}")
+    def __init__(self, monitor, log_every, capacity, sinks, rules, keep):
         self.monitor, self.cfg = monitor, monitor.cfg
-        self.log_every, self.capacity = log_every, capacity or log_every
-        self.rules = alerts or AlertRules(enabled=False)
+        self.log_every, self.capacity, self.rules = log_every, capacity, rules
         self.memory_sink = MemorySink(max_steps=keep)
-        self.sinks = [self.memory_sink] + check_sinks(sinks)
+        self.sinks = [self.memory_sink] + sinks
         self.alerts = []  # every alert raised so far, oldest first
         self._rings = {}  # device -> _Ring
         self._pending = []

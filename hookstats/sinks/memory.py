@@ -7,7 +7,7 @@ import collections
 import numpy as np
 
 from .. import statistics
-from ..config import check_arg
+from ..config import check_count
 from .base import KEY_FIELDS, SCALARS
 
 INTS, FLOATS, HISTS, (EDGES,) = (statistics.names(statistics.HISTORY, t) for t in
@@ -181,8 +181,7 @@ class _Block:
 
 class MemorySink:
     def __init__(self, max_steps=None):
-        max_steps = None if max_steps is None else check_arg("max_steps", max_steps, int, lo=1)
-        self.max_steps = max_steps
+        self.max_steps = max_steps = check_count("max_steps", max_steps, optional=True)
         self._window = collections.deque(maxlen=max_steps)  # the kept steps, oldest first (with max_steps)
         self._blocks = {}  # target id -> _Block, in first-seen order
         self._writes = 0
