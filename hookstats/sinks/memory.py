@@ -54,15 +54,12 @@ class _Span:
         return h
 
 
-def span_of(h):
-    """(lo, hi): the slots 1.. that histograms h [k, size] use, (0, 0) for none."""
-    used = np.flatnonzero(h[:, 1:].any(axis=0))
-    return (int(used[0]) + 1, int(used[-1]) + 2) if len(used) else (0, 0)
-
-
-def spans_of(h, present):
-    """span_of() of every target's present rows at once: h [S, T, size], present [S, T] -> [(lo, hi)] per T."""
-    used = (h[..., 1:] if present.all() else h[..., 1:] * present[..., None]).any(axis=0)
+def spans_of(h, present=None):
+    """(lo, hi) per target: the slots 1.. that its present rows use, (0, 0) for none. h [S, T, size] and
+    present [S, T] (None: every row); or h [S, size], every row of one target: one pair."""
+    if h.ndim == 2:
+        return spans_of(h[:, None])[0]
+    used = (h[..., 1:] if present is None or present.all() else h[..., 1:] * present[..., None]).any(axis=0)
     lo = used.argmax(axis=1) + 1
     hi = used.shape[1] + 1 - used[:, ::-1].argmax(axis=1)
     none = ~used.any(axis=1)
@@ -148,7 +145,7 @@ class _Block:
         if self.max_rows is not None and k > self.max_rows:  # only the last max_rows can stay
             cut = slice(k - self.max_rows, k)
             steps, ints, floats = steps[cut], ints[cut], floats[cut]
-            hists = {n: (h[cut], span_of(h[cut])) for n, (h, _) in hists.items()}
+            hists = {n: (h[cut], spans_of(h[cut])) for n, (h, _) in hists.items()}
             k = self.max_rows
         if self.n + k > self.cap and (self.max_rows is None or self.cap < self.max_rows):
             self._grow(self.n + k)
