@@ -451,6 +451,22 @@ def test_finalize_rows_of_odd_states_against_float64_formulas(config):
         assert np.array_equal(rows["log2_hist"], log2)
 
 
+def test_alerts_device_statistics_against_float64_formulas():
+    """What the alert rules read on the device (statistics.ALERTED, torch) is the statistics of the fields."""
+    from hookstats import statistics
+    from hookstats.config import StatsConfig
+    cfg = StatsConfig(nbins=5)
+    f, i = random_states(np.random.default_rng(3), (300,), cfg)
+    got = statistics.derive(statistics.ALERTED, torch.from_numpy(f), torch.from_numpy(i), cfg.nbins)
+    assert set(got) == {"std", "near_zero", "nonfinite"}
+    for t in range(300):
+        want = state_statistics(f[t], i[t], cfg)
+        want["nonfinite"] = want["nan"] + want["posinf"] + want["neginf"]
+        assert got["nonfinite"][t].item() == want["nonfinite"]
+        for k in ("std", "near_zero"):  # torch's sqrt may differ from math.sqrt in the last bit
+            np.testing.assert_allclose(got[k][t].item(), want[k], rtol=1e-15, err_msg=f"{t} {k}")
+
+
 @pytest.mark.parametrize("config", CONFIGS)
 def test_records_handed_to_sinks_are_finalize_per_target(config):
     from hookstats.config import StatsConfig
