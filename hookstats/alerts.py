@@ -51,7 +51,7 @@ class AlertRules:
         if not self.enabled:
             return
         af = arow.view(torch.float64)
-        stat = statistics.derive(statistics.ALERTED, srow.view(torch.float64)[:, :F], srow[:, F:], cfg.nbins)
+        stat = statistics.derive(statistics.ALERTED, srow.view(torch.float64)[:, :F], srow[:, F:], cfg)
         seen = srow[:, F + layout.COUNT] > 0
         if self.nonfinite:
             _first(arow[:, NONFINITE], stat["nonfinite"] > 0, step)

@@ -1,6 +1,8 @@
 """The table of statistics: per statistic its name, how it is derived from the state, its type, which
 readouts have it and who gets it (sinks, dashboards, alerts, plots). finalize_rows, the record builder,
-the sinks, the alerts and the plots read this table: a statistic derived from the state is one row."""
+the sinks, the alerts and the plots read this table: a statistic derived from the state is one row.
+An array-valued one (a histogram derived from other slots) is a COUNTS row; float arrays (quantiles) would
+be a new type, which MemorySink's columns and the JSONL sink then learn to store."""
 import dataclasses
 import math
 from typing import Callable, Optional
@@ -15,12 +17,12 @@ STATS, HISTORY, BOTH, SINKS = "stats", "history", "both", "sinks"
 
 
 class Rows:
-    """The states' fields for the derive functions: fstate [..., 5] and istate [..., istate_size], NumPy
-    (host readouts) or torch (alerts, on the device, no host read); s[name] is another statistic of the
-    table. Divisions are float64 on both."""
+    """What a derive function reads: the states' fields (fstate [..., 5], istate [..., istate_size]; NumPy
+    on the host, torch on the device for the alerts), their StatsConfig `cfg`, and s[name], another
+    statistic of the table. The helpers work on both; divisions are float64."""
 
-    def __init__(self, fstate, istate, nbins):
-        self.f, self.i, self.nbins = fstate, istate, nbins
+    def __init__(self, fstate, istate, cfg):
+        self.f, self.i, self.cfg, self.nbins = fstate, istate, cfg, cfg.nbins
         self._torch = isinstance(fstate, torch.Tensor)
         self._done = {}
 
@@ -71,15 +73,15 @@ class Plot:
 
 @dataclasses.dataclass(frozen=True)
 class Statistic:
-    """name; derive(rows) -> values over the leading dimensions (COUNTS: one more dimension; EDGES: derived
-    from the config instead: derive(cfg)); type INT/FLOAT/COUNTS/EDGES; scope: STATS (stats(), reduce()),
+    """name; derive(rows) -> values over the leading dimensions (COUNTS: one more dimension; EDGES: one
+    array from the config); type INT/FLOAT/COUNTS/EDGES; scope: STATS (stats(), reduce()),
     HISTORY (per-step records), BOTH, or SINKS (not in records: derived by the sinks from the record's
-    `inputs`); scalar: written by the sinks (CSV, JSONL, the MemorySink frame); dashboard: None, "choice"
-    (TensorBoard/W&B may log it) or "default" (they do unless told otherwise); alerts: the alert rules
+    `inputs`); scalar: written by the sinks (CSV, JSONL, the MemorySink frame), and a dashboard choice;
+    dashboard: "default" (TensorBoard/W&B log it unless told otherwise), "choice" (they may), or None; alerts: the alert rules
     read it on the device; plot: a Plot, or None; needs: a StatsConfig switch (linear_hist, log_hist)
     without which the statistic is None."""
     name: str
-    derive: Callable
+    derive: Callable[[Rows], object]
     type: str
     scope: str = BOTH
     scalar: bool = False
@@ -120,7 +122,7 @@ TABLE = (
     Statistic("underflow", lambda s: s.lin(0), INT, scalar=True, needs="linear_hist"),
     Statistic("overflow", lambda s: s.lin(s.nbins + 1), INT, scalar=True, needs="linear_hist"),
     Statistic("hist", lambda s: s.lin(1, s.nbins + 1), COUNTS, needs="linear_hist"),
-    Statistic("hist_edges", lambda cfg: cfg.edges(), EDGES, needs="linear_hist"),
+    Statistic("hist_edges", lambda s: s.cfg.edges(), EDGES, needs="linear_hist"),
     Statistic("log2_hist", lambda s: s.log2(), COUNTS, needs="log_hist"),
     # the history's min/max are running values (since attach or reset()): a step's own minimum is not kept
     Statistic("running_min", lambda s: s.fcol(layout.MIN), FLOAT, scope=HISTORY, scalar=True),
@@ -139,26 +141,21 @@ PLOTTED = tuple(st for st in TABLE if st.plot is not None)
 ALERTED = tuple(st.name for st in TABLE if st.alerts)
 
 
-def names(scope, type=None):
+def names(scope, of_type=None):
     """The statistics of a record of `scope` (STATS or HISTORY), in record order, optionally of one type."""
-    return tuple(st.name for st in TABLE if st.in_records(scope) and (type is None or st.type == type))
+    return tuple(st.name for st in TABLE if st.in_records(scope) and (of_type is None or st.type == of_type))
 
 
 def derive_rows(fstate, istate, cfg, scope):
     """{name: values} of every statistic of `scope`'s records (see Statistic), None where switched off."""
-    rows = Rows(fstate, istate, cfg.nbins)
-    out = {}
-    for st in TABLE:
-        if not st.in_records(scope):
-            continue
-        out[st.name] = None if not st.present(cfg) else st.derive(cfg) if st.type == EDGES else rows[st.name]
-    return out
+    rows = Rows(fstate, istate, cfg)
+    return {st.name: rows[st.name] if st.present(cfg) else None for st in TABLE if st.in_records(scope)}
 
 
-def derive(wanted, fstate, istate, nbins):
+def derive(wanted, fstate, istate, cfg):
     """{name: values} of the `wanted` statistics from raw state rows (NumPy, or torch: the alerts' device
     path)."""
-    rows = Rows(fstate, istate, nbins)
+    rows = Rows(fstate, istate, cfg)
     return {n: rows[n] for n in wanted}
 
 
@@ -168,8 +165,4 @@ def from_record(name, record):
     values = {k: record.get(k) for k in st.inputs}
     if any(v is None for v in values.values()):
         return None
-    return st.derive(_Given(values))
-
-
-class _Given(dict):
-    """A record's values standing in for Rows in a derive function."""
+    return st.derive(values)  # a SINKS statistic's derive reads only s[input]: a dict serves

@@ -457,7 +457,7 @@ def test_alerts_device_statistics_against_float64_formulas():
     from hookstats.config import StatsConfig
     cfg = StatsConfig(nbins=5)
     f, i = random_states(np.random.default_rng(3), (300,), cfg)
-    got = statistics.derive(statistics.ALERTED, torch.from_numpy(f), torch.from_numpy(i), cfg.nbins)
+    got = statistics.derive(statistics.ALERTED, torch.from_numpy(f), torch.from_numpy(i), cfg)
     assert set(got) == {"std", "near_zero", "nonfinite"}
     for t in range(300):
         want = state_statistics(f[t], i[t], cfg)
