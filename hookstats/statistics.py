@@ -49,6 +49,7 @@ class Rows:
         return torch.where(cond, a, b) if self._torch else np.where(cond, a, b)
 
     def div(self, a, b):
+        """a / b in float64 (0 / 0: NaN)."""
         return a.double() / b.double() if self._torch else a / b
 
     def sqrt(self, a):
@@ -108,13 +109,13 @@ TABLE = (
     Statistic("finite", lambda s: s.as_int(s.fcol(layout.N_FINITE)), INT, scalar=True),
     Statistic("mean", lambda s: s.where(s.fcol(layout.N_FINITE) > 0, s.fcol(layout.MEAN), math.nan), FLOAT,
               scalar=True, dashboard="default", plot=Plot("mean")),
-    Statistic("std", lambda s: s.where(s.fcol(layout.N_FINITE) > 1, s.sqrt(_var(s)), math.nan), FLOAT,
+    Statistic("std", lambda s: s.sqrt(s["var"]), FLOAT,  # NaN where var is
               scalar=True, dashboard="default", alerts=True, plot=Plot("std", log=True)),
     Statistic("var", _var, FLOAT),
     Statistic("min", lambda s: s.fcol(layout.MIN), FLOAT, scope=STATS),
     Statistic("max", lambda s: s.fcol(layout.MAX), FLOAT, scope=STATS),
-    Statistic("near_zero", lambda s: s.where(s["count"] != 0, s.div(s["near_zero_count"], s["count"]), math.nan),
-              FLOAT, scalar=True, dashboard="default", alerts=True, plot=Plot("near zero (%)", 100, ylim=(-2, 102))),
+    # near_zero_count <= count: 0 / 0 = NaN while empty
+    Statistic("near_zero", lambda s: s.div(s["near_zero_count"], s["count"]), FLOAT, scalar=True, dashboard="default", alerts=True, plot=Plot("near zero (%)", 100, ylim=(-2, 102))),
     Statistic("near_zero_count", lambda s: s.icol(layout.NEAR_ZERO), INT),
     Statistic("nan", lambda s: s.lin(s.nbins + 2), INT, scalar=True),
     Statistic("posinf", lambda s: s.lin(s.nbins + 3), INT, scalar=True),
