@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from . import layout
+from . import layout, statistics
 from .config import check_arg
 
 F = layout.FSTATE_SIZE
@@ -45,28 +45,24 @@ class AlertRules:
         row.zero_()
         row[:, list(FIRST_STEP_COLS)] = -1
 
-    def update(self, arow, srow, step):
-        """arow: [T, W] alert state; srow: [T, F + istate] the step's statistics. Device ops only."""
+    def update(self, arow, srow, step, cfg):
+        """arow: [T, W] alert state; srow: [T, F + istate] the step's statistics (layout of `cfg`, a
+        StatsConfig). Device ops only."""
         if not self.enabled:
             return
-        af, sf = arow.view(torch.float64), srow.view(torch.float64)
-        count = srow[:, F + layout.COUNT]
-        seen = count > 0
-        nbins = srow.shape[1] - F - layout.LOG_SLOTS - layout.LIN_BASE - layout.LIN_EXTRA
-        nonfin_at = F + layout.nan_slot(nbins)
+        af = arow.view(torch.float64)
+        stat = statistics.derive(statistics.ALERTED, srow.view(torch.float64)[:, :F], srow[:, F:], cfg)
+        seen = srow[:, F + layout.COUNT] > 0
         if self.nonfinite:
-            bad = srow[:, nonfin_at: nonfin_at + 3].sum(1) > 0
-            _first(arow[:, NONFINITE], bad, step)
+            _first(arow[:, NONFINITE], stat["nonfinite"] > 0, step)
 
-        frac = srow[:, F + layout.NEAR_ZERO].double() / count.clamp(min=1).double()
-        dead_now = seen & (frac > self.dead_fraction)
+        dead_now = seen & (stat["near_zero"] > self.dead_fraction)
         run = arow[:, DEAD_RUN]
         run.copy_(torch.where(dead_now, run + 1, torch.where(seen, 0, run)))
         _first(arow[:, DEAD], run >= self.dead_steps, step)
 
-        n = sf[:, layout.N_FINITE]
-        std = (sf[:, layout.M2] / (n - 1).clamp(min=1)).sqrt()
-        valid = (n > 1) & torch.isfinite(std)
+        std = stat["std"]
+        valid = torch.isfinite(std)  # NaN below two finite values
         ema, ema_n = af[:, EMA], arow[:, EMA_N]
         ready = valid & (ema_n >= self.warmup)
         explode = ready & (std > self.std_factor * ema)

@@ -86,10 +86,18 @@ def check_arg(name, value, rule, lo=None, hi=None, lo_open=False):
     if not isinstance(value, numbers) or rule is not bool and isinstance(value, bool):
         what = {bool: "True or False", int: "an int", float: "a number"}[rule]
         raise ValueError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+    positive = rule is float and lo == 0 and lo_open and hi is None
     if rule is float and not (math.isfinite(value) and abs(value) <= F32_MAX):
-        raise ValueError(f"{name} must be a finite number within float32's range (|x| <= {F32_MAX:.4g}), got {value!r}")
+        what = "a positive number, finite and" if positive else "a finite number"
+        raise ValueError(f"{name} must be {what} within float32's range (|x| <= {F32_MAX:.4g}), got {value!r}")
     if lo is not None and (value <= lo if lo_open else value < lo) or hi is not None and value > hi:
         op, bracket = (">", "(") if lo_open else (">=", "[")
         bounds = f"in {bracket}{lo}, {hi}]" if lo is not None and hi is not None else f"{op} {lo}" if lo is not None else f"<= {hi}"
+        bounds = "a positive number" if positive else bounds
         raise ValueError(f"{name} must be {'an int ' if rule is int else ''}{bounds}, got {value!r}")
     return float(value) if rule is float else value
+
+
+def check_count(name, value, optional=False):
+    """A count of steps, slots or rows: an int >= 1 (check_arg), or None where `optional`."""
+    return None if optional and value is None else check_arg(name, value, int, lo=1)

@@ -12,7 +12,8 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from .stats import chan_merge_rows, finalize, new_fstate_values
+from .records import stats_records
+from .stats import chan_merge_rows, new_fstate_values
 
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _layouts = weakref.WeakKeyDictionary()  # monitor -> (group, world size, [(phase, TargetKey)]) agreed at its last reduce()
@@ -72,16 +73,9 @@ class Reduced:
         if phase not in ("train", "eval"):
             raise ValueError(f"phase must be 'train' or 'eval', got {phase!r}")
         f, i = self._f.cpu().numpy(), self._i.cpu().numpy()
-        rows = [(r, key) for r, (ph, key) in enumerate(self._keys) if ph == phase and (kind is None or key.kind == kind)]
-        leafy = {(key.module, key.kind) for _, key in rows if key.leaf}
-        out = {}
-        for r, key in rows:
-            rec = finalize(f[r], i[r], self.cfg)
-            if rec["count"] == 0 and not key.leaf and (key.module, key.kind) in leafy:
-                continue  # preallocated plain-tensor state of a module whose outputs turned out to be tuples
-            out[key.id] = {"module": key.module, "kind": key.kind, "leaf": key.leaf, "call": getattr(key, "call", None),
-                           "phase": phase, **rec}
-        return out
+        keyed = [(key, f[r], i[r]) for r, (ph, key) in enumerate(self._keys)
+                 if ph == phase and (kind is None or key.kind == kind)]
+        return stats_records(keyed, self.cfg, phase)
 
     def __repr__(self):
         return f"Reduced({len(self._keys)} targets over {self.world_size} ranks)"

@@ -1,16 +1,17 @@
-"""Per-step history: at each step end the step's own statistics (running state minus the previous snapshot)
-go into a preallocated device ring buffer with device ops only; every `log_every` steps the ring goes to
-the host in one packed transfer (pinned + non_blocking on CUDA) and on to the sinks and the alert checks."""
-import math
-
+"""Per-step history: at each step end the step's statistics go into a preallocated device ring buffer with
+device ops only: its moments as measured (a state's fstate holds the open step alone, closed_f the steps
+before it: nothing is subtracted) and its counts as the istate's growth since the previous step (exact
+integers). Every `log_every` steps the ring goes to the host in one packed transfer (pinned + non_blocking
+on CUDA) and on to the sinks and the alert checks."""
 import numpy as np
 import torch
 
 from . import layout
 from .alerts import AlertRules, step_order
-from .config import check_arg
+from .config import check_count
+from .records import key_fields, select_steps, step_columns, step_records
 from .sinks.memory import MemorySink
-from .stats import chan_merge_rows, finalize_rows, new_fstate_values
+from .stats import chan_merge_rows, new_fstate_values
 from .user_warning import warn_user
 
 F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits) then the istate deltas
@@ -26,7 +27,7 @@ class _Ring:
     Float64 columns are stored bit-for-bit through an int64 view."""
 
     def __init__(self, device, states, capacity, cfg, rules, old=None):
-        self.device, self.states, self.capacity = device, list(states), capacity
+        self.device, self.states, self.capacity, self.cfg = device, list(states), capacity, cfg
         self.keys = [s.key for s in self.states]
         t, isz = len(self.states), cfg.istate_size
         self.width = F + isz
@@ -58,11 +59,18 @@ class _Ring:
                                                            self.carry_f))
         return dev, sum(h.numel() * h.element_size() for h in self.host)
 
+    def _gather(self):
+        """The states' open-step moments into cur_f (exact, whatever came before) and running counts into
+        cur_i; returns the fstates."""
+        fs = [s.fstate for s in self.states]
+        torch.cat(fs, out=self.cur_f.view(-1))
+        torch.cat([s.istate for s in self.states], out=self.cur_i.view(-1))
+        return fs
+
     def before_reset(self):
         """mon.reset() is about to empty the states: what the open step measured so far moves into the carry
         (moments) and out of prev_i (counts: the step's delta then adds them), so its record stays whole."""
-        torch.cat([s.fstate for s in self.states], out=self.cur_f.view(-1))
-        torch.cat([s.istate for s in self.states], out=self.cur_i.view(-1))
+        self._gather()
         self.carry_f.copy_(chan_merge_rows(self.carry_f, self.cur_f))
         self.prev_i.sub_(self.cur_i)
         self.carrying = True
@@ -70,10 +78,8 @@ class _Ring:
     def record(self, step, rules):
         """Writes the step's statistics into the next slot and closes the step (its fstate merged into
         closed_f, then emptied for the next one): device ops only, no host read."""
-        fs, closed = [s.fstate for s in self.states], [s.closed_f for s in self.states]
-        torch.cat(fs, out=self.cur_f.view(-1))  # the open step's own moments: exact, whatever came before
+        fs, closed = self._gather(), [s.closed_f for s in self.states]
         torch.cat(closed, out=self.closed_f.view(-1))
-        torch.cat([s.istate for s in self.states], out=self.cur_i.view(-1))
         row = self.buf[1 + len(self.steps)]
         torch.sub(self.cur_i, self.prev_i, out=row[:, F:])
         total = chan_merge_rows(self.closed_f, self.cur_f)
@@ -88,7 +94,7 @@ class _Ring:
         torch._foreach_copy_(closed, list(total.unbind(0)))
         torch._foreach_copy_(fs, [self.empty_f] * len(fs))
         self.prev_i.copy_(self.cur_i)
-        rules.update(self.buf[0], row, step)
+        rules.update(self.buf[0], row, step, self.cfg)
         self.steps.append(step)
 
     def start_copy(self):
@@ -108,27 +114,38 @@ class _Ring:
         return pending
 
 
+def history_options(history=True, log_every=10, keep=1000, sinks=None, alerts=True):
+    """attach()'s history arguments, checked (one clear error each) and given as History's keywords; None
+    when no history is kept (history=False and no sinks). history: True/False, or the ring's capacity in
+    steps (default log_every; a full ring flushes early)."""
+    if isinstance(history, np.bool_):
+        history = bool(history)
+    capacity = None if isinstance(history, bool) else check_count("history", history)
+    log_every, keep = check_count("log_every", log_every), check_count("keep", keep)
+    if sinks is not None and not isinstance(sinks, (list, tuple)):
+        raise ValueError(f"sinks must be a list of sinks, got {type(sinks).__name__}")
+    if not isinstance(alerts, (bool, AlertRules)):
+        raise ValueError(f"alerts must be True, False or an AlertRules, got {alerts!r}")
+    if history is False and not sinks:
+        return None
+    rules = AlertRules() if alerts is True else alerts or AlertRules(enabled=False)
+    return {"log_every": log_every, "capacity": capacity or log_every, "sinks": check_sinks(sinks), "rules": rules,
+            "keep": keep}
+
+
 class History:
     """Per-step statistics of every train-phase target, kept on the device and drained to sinks.
 
-    log_every: steps between flushes; capacity: ring slots (default log_every; a full ring flushes early);
+    Its arguments are those of history_options(): log_every: steps between flushes; capacity: ring slots;
     keep: steps kept on the host for history() (the sinks get every step); sinks: objects with
-    write(step, records) and close(); alerts: an AlertRules, or False for none.
+    write(step, records) and close(); rules: an AlertRules (enabled=False for none).
     """
 
-    def __init__(self, monitor, log_every=10, capacity=None, sinks=(), alerts=True, keep=1000):
-        log_every, keep = check_arg("log_every", log_every, int, lo=1), check_arg("keep", keep, int, lo=1)
-        if capacity is not None:
-            capacity = check_arg("history", capacity, int, lo=1)  # attach(history=N) is the ring's capacity
-        if alerts is True:
-            alerts = AlertRules()
-        if alerts is not False and not isinstance(alerts, AlertRules):
-            raise ValueError(f"alerts must be True, False or an AlertRules, got {alerts!r}")
+    def __init__(self, monitor, log_every, capacity, sinks, rules, keep):
         self.monitor, self.cfg = monitor, monitor.cfg
-        self.log_every, self.capacity = log_every, capacity or log_every
-        self.rules = alerts or AlertRules(enabled=False)
+        self.log_every, self.capacity, self.rules = log_every, capacity, rules
         self.memory_sink = MemorySink(max_steps=keep)
-        self.sinks = [self.memory_sink] + check_sinks(sinks)
+        self.sinks = [self.memory_sink] + sinks
         self.alerts = []  # every alert raised so far, oldest first
         self._rings = {}  # device -> _Ring
         self._pending = []
@@ -220,7 +237,7 @@ class History:
         active = np.flatnonzero(present.any(axis=1))  # steps where nothing was measured go nowhere
         if len(active) < len(steps):
             steps = [steps[s] for s in active.tolist()]
-            cols = {k: v if k == "hist_edges" or v is None else v[active] for k, v in cols.items()}
+            cols = select_steps(cols, active)
             present = present[active]
         if steps:
             self._write_steps(steps, keys, cols, present)
@@ -236,7 +253,7 @@ class History:
         records, built only for them."""
         by_rows = [s for s in self.sinks if callable(getattr(s, "write_rows", None))]
         if by_rows:
-            key_rows = [{"target": k.id, "module": k.module, "kind": k.kind, "leaf": k.leaf} for k in keys]
+            key_rows = [key_fields(k) for k in keys]
             self._write("write_rows", steps, key_rows, cols, present, sinks=by_rows)
         by_records = [s for s in self.sinks if s not in by_rows]
         if by_records:
@@ -281,41 +298,6 @@ class History:
             d, h = r.nbytes()
             dev, host = dev + d, host + h
         return dev, host
-
-
-def step_columns(fstate, istate, cfg):
-    """The statistics of every step slot and target ([S, T] arrays, histograms [S, T, size]) in the keys and
-    order of a record. min/max are running values: a per-step minimum cannot be recovered from running state."""
-    cols = finalize_rows(fstate, istate, cfg)
-    lo, hi = cols.pop("min"), cols.pop("max")
-    cols["running_min"] = lo
-    cols["running_max"] = np.where(np.isnan(lo), math.nan, hi)
-    return cols
-
-
-def step_records(keys, cols, present):
-    """Per step slot, the records (dicts) of the targets present, from step_columns()."""
-    arrays = {"hist", "log2_hist"}
-    lists = {k: v.tolist() for k, v in cols.items() if v is not None and k not in arrays and k != "hist_edges"}
-    edges = cols["hist_edges"]
-    for s, row in enumerate(present.tolist()):
-        records = []
-        for t, here in enumerate(row):
-            if not here:
-                continue
-            key = keys[t]
-            rec = {"target": key.id, "module": key.module, "kind": key.kind, "leaf": key.leaf}
-            for k, v in cols.items():
-                if v is None:
-                    rec[k] = None
-                elif k in lists:
-                    rec[k] = lists[k][s][t]
-                elif k == "hist_edges":
-                    rec[k] = edges.copy()
-                else:
-                    rec[k] = v[s, t].copy()
-            records.append(rec)
-        yield records
 
 
 def brief(alerts):

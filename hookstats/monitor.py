@@ -7,15 +7,14 @@ import threading
 import warnings
 import weakref
 
-import numpy as np
 import torch
 from torch import nn
 
 from . import accumulate, targets
-from .alerts import AlertRules
 from .targets import is_measurable, measured, tensor_leaves, unread_reason  # noqa: F401 (tensor_leaves: hookstats.monitor API)
 from .config import StatsConfig, check_arg
-from .stats import chan_merge_rows, finalize, merge_states, new_fstate_values
+from .records import stats_records
+from .stats import chan_merge_rows, merge_states, new_fstate_values
 from .user_warning import warn_user
 
 PHASES = ("train", "eval")
@@ -509,16 +508,8 @@ class Monitor:
         grouped = {}
         for st in chosen:
             grouped.setdefault(st.key, []).append(host[id(st)])
-        out = {}
-        for key, parts in grouped.items():
-            f, i = merge_states(parts) if len(parts) > 1 else parts[0]
-            rec = finalize(f, i, self.cfg)
-            if rec["count"] == 0 and key.leaf == "" and any(k.module == key.module and k.kind == key.kind and k.leaf
-                                                         for k in grouped):
-                continue  # preallocated plain-tensor state of a module whose outputs turned out to be tuples
-            out[key.id] = {"module": key.module, "kind": key.kind, "leaf": key.leaf, "call": key.call,
-                           "phase": phase, **rec}
-        return out
+        keyed = [(key, *(merge_states(parts) if len(parts) > 1 else parts[0])) for key, parts in grouped.items()]
+        return stats_records(keyed, self.cfg, phase)
 
     @staticmethod
     def _to_host(states):
@@ -651,16 +642,8 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
                  rank_zero_only=rank_zero_only)
     for name, v in flags.items():
         check_arg(name, v, bool)
-    if isinstance(history, np.bool_):
-        history = bool(history)
-    if not isinstance(history, bool):
-        check_arg("history", history, int, lo=1)  # True/False, or the ring's capacity in steps
-    check_arg("log_every", log_every, int, lo=1)
-    check_arg("keep", keep, int, lo=1)
-    if sinks is not None and not isinstance(sinks, (list, tuple)):
-        raise ValueError(f"sinks must be a list of sinks, got {type(sinks).__name__}")
-    if not isinstance(alerts, (bool, AlertRules)):
-        raise ValueError(f"alerts must be True, False or an AlertRules, got {alerts!r}")
+    from .history import History, history_options
+    history = history_options(history, log_every, keep, sinks, alerts)  # History's keywords, or None
     if config is not None and not isinstance(config, StatsConfig):
         raise ValueError(f"config must be a hookstats.StatsConfig (or pass its fields as keywords: "
                          f"attach(model, nbins=..., lo=...)), got {type(config).__name__}")
@@ -671,17 +654,15 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
         if unknown:
             raise ValueError(f"unknown argument(s) to attach: {sorted(unknown)}")
         config = StatsConfig(**config_kwargs)
-    if sinks and rank_zero_only:
+    if history is not None and rank_zero_only:
         from .distributed import rank_zero_sinks
-        sinks = rank_zero_sinks(sinks)
+        history["sinks"] = rank_zero_sinks(history["sinks"])
     selected = select_modules(model, modules, types, exclude, include_paramless)
     mon = Monitor(model, config, selected, every=every, eval=eval, inputs=inputs, outputs=outputs, steps=steps,
                   grads=grads, input_grads=input_grads, param_grads=param_grads, separate_calls=separate_calls)
-    if history is not False or sinks:
-        from .history import History
+    if history is not None:
         try:
-            mon._history = History(mon, log_every=log_every, capacity=None if isinstance(history, bool) else history,
-                                   sinks=sinks, alerts=alerts, keep=keep)
+            mon._history = History(mon, **history)
         except Exception:
             mon.remove()
             raise

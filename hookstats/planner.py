@@ -23,8 +23,9 @@ from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
 from . import accumulate, layout, op_speed
-from .history import step_columns
+from .config import check_arg
 from .monitor import attach, attached_monitor
+from .records import step_columns
 from .sinks.memory import held_bytes
 from .summary import format_table
 from .targets import tensor_leaves
@@ -81,9 +82,9 @@ class Plan:
     def predict(self, step_time=None, peak_flops=None, budget=0.05):
         """Step overhead from the op time and the step time (given in seconds, or the model's FLOPs per step
         at `peak_flops` FLOP/s), and the smallest every=N that keeps it under `budget` (0.05 = 5%)."""
-        for name, v in (("step_time", step_time), ("peak_flops", peak_flops), ("budget", budget)):
-            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf):
-                raise ValueError(f"{name} must be a positive number, got {v!r}")
+        step_time, peak_flops, budget = (None if v is None else check_arg(name, v, float, lo=0, lo_open=True)
+                                         for name, v in (("step_time", step_time), ("peak_flops", peak_flops),
+                                                         ("budget", budget)))
         if step_time is None and peak_flops is not None:
             step_time = self.flops / peak_flops if self.flops else None
         out = {"step_seconds": step_time, "op_seconds": self.op_seconds, "budget": budget}

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import torch
 
-from . import layout
+from . import layout, statistics
 
 FORMATS = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8 e4m3": torch.float8_e4m3fn,
            "fp8 e5m2": torch.float8_e5m2}
@@ -24,7 +24,8 @@ def _figure(**kw):
 
 # ---- data ----
 def collect(source):
-    """-> {target: series}, where a series holds NumPy arrays over steps: steps, mean, std, near_zero, and
+    """-> {target: series}, where a series holds NumPy arrays over steps: steps, the plotted statistics
+    (statistics.PLOTTED: mean, std, near_zero), and
     hist / log2_hist ([steps, bins], None when the records have none), plus kind and hist_edges. Targets
     keep their first-seen order. source: a MemorySink (or anything with items() giving (step, record)
     pairs), a saved history.jsonl / history.csv or the run folder holding one, or (step, record) pairs
@@ -37,7 +38,7 @@ def collect(source):
     for target, recs in rows.items():
         recs.sort(key=lambda p: p[0])
         s = {"target": target, "kind": recs[0][1].get("kind", ""), "steps": np.array([p[0] for p in recs])}
-        for stat in ("mean", "std", "near_zero"):
+        for stat in (st.name for st in statistics.PLOTTED):
             s[stat] = np.array([float(r.get(stat, math.nan)) for _, r in recs])
         for h in ("hist", "log2_hist"):
             ok = all(r.get(h) is not None for _, r in recs)
@@ -107,21 +108,22 @@ def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets
     height = max(4.6, 1.4 + 0.13 * len(targets))  # the legend holds one line per target
     fig = _figure(figsize=(15, height))
     fig.subplots_adjust(left=0.05, right=0.8, top=1 - 0.64 / height, bottom=0.55 / height, wspace=0.25)
-    axes = fig.subplots(1, 3)
+    plotted = statistics.PLOTTED
+    axes = fig.subplots(1, len(plotted))
     cmap = _cmap("viridis")
     for k, t in enumerate(targets):
         s = series[t]
         color = cmap(k / max(1, len(targets) - 1))
-        axes[0].plot(s["steps"], s["mean"], color=color, lw=1.2, label=t)
-        axes[1].plot(s["steps"], s["std"], color=color, lw=1.2)
-        axes[2].plot(s["steps"], 100 * s["near_zero"], color=color, lw=1.2)
-    for ax, title in zip(axes, ("mean", "std", "near zero (%)")):
-        ax.set_title(title)
+        for n, (ax, st) in enumerate(zip(axes, plotted)):
+            ax.plot(s["steps"], st.plot.scale * s[st.name], color=color, lw=1.2, **({"label": t} if n == 0 else {}))
+    for ax, st in zip(axes, plotted):
+        ax.set_title(st.plot.label)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    if any(np.nanmin(series[t]["std"], initial=np.inf) > 0 for t in targets):
-        axes[1].set_yscale("log")
-    axes[2].set_ylim(-2, 102)
+        if st.plot.log and any(np.nanmin(series[t][st.name], initial=np.inf) > 0 for t in targets):
+            ax.set_yscale("log")
+        if st.plot.ylim is not None:
+            ax.set_ylim(*st.plot.ylim)
     fig.suptitle(f"layer stats over steps ({kind or 'all kinds'}, {_count(len(targets), total)})")
     if targets:
         fig.legend(loc="upper left", bbox_to_anchor=(0.81, 1 - 0.55 / height), fontsize=7,

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import torch
 
-from . import layout
+from . import layout, statistics
 
 
 def new_fstate_values():
@@ -53,40 +53,14 @@ def finalize(fstate, istate, cfg):
     """One target's statistics as plain Python/NumPy values (finalize_rows of one state). std is the unbiased
     (n - 1) one, like torch.std; histograms are None when switched off in the config."""
     cols = finalize_rows(fstate, istate, cfg)
-    return {k: None if v is None else v.copy() if k in ("hist", "hist_edges", "log2_hist") else v.item()
-            for k, v in cols.items()}
+    return {k: None if v is None else v.item() if v.ndim == 0 else v.copy() for k, v in cols.items()}
 
 
 def finalize_rows(fstate, istate, cfg):
-    """The statistics of many states at once: fstate [..., 5] float64 and istate [..., istate_size] int64 give
-    finalize()'s keys, each an array over the leading dimensions (hist and log2_hist views of istate with one
-    more dimension, hist_edges one array); None for a histogram switched off."""
+    """The statistics of many states at once (the rows of hookstats.statistics.TABLE that stats() records
+    have): fstate [..., 5] float64 and istate [..., istate_size] int64 give arrays over the leading
+    dimensions (histograms with one more dimension, hist_edges one array); None for a histogram switched off."""
     f = np.asarray(fstate, dtype=np.float64)
     i = np.asarray(istate, dtype=np.int64)
-    nb = cfg.nbins
-    count = i[..., layout.COUNT]
-    n = f[..., layout.N_FINITE]
-    lin = i[..., layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(nb)]
-    with np.errstate(divide="ignore", invalid="ignore"):  # the rows where finalize gives NaN instead
-        var = np.where(n > 1, f[..., layout.M2] / (n - 1), math.nan)
-        std = np.where(n > 1, np.sqrt(var), math.nan)
-        near_zero = np.where(count != 0, i[..., layout.NEAR_ZERO] / count, math.nan)
-    return {
-        "count": count,
-        "finite": n.astype(np.int64),
-        "mean": np.where(n > 0, f[..., layout.MEAN], math.nan),
-        "std": std,
-        "var": var,
-        "min": f[..., layout.MIN],
-        "max": f[..., layout.MAX],
-        "near_zero": near_zero,
-        "near_zero_count": i[..., layout.NEAR_ZERO],
-        "nan": lin[..., nb + 2],
-        "posinf": lin[..., nb + 3],
-        "neginf": lin[..., nb + 4],
-        "underflow": lin[..., 0] if cfg.linear_hist else None,
-        "overflow": lin[..., nb + 1] if cfg.linear_hist else None,
-        "hist": lin[..., 1: nb + 1] if cfg.linear_hist else None,
-        "hist_edges": cfg.edges() if cfg.linear_hist else None,
-        "log2_hist": i[..., layout.log_base(nb):] if cfg.log_hist else None,
-    }
+    with np.errstate(divide="ignore", invalid="ignore"):  # the rows where a statistic is NaN instead
+        return statistics.derive_rows(f, i, cfg, statistics.STATS)

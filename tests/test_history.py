@@ -1,5 +1,6 @@
 """History: per-step statistics from the device ring against a float64 NumPy oracle of each step's
 tensors; ring wrap, every=N, reset, late targets, no host read in the step, bounded memory, sink failures."""
+import math
 import sys
 
 import numpy as np
@@ -341,29 +342,135 @@ def same_value(got, want):
 CONFIGS = [{}, {"nbins": 7, "log_hist": False}, {"nbins": 3, "linear_hist": False}]
 
 
+def known_tensor(rng, case, cfg):
+    """float32 data of one of six shapes: empty, values at the linear bins' centres with values below and
+    above the range, zeros and tiny ones, all NaN, a single value, NaN/Inf among normal values, wide normals."""
+    edges = np.linspace(cfg.lo, cfg.hi, cfg.nbins + 1)
+    centres = (edges[:-1] + edges[1:]) / 2
+    if case == 0:
+        v = np.zeros(0)
+    elif case == 1:
+        v = np.concatenate([rng.choice(centres, 30), [cfg.lo - 3.0, cfg.hi + 1.5, cfg.hi * 4, 0.0, 0.0, 1e-40, 5e-7]])
+    elif case == 2:
+        v = np.full(5, np.nan)
+    elif case == 3:
+        v = np.array([rng.choice(centres)])
+    elif case == 4:
+        v = np.concatenate([rng.normal(size=20), [np.nan, np.inf, -np.inf, np.inf]])
+    else:
+        v = rng.normal(size=50) * 10.0 ** rng.integers(-30, 30, 50)
+    return torch.tensor(rng.permutation(v), dtype=torch.float32)
+
+
+def numpy_statistics(x, cfg):
+    """The statistics of tensor x in NumPy float64, straight from its values (what finalize must give)."""
+    v = x.double().numpy()
+    fin = v[np.isfinite(v)]
+    n = fin.size
+    out = {"count": v.size, "finite": n, "mean": fin.mean() if n else np.nan,
+           "std": np.std(fin, ddof=1) if n > 1 else np.nan, "var": np.var(fin, ddof=1) if n > 1 else np.nan,
+           "min": fin.min() if n else np.nan, "max": fin.max() if n else np.nan,
+           "near_zero": (np.abs(v) <= np.float32(cfg.eps)).sum() / v.size if v.size else np.nan,
+           "near_zero_count": (np.abs(v) <= np.float32(cfg.eps)).sum(),
+           "nan": np.isnan(v).sum(), "posinf": np.isposinf(v).sum(), "neginf": np.isneginf(v).sum()}
+    if cfg.linear_hist:  # the bin of x: floor((x - lo) * nbins / (hi - lo)) in float32, as StatsConfig says
+        pos = (fin.astype(np.float32) - np.float32(cfg.lo)) * np.float32(cfg.nbins / (cfg.hi - cfg.lo))
+        inside = (pos >= 0) & (pos < cfg.nbins)
+        out.update(underflow=(pos < 0).sum(), overflow=(pos >= cfg.nbins).sum(),
+                   hist=np.bincount(np.floor(pos[inside]).astype(np.int64), minlength=cfg.nbins),
+                   hist_edges=np.linspace(cfg.lo, cfg.hi, cfg.nbins + 1))
+    if cfg.log_hist:
+        a = np.abs(fin)
+        with np.errstate(divide="ignore"):
+            slot = np.where(a == 0, 0, np.where(a < 2.0 ** -126, 1, np.floor(np.log2(a)) + 128)).astype(np.int64)
+        out["log2_hist"] = np.bincount(slot, minlength=256)
+    return out
+
+
+def state_statistics(f, i, cfg):
+    """The statistics of one state in plain Python float64 from its fields (NaN where undefined)."""
+    n, mean, m2, lo, hi = (float(x) for x in f)
+    count, nz = int(i[0]), int(i[1])
+    lin = i[2: 2 + cfg.nbins + 5]
+    var = m2 / (n - 1) if n > 1 else math.nan
+    out = {"count": count, "finite": int(n), "mean": mean if n > 0 else math.nan,
+           "std": math.sqrt(var) if n > 1 else math.nan, "var": var, "min": lo, "max": hi,
+           "near_zero": nz / count if count else math.nan, "near_zero_count": nz,
+           "nan": int(lin[-3]), "posinf": int(lin[-2]), "neginf": int(lin[-1])}
+    if cfg.linear_hist:
+        out.update(underflow=int(lin[0]), overflow=int(lin[-4]))
+    return out
+
+
 @pytest.mark.parametrize("config", CONFIGS)
-def test_finalize_rows_equals_finalize_on_each_state(config):
+def test_finalize_against_numpy_statistics_of_the_data(config):
+    """States of known data (built by the test's own NumPy oracle of the op) give, through finalize_rows
+    (many at once) and finalize (one), the statistics NumPy computes from the data itself."""
+    from hookstats.config import StatsConfig
+    from hookstats.stats import finalize_rows
+    cfg = StatsConfig(**config)
+    rng = np.random.default_rng(len(config))
+    data = [[known_tensor(rng, (s + t) % 6, cfg) for t in range(8)] for s in range(6)]
+    states = [[oracle(x, cfg) for x in row] for row in data]
+    f = np.stack([[st[0] for st in row] for row in states])
+    i = np.stack([[st[1] for st in row] for row in states])
+    rows = finalize_rows(f, i, cfg)
+    assert (rows["hist"] is None) != cfg.linear_hist and (rows["log2_hist"] is None) != cfg.log_hist
+    for s, row in enumerate(data):
+        for t, x in enumerate(row):
+            want = numpy_statistics(x, cfg)
+            one = finalize(f[s, t], i[s, t], cfg)
+            for k, w in want.items():
+                got = rows[k] if k == "hist_edges" else rows[k][s, t]
+                for g in (got, one[k]):
+                    if isinstance(w, np.ndarray):
+                        np.testing.assert_allclose(g, w, rtol=1e-6, err_msg=f"{s},{t} {k}")
+                    else:
+                        np.testing.assert_allclose(g, w, rtol=1e-12, err_msg=f"{s},{t} {k}")
+                assert isinstance(one[k], np.ndarray if isinstance(w, np.ndarray) else
+                                  float if k in ("mean", "std", "var", "min", "max", "near_zero") else int), k
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_finalize_rows_of_odd_states_against_float64_formulas(config):
+    """Any state (empty, one value, moments overflowed to inf or NaN, counts of every size) gives the
+    statistics of its fields: n - 1 variance, NaN where a statistic is undefined, histograms as stored."""
     from hookstats.config import StatsConfig
     from hookstats.stats import finalize_rows
     cfg = StatsConfig(**config)
     f, i = random_states(np.random.default_rng(len(config)), (40, 50), cfg)
-    with np.errstate(all="ignore"):
-        rows = finalize_rows(f, i, cfg)
-    assert list(rows) == list(finalize(f[0, 0], i[0, 0], cfg))
+    rows = finalize_rows(f, i, cfg)
+    lin, log2 = i[..., 2: 2 + cfg.nbins + 5], i[..., 2 + cfg.nbins + 5:]
     for s in range(40):
         for t in range(50):
-            want = finalize(f[s, t], i[s, t], cfg)
-            for k, w in want.items():
-                v = rows[k]
-                got = None if v is None else v if k == "hist_edges" else v[s, t]
-                got = got.tolist() if isinstance(got, np.generic) else got
-                assert same_value(got, w), (s, t, k, got, w)
+            for k, w in state_statistics(f[s, t], i[s, t], cfg).items():
+                assert same_value(rows[k][s, t].item(), w), (s, t, k, rows[k][s, t], w)
+    if cfg.linear_hist:
+        assert np.array_equal(rows["hist"], lin[..., 1: cfg.nbins + 1])
+    if cfg.log_hist:
+        assert np.array_equal(rows["log2_hist"], log2)
+
+
+def test_alerts_device_statistics_against_float64_formulas():
+    """What the alert rules read on the device (statistics.ALERTED, torch) is the statistics of the fields."""
+    from hookstats import statistics
+    from hookstats.config import StatsConfig
+    cfg = StatsConfig(nbins=5)
+    f, i = random_states(np.random.default_rng(3), (300,), cfg)
+    got = statistics.derive(statistics.ALERTED, torch.from_numpy(f), torch.from_numpy(i), cfg)
+    assert set(got) == {"std", "near_zero", "nonfinite"}
+    for t in range(300):
+        want = state_statistics(f[t], i[t], cfg)
+        want["nonfinite"] = want["nan"] + want["posinf"] + want["neginf"]
+        assert got["nonfinite"][t].item() == want["nonfinite"]
+        for k in ("std", "near_zero"):  # torch's sqrt may differ from math.sqrt in the last bit
+            np.testing.assert_allclose(got[k][t].item(), want[k], rtol=1e-15, err_msg=f"{t} {k}")
 
 
 @pytest.mark.parametrize("config", CONFIGS)
 def test_records_handed_to_sinks_are_finalize_per_target(config):
     from hookstats.config import StatsConfig
-    from hookstats.history import step_columns, step_records
+    from hookstats.records import step_columns, step_records
     from hookstats.monitor import TargetKey
     cfg = StatsConfig(**config)
     f, i = random_states(np.random.default_rng(7), (6, 30), cfg)

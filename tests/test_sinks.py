@@ -366,3 +366,22 @@ def test_csv_alerts_file_with_a_torn_line(tmp_path):
     assert len(skipped) == 1 and "h_alerts.csv: skipped 1 line(s)" in skipped[0]
     assert [(a["step"], a["target"], a["kind"]) for a in alerts] == \
         [(a["step"], a["target"], a["kind"]) for a in mon.alerts]
+
+
+def test_statistics_table_keeps_the_record_and_file_formats():
+    """The table (hookstats/statistics.py) decides what records hold and what files get: pinned here, so a
+    new row is a deliberate format change."""
+    from hookstats import statistics
+    from hookstats.sinks.memory import FLOATS, HISTS, INTS
+    assert statistics.SCALARS == ("count", "finite", "mean", "std", "near_zero", "nan", "posinf", "neginf",
+                                  "underflow", "overflow", "running_min", "running_max")
+    assert statistics.DASHBOARD_STATS == ("mean", "std", "near_zero", "nonfinite")
+    assert statistics.DASHBOARD_CHOICES == statistics.SCALARS + ("nonfinite",)
+    assert statistics.names(statistics.STATS) == (
+        "count", "finite", "mean", "std", "var", "min", "max", "near_zero", "near_zero_count", "nan", "posinf",
+        "neginf", "underflow", "overflow", "hist", "hist_edges", "log2_hist")
+    assert statistics.names(statistics.HISTORY) == tuple(
+        k for k in statistics.names(statistics.STATS) if k not in ("min", "max")) + ("running_min", "running_max")
+    assert INTS == ("count", "finite", "near_zero_count", "nan", "posinf", "neginf", "underflow", "overflow")
+    assert FLOATS == ("mean", "std", "var", "near_zero", "running_min", "running_max")
+    assert HISTS == ("hist", "log2_hist")

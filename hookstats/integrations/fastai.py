@@ -8,7 +8,7 @@ from fastai.layers import flatten_model
 from fastcore.foundation import L
 
 import hookstats
-from hookstats.integrations.metrics import check_every
+from hookstats.config import check_count
 from hookstats.monitor import module_names
 
 # fastai's numbers: near_zero = mean(o <= 0.05), hist = o.histc(40, 0, 10)
@@ -34,7 +34,7 @@ class ActivationStats(FastaiActivationStats):
                  cpu=True, include_paramless=False, log_every=50):
         super().__init__(with_hist=with_hist, modules=modules, every=every, remove_end=remove_end,
                          is_forward=is_forward, detach=detach, cpu=cpu, include_paramless=include_paramless)
-        check_every("every", every)
+        check_count("every", every, optional=True)
         self.log_every, self.monitor, self._batches, self._names = log_every, None, L(), []
 
     @property

@@ -10,8 +10,9 @@ except ImportError:  # the standalone package
 
 import hookstats
 
-from .metrics import (DEFAULT_STATS, check_every, flat_metrics, measured, sent, tensorboard_histograms,
-                      wandb_histograms, window_stats)
+from ..config import check_count
+from .metrics import (DEFAULT_STATS, flat_metrics, measured, sent, tensorboard_histograms, wandb_histograms,
+                      window_stats)
 
 
 class HookStatsCallback(Callback):
@@ -27,7 +28,7 @@ class HookStatsCallback(Callback):
     `callback.monitor` holds the last window's statistics."""
 
     def __init__(self, log_every=None, stats=DEFAULT_STATS, prefix="hookstats/", histograms=True, **attach_kwargs):
-        self.log_every = check_every("log_every", log_every)
+        self.log_every = check_count("log_every", log_every, optional=True)
         self.fields, self.prefix, self.histograms = tuple(stats), prefix, bool(histograms)
         self.attach_kwargs = attach_kwargs
         if "steps" in attach_kwargs:

@@ -3,7 +3,6 @@ named `<prefix><module>/<kind><leaf>/<stat>` (characters loggers such as MLflow 
 import re
 
 from .. import distributed
-from ..config import check_arg
 from ..sinks.tensorboard import add_histograms
 from ..sinks.wandb import histograms
 from ..user_warning import warn_user
@@ -63,8 +62,3 @@ def sent(what, fn, *args):
     except Exception as e:
         warn_user(f"hookstats: {what} failed and is switched off: {e!r}")
         return False
-
-
-def check_every(name, v):
-    """None, or an int >= 1 (config.check_arg)."""
-    return None if v is None else check_arg(name, v, int, lo=1)

@@ -1,20 +1,19 @@
 """What every sink shares: the record format and the scalar statistics written per step.
 
 A sink is any object with write(step, records) and close(); write_alerts(step, alerts) is optional.
-records: one dict per target measured in that step (hookstats.history.step_records): target, module,
-kind, leaf, the SCALARS, and NumPy arrays hist, hist_edges, log2_hist (None when switched off).
+records: one dict per target measured in that step (hookstats.records.step_records): the KEY_FIELDS
+target, module, kind, leaf, then the statistics of hookstats.statistics.TABLE that history records have
+(histograms as NumPy arrays, None when switched off). Which of them the sinks write (SCALARS) and the
+dashboards get (DASHBOARD_STATS by default, any of DASHBOARD_CHOICES) is said in that table.
 """
 import math
 import numbers
 import warnings
 
-SCALARS = ("count", "finite", "mean", "std", "near_zero", "nan", "posinf", "neginf", "underflow", "overflow",
-           "running_min", "running_max")
-KEY_FIELDS = ("target", "module", "kind", "leaf")
-# what the dashboards (TensorBoard, W&B) get per target and step unless told otherwise; "nonfinite" is
-# nan + posinf + neginf, one line that stays at 0 while all is well
-DASHBOARD_STATS = ("mean", "std", "near_zero", "nonfinite")
-DASHBOARD_CHOICES = SCALARS + ("nonfinite",)
+from .. import statistics
+from ..records import KEY_FIELDS  # noqa: F401 (the record format, here with the rest of it)
+from ..statistics import DASHBOARD_CHOICES, DASHBOARD_STATS, SCALARS
+
 PREFIX = "hookstats/"
 
 
@@ -43,12 +42,8 @@ def check_prefix(prefix):
 def chosen_items(record, stats):
     """(stat, value) for each of `stats` present in the record (see check_stats)."""
     for stat in stats:
-        if stat == "nonfinite":
-            parts = [record.get(k) for k in ("nan", "posinf", "neginf")]
-            if all(p is not None for p in parts):
-                yield stat, int(sum(parts))
-            continue
-        v = record.get(stat)
+        v = statistics.from_record(stat, record) if statistics.BY_NAME[stat].scope == statistics.SINKS \
+            else record.get(stat)
         if v is not None:
             yield stat, int(v) if isinstance(v, numbers.Integral) else float(v)
 

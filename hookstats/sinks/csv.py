@@ -4,10 +4,12 @@ import csv
 import math
 from pathlib import Path
 
-from .base import file_lines, open_parent, scalar_items, warn_skipped
+from .. import statistics
+from .base import KEY_FIELDS, SCALARS, file_lines, open_parent, scalar_items, warn_skipped
 
 COLUMNS = ("step", "target", "module", "kind", "leaf", "stat", "value")
 ALERT_COLUMNS = ("step", "target", "kind", "message")
+INT_SCALARS = tuple(s for s in SCALARS if statistics.BY_NAME[s].type == statistics.INT)
 
 
 class CSVSink:
@@ -18,9 +20,7 @@ class CSVSink:
 
     def write(self, step, records):
         if self._file is None:
-            self._file = open_parent(self.path, "w")
-            self._writer = csv.writer(self._file)
-            self._writer.writerow(COLUMNS)
+            self._file, self._writer = _open_table(self.path, COLUMNS)
         for rec in records:
             for stat, v in scalar_items(rec):
                 self._writer.writerow((step, rec["target"], rec["module"], rec["kind"], rec["leaf"], stat, repr(v)))
@@ -28,9 +28,7 @@ class CSVSink:
 
     def write_alerts(self, step, alerts):
         if self._alerts is None:
-            self._alerts = open_parent(self.alerts_path, "w")
-            self._alert_writer = csv.writer(self._alerts)
-            self._alert_writer.writerow(ALERT_COLUMNS)
+            self._alerts, self._alert_writer = _open_table(self.alerts_path, ALERT_COLUMNS)
         for a in alerts:
             self._alert_writer.writerow((a["step"], a["target"], a["kind"], a["message"]))
         self._alerts.flush()
@@ -42,6 +40,14 @@ class CSVSink:
         self._file = self._alerts = None
 
 
+def _open_table(path, columns):
+    """(file, csv writer) of a new CSV file holding its header row."""
+    f = open_parent(path, "w")
+    writer = csv.writer(f)
+    writer.writerow(columns)
+    return f, writer
+
+
 def read_csv(path):
     """(step, record) pairs with the scalar statistics of a CSVSink file, in file order, and its alerts.
     Lines that are not whole rows (a run that died while writing) are skipped with one SkippedLinesWarning
@@ -51,14 +57,14 @@ def read_csv(path):
     for step, row in _rows(path, COLUMNS, "step", "value"):
         rec = recs.get((step, row["target"]))
         if rec is None:
-            rec = recs[(step, row["target"])] = {k: row[k] for k in ("target", "module", "kind", "leaf")}
+            rec = recs[(step, row["target"])] = {k: row[k] for k in KEY_FIELDS}
         rec[row["stat"]] = row["value"]
     alerts_path = path.with_name(path.stem + "_alerts.csv")
     alerts = [{**a, "step": step} for step, a in _rows(alerts_path, ALERT_COLUMNS, "step")] \
         if alerts_path.exists() else []
     items = [(step, rec) for (step, _), rec in recs.items()]
     for _, rec in items:
-        for k in ("count", "finite", "nan", "posinf", "neginf"):
+        for k in INT_SCALARS:
             if k in rec and math.isfinite(rec[k]):
                 rec[k] = int(rec[k])
     return items, alerts

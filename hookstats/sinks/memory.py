@@ -6,13 +6,13 @@ import collections
 
 import numpy as np
 
-from ..config import check_arg
+from .. import statistics
+from ..config import check_count
 from .base import KEY_FIELDS, SCALARS
 
-INTS = ("count", "finite", "near_zero_count", "nan", "posinf", "neginf", "underflow", "overflow")
-FLOATS = ("mean", "std", "var", "near_zero", "running_min", "running_max")
-HISTS = ("hist", "log2_hist")
-FIELDS = (*INTS, *FLOATS, *HISTS, "hist_edges")
+INTS, FLOATS, HISTS, (EDGES,) = (statistics.names(statistics.HISTORY, t) for t in
+                                 (statistics.INT, statistics.FLOAT, statistics.COUNTS, statistics.EDGES))
+FIELDS = (*INTS, *FLOATS, *HISTS, EDGES)
 
 
 class _Span:
@@ -54,15 +54,12 @@ class _Span:
         return h
 
 
-def span_of(h):
-    """(lo, hi): the slots 1.. that histograms h [k, size] use, (0, 0) for none."""
-    used = np.flatnonzero(h[:, 1:].any(axis=0))
-    return (int(used[0]) + 1, int(used[-1]) + 2) if len(used) else (0, 0)
-
-
-def spans_of(h, present):
-    """span_of() of every target's present rows at once: h [S, T, size], present [S, T] -> [(lo, hi)] per T."""
-    used = (h[..., 1:] if present.all() else h[..., 1:] * present[..., None]).any(axis=0)
+def spans_of(h, present=None):
+    """(lo, hi) per target: the slots 1.. that its present rows use, (0, 0) for none. h [S, T, size] and
+    present [S, T] (None: every row); or h [S, size], every row of one target: one pair."""
+    if h.ndim == 2:
+        return spans_of(h[:, None])[0]
+    used = (h[..., 1:] if present is None or present.all() else h[..., 1:] * present[..., None]).any(axis=0)
     lo = used.argmax(axis=1) + 1
     hi = used.shape[1] + 1 - used[:, ::-1].argmax(axis=1)
     none = ~used.any(axis=1)
@@ -80,8 +77,8 @@ class _Schema:
         self.none = tuple(k for k in FIELDS if k in cols and cols[k] is None)
         self.hists = tuple((k, cols[k].shape[-1]) for k in HISTS if cols.get(k) is not None)
         self.edges = None
-        if cols.get("hist_edges") is not None:
-            self.edges = np.array(cols["hist_edges"], dtype=np.float64)
+        if cols.get(EDGES) is not None:
+            self.edges = np.array(cols[EDGES], dtype=np.float64)
             self.edges.flags.writeable = False
 
     def fields(self):
@@ -148,7 +145,7 @@ class _Block:
         if self.max_rows is not None and k > self.max_rows:  # only the last max_rows can stay
             cut = slice(k - self.max_rows, k)
             steps, ints, floats = steps[cut], ints[cut], floats[cut]
-            hists = {n: (h[cut], span_of(h[cut])) for n, (h, _) in hists.items()}
+            hists = {n: (h[cut], spans_of(h[cut])) for n, (h, _) in hists.items()}
             k = self.max_rows
         if self.n + k > self.cap and (self.max_rows is None or self.cap < self.max_rows):
             self._grow(self.n + k)
@@ -175,14 +172,13 @@ class _Block:
         for k, span in self.hists.items():
             rec[k] = span.get(i)
         if self.edges is not None:
-            rec["hist_edges"] = self.edges
+            rec[EDGES] = self.edges
         return rec
 
 
 class MemorySink:
     def __init__(self, max_steps=None):
-        max_steps = None if max_steps is None else check_arg("max_steps", max_steps, int, lo=1)
-        self.max_steps = max_steps
+        self.max_steps = max_steps = check_count("max_steps", max_steps, optional=True)
         self._window = collections.deque(maxlen=max_steps)  # the kept steps, oldest first (with max_steps)
         self._blocks = {}  # target id -> _Block, in first-seen order
         self._writes = 0
@@ -194,7 +190,7 @@ class MemorySink:
         for k in FIELDS:
             if k in first:
                 cols[k] = None if first[k] is None else (
-                    first[k] if k == "hist_edges" else np.array([[r[k] for r in records]]))
+                    first[k] if k == EDGES else np.array([[r[k] for r in records]]))
         self.write_rows([step], [{k: r[k] for k in KEY_FIELDS} for r in records], cols,
                         np.ones((1, len(records)), dtype=bool))
 

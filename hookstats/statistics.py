@@ -1,0 +1,169 @@
+"""The table of statistics: per statistic its name, how it is derived from the state, its type, which
+readouts have it and who gets it (sinks, dashboards, alerts, plots). finalize_rows, the record builder,
+the sinks, the alerts and the plots read this table: a statistic derived from the state is one row.
+An array-valued one (a histogram derived from other slots) is a COUNTS row; float arrays (quantiles) would
+be a new type, which MemorySink's columns and the JSONL sink then learn to store."""
+import dataclasses
+import math
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from . import layout
+
+INT, FLOAT, COUNTS, EDGES = "int", "float", "counts", "edges"  # COUNTS: int64 array per target; EDGES: one array
+STATS, HISTORY, BOTH, SINKS = "stats", "history", "both", "sinks"
+
+
+class Rows:
+    """What a derive function reads: the states' fields (fstate [..., 5], istate [..., istate_size]; NumPy
+    on the host, torch on the device for the alerts), their StatsConfig `cfg`, and s[name], another
+    statistic of the table. The helpers work on both; divisions are float64."""
+
+    def __init__(self, fstate, istate, cfg):
+        self.f, self.i, self.cfg, self.nbins = fstate, istate, cfg, cfg.nbins
+        self._torch = isinstance(fstate, torch.Tensor)
+        self._done = {}
+
+    def __getitem__(self, name):
+        if name not in self._done:
+            self._done[name] = BY_NAME[name].derive(self)
+        return self._done[name]
+
+    def fcol(self, c):
+        return self.f[..., c]
+
+    def icol(self, c):
+        return self.i[..., c]
+
+    def lin(self, lo, hi=None):
+        """Slots lo..hi-1 of the linear histogram (hi None: one slot, no trailing dimension)."""
+        base = layout.LIN_BASE
+        return self.i[..., base + lo] if hi is None else self.i[..., base + lo: base + hi]
+
+    def log2(self):
+        return self.i[..., layout.log_base(self.nbins): layout.float_base(self.nbins)]
+
+    def where(self, cond, a, b):
+        return torch.where(cond, a, b) if self._torch else np.where(cond, a, b)
+
+    def div(self, a, b):
+        """a / b in float64 (0 / 0: NaN)."""
+        return a.double() / b.double() if self._torch else a / b
+
+    def sqrt(self, a):
+        return a.sqrt() if self._torch else np.sqrt(a)
+
+    def as_int(self, a):
+        return a.long() if self._torch else a.astype(np.int64)
+
+    def isnan(self, a):
+        return a.isnan() if self._torch else np.isnan(a)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plot:
+    """How plots.plot_layer_stats draws a statistic: panel title, scale of the values, log y-axis when
+    every value is positive, fixed y-limits."""
+    label: str
+    scale: float = 1.0
+    log: bool = False
+    ylim: Optional[tuple] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Statistic:
+    """name; derive(rows) -> values over the leading dimensions (COUNTS: one more dimension; EDGES: one
+    array from the config); type INT/FLOAT/COUNTS/EDGES; scope: STATS (stats(), reduce()),
+    HISTORY (per-step records), BOTH, or SINKS (not in records: derived by the sinks from the record's
+    `inputs`); scalar: written by the sinks (CSV, JSONL, the MemorySink frame), and a dashboard choice;
+    dashboard: "default" (TensorBoard/W&B log it unless told otherwise), "choice" (they may), or None; alerts: the alert rules
+    read it on the device; plot: a Plot, or None; needs: a StatsConfig switch (linear_hist, log_hist)
+    without which the statistic is None."""
+    name: str
+    derive: Callable[[Rows], object]
+    type: str
+    scope: str = BOTH
+    scalar: bool = False
+    dashboard: Optional[str] = None
+    alerts: bool = False
+    plot: Optional[Plot] = None
+    needs: Optional[str] = None
+    inputs: tuple = ()
+
+    def present(self, cfg):
+        return self.needs is None or getattr(cfg, self.needs)
+
+    def in_records(self, scope):
+        return self.scope in (scope, BOTH)
+
+
+def _var(s):
+    n = s.fcol(layout.N_FINITE)
+    return s.where(n > 1, s.div(s.fcol(layout.M2), n - 1), math.nan)
+
+
+TABLE = (
+    Statistic("count", lambda s: s.icol(layout.COUNT), INT, scalar=True),
+    Statistic("finite", lambda s: s.as_int(s.fcol(layout.N_FINITE)), INT, scalar=True),
+    Statistic("mean", lambda s: s.where(s.fcol(layout.N_FINITE) > 0, s.fcol(layout.MEAN), math.nan), FLOAT,
+              scalar=True, dashboard="default", plot=Plot("mean")),
+    Statistic("std", lambda s: s.sqrt(s["var"]), FLOAT,  # NaN where var is
+              scalar=True, dashboard="default", alerts=True, plot=Plot("std", log=True)),
+    Statistic("var", _var, FLOAT),
+    Statistic("min", lambda s: s.fcol(layout.MIN), FLOAT, scope=STATS),
+    Statistic("max", lambda s: s.fcol(layout.MAX), FLOAT, scope=STATS),
+    # near_zero_count <= count: 0 / 0 = NaN while empty
+    Statistic("near_zero", lambda s: s.div(s["near_zero_count"], s["count"]), FLOAT, scalar=True, dashboard="default", alerts=True, plot=Plot("near zero (%)", 100, ylim=(-2, 102))),
+    Statistic("near_zero_count", lambda s: s.icol(layout.NEAR_ZERO), INT),
+    Statistic("nan", lambda s: s.lin(s.nbins + 2), INT, scalar=True),
+    Statistic("posinf", lambda s: s.lin(s.nbins + 3), INT, scalar=True),
+    Statistic("neginf", lambda s: s.lin(s.nbins + 4), INT, scalar=True),
+    Statistic("underflow", lambda s: s.lin(0), INT, scalar=True, needs="linear_hist"),
+    Statistic("overflow", lambda s: s.lin(s.nbins + 1), INT, scalar=True, needs="linear_hist"),
+    Statistic("hist", lambda s: s.lin(1, s.nbins + 1), COUNTS, needs="linear_hist"),
+    Statistic("hist_edges", lambda s: s.cfg.edges(), EDGES, needs="linear_hist"),
+    Statistic("log2_hist", lambda s: s.log2(), COUNTS, needs="log_hist"),
+    # the history's min/max are running values (since attach or reset()): a step's own minimum is not kept
+    Statistic("running_min", lambda s: s.fcol(layout.MIN), FLOAT, scope=HISTORY, scalar=True),
+    Statistic("running_max", lambda s: s.where(s.isnan(s.fcol(layout.MIN)), math.nan, s.fcol(layout.MAX)), FLOAT,
+              scope=HISTORY, scalar=True),
+    # nan + posinf + neginf: one dashboard line that stays at 0 while all is well
+    Statistic("nonfinite", lambda s: s["nan"] + s["posinf"] + s["neginf"], INT, scope=SINKS, dashboard="default",
+              alerts=True, inputs=("nan", "posinf", "neginf")),
+)
+BY_NAME = {st.name: st for st in TABLE}
+
+SCALARS = tuple(st.name for st in TABLE if st.scalar)
+DASHBOARD_CHOICES = SCALARS + tuple(st.name for st in TABLE if st.dashboard and not st.scalar)
+DASHBOARD_STATS = tuple(st.name for st in TABLE if st.dashboard == "default")
+PLOTTED = tuple(st for st in TABLE if st.plot is not None)
+ALERTED = tuple(st.name for st in TABLE if st.alerts)
+
+
+def names(scope, of_type=None):
+    """The statistics of a record of `scope` (STATS or HISTORY), in record order, optionally of one type."""
+    return tuple(st.name for st in TABLE if st.in_records(scope) and (of_type is None or st.type == of_type))
+
+
+def derive_rows(fstate, istate, cfg, scope):
+    """{name: values} of every statistic of `scope`'s records (see Statistic), None where switched off."""
+    rows = Rows(fstate, istate, cfg)
+    return {st.name: rows[st.name] if st.present(cfg) else None for st in TABLE if st.in_records(scope)}
+
+
+def derive(wanted, fstate, istate, cfg):
+    """{name: values} of the `wanted` statistics from raw state rows (NumPy, or torch: the alerts' device
+    path)."""
+    rows = Rows(fstate, istate, cfg)
+    return {n: rows[n] for n in wanted}
+
+
+def from_record(name, record):
+    """A SINKS statistic from a record's values (None when one of its inputs is missing or None)."""
+    st = BY_NAME[name]
+    values = {k: record.get(k) for k in st.inputs}
+    if any(v is None for v in values.values()):
+        return None
+    return st.derive(values)  # a SINKS statistic's derive reads only s[input]: a dict serves
