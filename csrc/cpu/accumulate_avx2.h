@@ -68,13 +68,14 @@ inline float hmax(__m256 v) {
 }
 
 // Consumes full blocks of x into res (moments, min/max, near-zero), the histograms h (sub-histogram
-// k at h + k * stride) and nonfin[3] (NaN, +Inf, -Inf counts, kept apart when the linear histogram is off).
+// k at h + k * stride), the float buckets fh (copy k at fh + k * fstride, slot kFloatSlots a dummy for
+// non-finite values) and nonfin[3] (NaN, +Inf, -Inf counts, kept apart when the linear histogram is off).
 // Returns the number of values consumed (a multiple of kSmallBlock); the caller handles the tail.
 // Each block is read twice from L1: pass 1 classifies and sums for the shift K, pass 2 sums (v - K)
 // and (v - K)^2. Blocks holding a NaN or Inf (known from pass 1's finite count) take a masked slow path.
-template <typename T, bool kLin, bool kLog, int kSub>
+template <typename T, bool kLin, bool kLog, bool kFloat, int kSub>
 int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t& near_zero,
-                   uint32_t* h, int stride, int64_t* nonfin) {
+                   uint32_t* h, int stride, uint32_t* fh, int fstride, int64_t* nonfin) {
   const int nb = p.nbins;
   const __m256 inf = _mm256_set1_ps(__builtin_inff()), ninf = _mm256_set1_ps(-__builtin_inff());
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -82,12 +83,13 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
   const __m256 m1 = _mm256_set1_ps(-1.0f), nbf = _mm256_set1_ps(static_cast<float>(nb));
   const __m256i zero_i = _mm256_setzero_si256();
   const __m256i log_base1 = _mm256_set1_epi32(static_cast<int>(lin_slots(nb)) + 1);
+  const __m256i float_zero = _mm256_set1_epi32(kFloatZero);
   const bool signed_nz = p.flags & kSignedNearZero;
   __m256 mn = inf, mx = ninf;
   __m256i nz = zero_i;
 
   alignas(32) float buf[kBlock];
-  alignas(32) int32_t ls[kBlock], gs[kBlock];
+  alignas(32) int32_t ls[kBlock], gs[kBlock], fs[kBlock];
   auto block = [&](int64_t b, auto block_size) {
     constexpr int kB = decltype(block_size)::value, kVecs = kB / kVec;
     // Pass 1. min_ps(v, m) returns m when v is NaN, so NaNs drop out of min/max by themselves;
@@ -118,6 +120,13 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         const __m256i g = _mm256_add_epi32(_mm256_srli_epi32(ab, 23), _mm256_cmpeq_epi32(ab, zero_i));
         _mm256_store_si256(reinterpret_cast<__m256i*>(gs + j * kVec), _mm256_add_epi32(g, log_base1));
       }
+      if constexpr (kFloat) {
+        // accumulator.h float_slot: bits >> 20, zeros of either sign to kFloatZero (non-finite values: below).
+        const __m256i bits = _mm256_castps_si256(v);
+        const __m256i zero = _mm256_cmpeq_epi32(_mm256_castps_si256(av), zero_i);
+        const __m256i f = _mm256_blendv_epi8(_mm256_srli_epi32(bits, kFloatShift), float_zero, zero);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(fs + j * kVec), f);
+      }
     };
     for (int j = 0; j < kVecs; j += 2) {
       pass1(j, sum0);
@@ -141,6 +150,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         const int slot = v != v ? nb + 2 : (v > 0 ? nb + 3 : nb + 4);
         if (kLin) ls[i] = slot - 1;
         else ++nonfin[slot - nb - 2];
+        if (kFloat) fs[i] = kFloatSlots;
       }
     }
     mn = _mm256_min_ps(mn, bmn);
@@ -193,12 +203,13 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
     }
     // Histograms: scattered increments spread over kSub private copies, so that runs of equal slots
     // (ReLU zeros) do not serialise on one counter. ls holds linear slot - 1.
-    if constexpr (kLin || kLog) {
+    if constexpr (kLin || kLog || kFloat) {
       for (int i = 0; i < kB; i += kSub) {
         for (int k = 0; k < kSub; ++k) {
           uint32_t* hk = h + k * stride;
           if constexpr (kLin) ++hk[1 + ls[i + k]];
           if constexpr (kLog) ++hk[gs[i + k]];
+          if constexpr (kFloat) ++fh[k * fstride + fs[i + k]];
         }
       }
     }
