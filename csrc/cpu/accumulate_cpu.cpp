@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -29,10 +30,11 @@ constexpr int kSubHists = 4;  // private copies, so repeated bins do not seriali
 constexpr int64_t kMinChunk = int64_t(1) << 15;
 constexpr int64_t kMaxChunks = 1024;
 constexpr int kMaxHistStride = kMaxBins + kLinExtra + kLogSlots + 1;  // +1: dummy log slot for non-finite
-// Float buckets, then a dummy slot for non-finite values; the pad puts the copies' equal slots in different
-// cache sets (a stride of exactly 16 KB makes the loads of one copy wait on the stores of another).
+// Float buckets, then a dummy slot for non-finite values; the kSubHists copies of a slot are side by side, so the
+// few hot slots of a tensor take few cache lines, spread over the cache's sets (copies 16 KB apart all fall in
+// the same sets, and streaming x through the cache then evicts them).
 constexpr int kFloatDummy = kFloatSlots;
-constexpr int kFloatStride = kFloatSlots + 16;
+constexpr int kFloatHistSize = (kFloatSlots + 1) * kSubHists;
 constexpr int64_t kFlushEvery = int64_t(1) << 31;  // values per flush of the private histograms: no u32 wraps
 
 int hist_stride(int nbins) { return static_cast<int>(lin_slots(nbins)) + kLogSlots + 1; }
@@ -47,6 +49,36 @@ void flush_hist(uint32_t* h, int stride, int n, int64_t* dst) {
     }
     if (t) __atomic_fetch_add(&dst[s], static_cast<int64_t>(t), __ATOMIC_RELAXED);
   }
+}
+
+// The float buckets of the calling thread, allocated once and zero between calls (flush_float zeroes them):
+// 64 KB, too much to clear for every small tensor.
+struct alignas(64) FloatHist {
+  uint32_t c[kFloatHistSize] = {};
+};
+uint32_t* float_hist_of_thread() {
+  thread_local std::unique_ptr<FloatHist> hist;
+  if (!hist) hist = std::make_unique<FloatHist>();
+  return hist->c;
+}
+
+// Adds the float buckets to dst and zeroes them (the dummy slot too). A tensor touches a few dozen buckets:
+// most 64-byte lines are zero and only read.
+void flush_float(uint32_t* fh, int64_t* dst) {
+  constexpr int kLine = 64 / sizeof(uint32_t);
+  static_assert(kLine % kSubHists == 0, "a line holds whole slots");
+  for (int base = 0; base < kFloatSlots * kSubHists; base += kLine) {
+    uint32_t any = 0;
+    for (int i = 0; i < kLine; ++i) any |= fh[base + i];
+    if (any == 0) continue;
+    for (int s = base / kSubHists; s < (base + kLine) / kSubHists; ++s) {
+      uint32_t t = 0;  // < 2^32, as in flush_hist
+      for (int k = 0; k < kSubHists; ++k) t += fh[s * kSubHists + k];
+      if (t) __atomic_fetch_add(&dst[s], static_cast<int64_t>(t), __ATOMIC_RELAXED);
+    }
+    std::fill(fh + base, fh + base + kLine, 0u);
+  }
+  std::fill(fh + kFloatDummy * kSubHists, fh + kFloatHistSize, 0u);
 }
 
 // The AVX2 kernel runs where the CPU has it; HOOKSTATS_CPU_KERNEL=portable forces the portable one.
@@ -86,7 +118,7 @@ struct ChunkKernel {
   int stride;  // of the sub-histograms in h
 
   // Consumes x[0, n) (n < 2^31) into res, the task-local histograms h (kSubHists x stride) and the float
-  // buckets fh (kSubHists x kFloatStride).
+  // buckets fh (kFloatHistSize: copy k of slot s at s * kSubHists + k).
   void run(const T* x, int64_t n, ChunkResult& res, uint32_t* h, uint32_t* fh) const {
     A mn[kLanes], mx[kLanes];
     int32_t nz[kLanes] = {};
@@ -199,7 +231,7 @@ struct ChunkKernel {
       uint32_t* hi = h + (i % kSubHists) * stride;
       if (kLin || !fin[i]) ++hi[ls[i]];
       if (kLog) ++hi[gs[i]];
-      if (kFloat) ++fh[(i % kSubHists) * kFloatStride + fsl[i]];
+      if (kFloat) ++fh[fsl[i] * kSubHists + i % kSubHists];
     }
   }
 };
@@ -213,7 +245,7 @@ void run_chunk(const ChunkKernel<T, kLin, kLog, kFloat>& kernel, bool avx2, cons
     if (avx2) {
       int64_t nonfin[3] = {0, 0, 0};  // NaN, +Inf, -Inf: the linear slots count them when kLin is off
       done = avx2::run_blocks<T, kLin, kLog, kFloat, kSubHists>(x, n, kernel.p, res.moments, res.near_zero, h,
-                                                                 kernel.stride, fh, kFloatStride, nonfin);
+                                                                 kernel.stride, fh, nonfin);
       const int nb = kernel.p.nbins;
       for (int k = 0; k < 3; ++k) h[nb + 2 + k] += static_cast<uint32_t>(nonfin[k]);
     }
@@ -228,17 +260,17 @@ void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t
   const int64_t nchunks = (n + chunk - 1) / chunk;
   std::vector<ChunkResult> parts(nchunks);
   const int stride = hist_stride(p.nbins);
-  const int used = stride - 1;
+  const int used = stride - 1, nonfin = p.nbins + 2;
   const ChunkKernel<T, kLin, kLog, kFloat> kernel{p, stride};
   const bool avx2 = use_avx2();
   at::parallel_for(0, nchunks, 1, [&](int64_t begin, int64_t end) {
     alignas(64) uint32_t h[kSubHists * kMaxHistStride];
-    alignas(64) uint32_t fh[kFloat ? kSubHists * kFloatStride : 1];
+    uint32_t* fh = kFloat ? float_hist_of_thread() : nullptr;
     std::fill(h, h + kSubHists * stride, 0u);
-    if (kFloat) std::fill(fh, fh + kSubHists * kFloatStride, 0u);
     auto flush = [&] {
-      flush_hist(h, stride, used, is + kLinBase);
-      if (kFloat) flush_hist(fh, kFloatStride, kFloatSlots, is + float_base(p.nbins));
+      if (kLin || kLog) flush_hist(h, stride, used, is + kLinBase);
+      else flush_hist(h + nonfin, stride, 3, is + kLinBase + nonfin);  // NaN, +Inf, -Inf only
+      if (kFloat) flush_float(fh, is + float_base(p.nbins));
     };
     int64_t counted = 0;  // values in the private histograms
     for (int64_t c = begin; c < end; ++c) {
