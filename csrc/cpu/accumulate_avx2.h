@@ -22,6 +22,7 @@ namespace avx2 {
 constexpr int kVec = 8;
 constexpr int kBlock = 1024;      // values per shift K and per moment merge: amortises the fp64 merge
 constexpr int kSmallBlock = 256;  // the chunk's end, before the portable kernel takes the last < 256
+constexpr int kPrefetchBytes = 4096;
 
 template <typename T>
 inline __m256 load8(const T* x) {
@@ -83,7 +84,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
   const __m256 lo = _mm256_set1_ps(p.lo), inv_w = _mm256_set1_ps(p.inv_w), eps = _mm256_set1_ps(p.eps);
   const __m256 m1 = _mm256_set1_ps(-1.0f), nbf = _mm256_set1_ps(static_cast<float>(nb));
   const __m256i zero_i = _mm256_setzero_si256();
-  const __m256i float_zero = _mm256_set1_epi32(kFloatZero), float_dummy = _mm256_set1_epi32(kFloatSlots);
+  const __m256i float_zero = _mm256_set1_epi32(kFloatZero);
   // Slots are stored with their copy's offset added (value i counts into copy i % kSub): one base per increment.
   alignas(32) int32_t off[kVec], foff[kVec];
   for (int k = 0; k < kVec; ++k) {
@@ -95,7 +96,8 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
   const __m256i log_off = _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(off)),
                                            _mm256_set1_epi32(static_cast<int>(lin_slots(nb)) + 1));
   const __m256i float_off = _mm256_load_si256(reinterpret_cast<const __m256i*>(foff));
-  const bool signed_nz = p.flags & kSignedNearZero;
+  // near-zero compares v & nz_mask: v itself (signed mode) or |v|
+  const __m256 nz_mask = (p.flags & kSignedNearZero) ? _mm256_castsi256_ps(_mm256_set1_epi32(-1)) : abs_mask;
   __m256 mn = inf, mx = ninf;
   __m256i nz = zero_i;
 
@@ -120,6 +122,10 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
     __m256 sum0 = _mm256_setzero_ps(), sum1 = sum0, bmn = inf, bmx = ninf;
     __m256i cnt = zero_i;
     auto pass1 = [&](int j, __m256& sum) {
+      // The increments keep the load queue full, so the loads of x run late: with the float buckets, x is
+      // asked for one 4 KB ahead (measured: 16 MB fp32 0.54 -> 0.43 ns/value; no gain without them).
+      if (kFloat && (j * kVec * sizeof(T)) % 64 == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(x + b + j * kVec) + kPrefetchBytes, _MM_HINT_T0);
       const __m256 v = load8(x + b + j * kVec);
       if constexpr (!std::is_same_v<T, float>) _mm256_store_ps(buf + j * kVec, v);
       const __m256 av = _mm256_and_ps(v, abs_mask);
@@ -128,7 +134,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
       cnt = _mm256_sub_epi32(cnt, _mm256_castps_si256(fin));
       bmn = _mm256_min_ps(v, bmn);
       bmx = _mm256_max_ps(v, bmx);
-      nz = _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(signed_nz ? v : av, eps, _CMP_LE_OQ)));
+      nz = _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, nz_mask), eps, _CMP_LE_OQ)));
       if constexpr (kLin) {
         // accumulator.h lin_slot_finite: t = (v - lo) * inv_w, clamp to [-1, nbins], floor, + 1
         // (non-finite values: below).
@@ -148,8 +154,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         // accumulator.h float_slot: bits >> 20, zeros of either sign to kFloatZero (non-finite values: below).
         const __m256i bits = _mm256_castps_si256(v);
         const __m256i zero = _mm256_cmpeq_epi32(_mm256_castps_si256(av), zero_i);
-        __m256i f = _mm256_blendv_epi8(_mm256_srli_epi32(bits, kFloatShift), float_zero, zero);
-        f = _mm256_blendv_epi8(float_dummy, f, _mm256_castps_si256(fin));
+        const __m256i f = _mm256_blendv_epi8(_mm256_srli_epi32(bits, kFloatShift), float_zero, zero);
         const __m256i fk = _mm256_add_epi32(_mm256_slli_epi32(f, __builtin_ctz(kSub)), float_off);
         _mm256_store_si256(reinterpret_cast<__m256i*>(fs + j * kVec), fk);
       }
@@ -178,6 +183,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         const int slot = v != v ? nb + 2 : (v > 0 ? nb + 3 : nb + 4);
         if (kLin) ls[i] = slot + off[i % kVec];
         else ++nonfin[slot - nb - 2];
+        if (kFloat) fs[i] = kFloatSlots * kSub;  // copy 0 of the dummy slot
       }
     }
     mn = _mm256_min_ps(mn, bmn);
