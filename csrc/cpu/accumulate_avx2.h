@@ -17,6 +17,11 @@
 #pragma GCC target("avx2,fma,f16c,popcnt")
 
 namespace hookstats {
+
+// Counters of the float buckets: 16 bits, so the copies of the 4096 buckets take 32 KB (the caller flushes them
+// before one can wrap).
+using FloatCount = uint16_t;
+
 namespace avx2 {
 
 constexpr int kVec = 8;
@@ -76,7 +81,7 @@ inline float hmax(__m256 v) {
 // and (v - K)^2. Blocks holding a NaN or Inf (known from pass 1's finite count) take a masked slow path.
 template <typename T, bool kLin, bool kLog, bool kFloat, int kSub>
 int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t& near_zero,
-                   uint32_t* h, int stride, uint32_t* fh, int64_t* nonfin) {
+                   uint32_t* h, int stride, FloatCount* fh, int64_t* nonfin) {
   static_assert(kSub == 2 || kSub == 4 || kSub == 8, "the copies of a float bucket are side by side");
   const int nb = p.nbins;
   const __m256 inf = _mm256_set1_ps(__builtin_inff()), ninf = _mm256_set1_ps(-__builtin_inff());
@@ -183,7 +188,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         const int slot = v != v ? nb + 2 : (v > 0 ? nb + 3 : nb + 4);
         if (kLin) ls[i] = slot + off[i % kVec];
         else ++nonfin[slot - nb - 2];
-        if (kFloat) fs[i] = kFloatSlots * kSub;  // copy 0 of the dummy slot
+        if (kFloat) fs[i] = kFloatSlots * kSub + i % kSub;  // the dummy slot
       }
     }
     mn = _mm256_min_ps(mn, bmn);

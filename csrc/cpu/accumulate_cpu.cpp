@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <limits>
 #include <memory>
@@ -36,6 +37,9 @@ constexpr int kMaxHistStride = kMaxBins + kLinExtra + kLogSlots + 1;  // +1: dum
 constexpr int kFloatDummy = kFloatSlots;
 constexpr int kFloatHistSize = (kFloatSlots + 1) * kSubHists;
 constexpr int64_t kFlushEvery = int64_t(1) << 31;  // values per flush of the private histograms: no u32 wraps
+// The same for the 16-bit float buckets: each copy counts a quarter of the values (+1 at a run's end), so up to
+// 65280 + a few; a multiple of the AVX2 block, so that pieces of a chunk end on whole blocks.
+constexpr int64_t kFloatFlushEvery = 255 * 1024;
 
 int hist_stride(int nbins) { return static_cast<int>(lin_slots(nbins)) + kLogSlots + 1; }
 
@@ -52,11 +56,11 @@ void flush_hist(uint32_t* h, int stride, int n, int64_t* dst) {
 }
 
 // The float buckets of the calling thread, allocated once and zero between calls (flush_float zeroes them):
-// 64 KB, too much to clear for every small tensor.
+// 32 KB, too much to clear for every small tensor.
 struct alignas(64) FloatHist {
-  uint32_t c[kFloatHistSize] = {};
+  FloatCount c[kFloatHistSize] = {};
 };
-uint32_t* float_hist_of_thread() {
+FloatCount* float_hist_of_thread() {
   thread_local std::unique_ptr<FloatHist> hist;
   if (!hist) hist = std::make_unique<FloatHist>();
   return hist->c;
@@ -64,21 +68,27 @@ uint32_t* float_hist_of_thread() {
 
 // Adds the float buckets to dst and zeroes them (the dummy slot too). A tensor touches a few dozen buckets:
 // most 64-byte lines are zero and only read.
-void flush_float(uint32_t* fh, int64_t* dst) {
-  constexpr int kLine = 64 / sizeof(uint32_t);
+void flush_float(FloatCount* fh, int64_t* dst) {
+  constexpr int kLine = 64 / sizeof(FloatCount), kLanes = 16 / sizeof(FloatCount);
   static_assert(kLine % kSubHists == 0, "a line holds whole slots");
+  using Lanes = FloatCount __attribute__((vector_size(16)));  // SSE2 on every x86-64: 4 loads a line
   for (int base = 0; base < kFloatSlots * kSubHists; base += kLine) {
-    uint32_t any = 0;
-    for (int i = 0; i < kLine; ++i) any |= fh[base + i];
-    if (any == 0) continue;
+    Lanes any = {}, v;
+    for (int i = 0; i < kLine; i += kLanes) {
+      memcpy(&v, fh + base + i, sizeof(v));
+      any |= v;
+    }
+    uint64_t nonzero[2];
+    memcpy(nonzero, &any, sizeof(any));
+    if ((nonzero[0] | nonzero[1]) == 0) continue;
     for (int s = base / kSubHists; s < (base + kLine) / kSubHists; ++s) {
-      uint32_t t = 0;  // < 2^32, as in flush_hist
+      uint32_t t = 0;
       for (int k = 0; k < kSubHists; ++k) t += fh[s * kSubHists + k];
       if (t) __atomic_fetch_add(&dst[s], static_cast<int64_t>(t), __ATOMIC_RELAXED);
     }
-    std::fill(fh + base, fh + base + kLine, 0u);
+    std::fill(fh + base, fh + base + kLine, FloatCount(0));
   }
-  std::fill(fh + kFloatDummy * kSubHists, fh + kFloatHistSize, 0u);
+  std::fill(fh + kFloatDummy * kSubHists, fh + kFloatHistSize, FloatCount(0));
 }
 
 // The AVX2 kernel runs where the CPU has it; HOOKSTATS_CPU_KERNEL=portable forces the portable one.
@@ -119,7 +129,7 @@ struct ChunkKernel {
 
   // Consumes x[0, n) (n < 2^31) into res, the task-local histograms h (kSubHists x stride) and the float
   // buckets fh (kFloatHistSize: copy k of slot s at s * kSubHists + k).
-  void run(const T* x, int64_t n, ChunkResult& res, uint32_t* h, uint32_t* fh) const {
+  void run(const T* x, int64_t n, ChunkResult& res, uint32_t* h, FloatCount* fh) const {
     A mn[kLanes], mx[kLanes];
     int32_t nz[kLanes] = {};
     for (int j = 0; j < kLanes; ++j) {
@@ -139,7 +149,7 @@ struct ChunkKernel {
   }
 
   template <bool kFull>
-  void block(const T* x, int m_in, ChunkResult& res, uint32_t* h, uint32_t* fh, A* mn, A* mx, int32_t* nz) const {
+  void block(const T* x, int m_in, ChunkResult& res, uint32_t* h, FloatCount* fh, A* mn, A* mx, int32_t* nz) const {
     const int m = kFull ? kBlock : m_in;
     A v[kBlock];
     bool fin[kBlock];
@@ -239,7 +249,7 @@ struct ChunkKernel {
 // One chunk: the AVX2 kernel over its full blocks where it applies, the portable kernel for the rest.
 template <typename T, bool kLin, bool kLog, bool kFloat>
 void run_chunk(const ChunkKernel<T, kLin, kLog, kFloat>& kernel, bool avx2, const T* x, int64_t n, ChunkResult& res,
-               uint32_t* h, uint32_t* fh) {
+               uint32_t* h, FloatCount* fh) {
   int64_t done = 0;
   if constexpr (!std::is_same_v<T, double>) {
     if (avx2) {
@@ -265,22 +275,27 @@ void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t
   const bool avx2 = use_avx2();
   at::parallel_for(0, nchunks, 1, [&](int64_t begin, int64_t end) {
     alignas(64) uint32_t h[kSubHists * kMaxHistStride];
-    uint32_t* fh = kFloat ? float_hist_of_thread() : nullptr;
+    FloatCount* fh = kFloat ? float_hist_of_thread() : nullptr;
     std::fill(h, h + kSubHists * stride, 0u);
     auto flush = [&] {
       if (kLin || kLog) flush_hist(h, stride, used, is + kLinBase);
       else flush_hist(h + nonfin, stride, 3, is + kLinBase + nonfin);  // NaN, +Inf, -Inf only
       if (kFloat) flush_float(fh, is + float_base(p.nbins));
     };
+    // Chunks are run in pieces that end where a flush may come: fixed by n alone (so are the moments).
+    const int64_t limit = kFloat ? kFloatFlushEvery : kFlushEvery;
     int64_t counted = 0;  // values in the private histograms
     for (int64_t c = begin; c < end; ++c) {
       const int64_t off = c * chunk, len = std::min(chunk, n - off);
-      if (counted + len > kFlushEvery) {
-        flush();
-        counted = 0;
+      for (int64_t done = 0, piece; done < len; done += piece) {
+        piece = std::min(limit, len - done);
+        if (counted + piece > limit) {
+          flush();
+          counted = 0;
+        }
+        run_chunk(kernel, avx2, x + off + done, piece, parts[c], h, fh);
+        counted += piece;
       }
-      run_chunk(kernel, avx2, x + off, len, parts[c], h, fh);
-      counted += len;
     }
     flush();
   });
