@@ -118,12 +118,16 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
       for (int i = 0; i < kVec; ++i) ++fh[f[i]];
     }
   };
+  // Float buckets of float32: pass 1 has the most vector work and pass 2 the most increments, so min, max and
+  // the near-zero count move to pass 2 (measured: 0.40 -> 0.375 ns/value; slower for the other dtypes and paths).
+  constexpr bool kLate = kFloat && std::is_same_v<T, float>;
   auto block = [&](int64_t b, auto block_size) {
     constexpr int kB = decltype(block_size)::value, kVecs = kB / kVec;
     uint32_t* fs = fsb[cur];
     const uint32_t* prev = fsb[cur ^ 1];
-    // Pass 1. min_ps(v, m) returns m when v is NaN, so NaNs drop out of min/max by themselves;
-    // a block with an Inf recomputes its min/max below. Unrolled by two: two add chains.
+    // Pass 1: the sum for the shift K, the finite count, the slots and (unless kLate) min, max and near-zero
+    // count: min_ps(v, m) returns m when v is NaN, so NaNs drop out by themselves; a block with an Inf recomputes
+    // them below. Unrolled by two: two add chains.
     __m256 sum0 = _mm256_setzero_ps(), sum1 = sum0, bmn = inf, bmx = ninf;
     __m256i cnt = zero_i;
     auto pass1 = [&](int j, __m256& sum) {
@@ -137,9 +141,11 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
       const __m256 fin = _mm256_cmp_ps(av, inf, _CMP_LT_OQ);  // false for NaN and +-Inf
       sum = _mm256_add_ps(sum, _mm256_and_ps(v, fin));
       cnt = _mm256_sub_epi32(cnt, _mm256_castps_si256(fin));
-      bmn = _mm256_min_ps(v, bmn);
-      bmx = _mm256_max_ps(v, bmx);
-      nz = _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, nz_mask), eps, _CMP_LE_OQ)));
+      if constexpr (!kLate) {
+        bmn = _mm256_min_ps(v, bmn);
+        bmx = _mm256_max_ps(v, bmx);
+        nz = _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, nz_mask), eps, _CMP_LE_OQ)));
+      }
       if constexpr (kLin) {
         // accumulator.h lin_slot_finite: t = (v - lo) * inv_w, clamp to [-1, nbins], floor, + 1
         // (non-finite values: below).
@@ -181,6 +187,8 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         const __m256 fin = _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_LT_OQ);
         bmn = _mm256_min_ps(bmn, _mm256_blendv_ps(inf, v, fin));
         bmx = _mm256_max_ps(bmx, _mm256_blendv_ps(ninf, v, fin));
+        if constexpr (kLate)
+          nz = _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, nz_mask), eps, _CMP_LE_OQ)));
       }
       for (int i = 0; i < kB; ++i) {
         const float v = vals[i];
@@ -191,8 +199,6 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         if (kFloat) fs[i] = kFloatSlots * kSub + i % kSub;  // the dummy slot
       }
     }
-    mn = _mm256_min_ps(mn, bmn);
-    mx = _mm256_max_ps(mx, bmx);
     // Histograms: the scattered increments of values 8j .. 8j + 7, spread over kSub private copies so that runs
     // of equal slots (ReLU zeros) do not serialise on one counter. Pass 2 calls it beside its vector
     // arithmetic: the increments (stores) and the sums (FP units) then run side by side.
@@ -215,9 +221,17 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
       const __m256 kv = _mm256_set1_ps(K), scale = _mm256_set1_ps(kTinyScale);
       // (sum (v - K), sum (v - K)^2) in fp64, with (v - K) times kTinyScale where `scaled` is true.
       auto shifted_sums = [&](auto scaled, double& s1, double& s2) {
+        constexpr bool kFirst = !decltype(scaled)::value;
         __m256d s1a = _mm256_setzero_pd(), s1b = s1a, s2a = s1a, s2b = s1a;
+        __m256 pmn = inf, pmx = ninf;  // kLate: min, max and near-zero count of an all-finite block
+        __m256i pnz = zero_i;
         auto pass2 = [&](int j, __m256& c1, __m256& c2) {
           const __m256 v = _mm256_loadu_ps(vals + j * kVec);
+          if (kLate && kFirst && all_finite) {
+            pmn = _mm256_min_ps(v, pmn);
+            pmx = _mm256_max_ps(v, pmx);
+            pnz = _mm256_sub_epi32(pnz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, nz_mask), eps, _CMP_LE_OQ)));
+          }
           __m256 d = _mm256_sub_ps(v, kv);
           if constexpr (decltype(scaled)::value) d = _mm256_mul_ps(d, scale);
           if (!all_finite) d = _mm256_and_ps(d, _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_LT_OQ));
@@ -242,6 +256,11 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         }
         s1 = hsum(_mm256_add_pd(s1a, s1b));
         s2 = hsum(_mm256_add_pd(s2a, s2b));
+        if (kLate && kFirst && all_finite) {
+          bmn = pmn;
+          bmx = pmx;
+          nz = _mm256_add_epi32(nz, pnz);
+        }
       };
       double s1, s2;
       shifted_sums(std::false_type(), s1, s2);
@@ -259,6 +278,8 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
       }
       chan_merge(res.n, res.mean, res.m2, bp.n, bp.mean, bp.m2);
     }
+    mn = _mm256_min_ps(mn, bmn);
+    mx = _mm256_max_ps(mx, bmx);
     prev_vecs = kVecs;
     cur ^= 1;
   };
