@@ -2,7 +2,7 @@
 log2 histograms, 40 bins), side by side in one run: one torch thread, the thread's CPU time, variants interleaved
 in rotated order each round; medians of the per-round ratios with their [min..max].
 
-    PYTHONPATH=. python benchmarks/float_hist_op.py            # fp32 and bf16 at 1, 4, 16 and 64 MB
+    PYTHONPATH=. python benchmarks/float_hist_op.py            # fp32 and bf16 at 1, 4, 16, 64 and 256 MB
 """
 import argparse
 import json
@@ -83,7 +83,7 @@ def uptime():
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dtypes", default="float32,bfloat16")
-    p.add_argument("--sizes-mb", default="1,4,16,64")
+    p.add_argument("--sizes-mb", default="1,4,16,64,256")
     p.add_argument("--rounds", type=int, default=9)
     p.add_argument("--min-seconds", type=float, default=0.05, help="back-to-back calls per timing")
     p.add_argument("--json", default=os.path.join(ROOT, "benchmarks/results/float_hist_op.json"))

@@ -85,6 +85,19 @@ def rerun_with_portable_kernel(test_file, select):
     return None if r.returncode == 0 and " passed" in r.stdout else r.stdout[-3000:]
 
 
+def on_thread_counts(fn, counts=(1, 2)):
+    """fn() run under each torch thread count of counts (the count restored after): the list of its results."""
+    before = torch.get_num_threads()
+    try:
+        out = []
+        for n in counts:
+            torch.set_num_threads(n)
+            out.append(fn())
+        return out
+    finally:
+        torch.set_num_threads(before)
+
+
 class HostSyncError(AssertionError):
     pass
 

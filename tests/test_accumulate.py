@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import DTYPES
-from helpers import oracle, rerun_with_portable_kernel
+from helpers import on_thread_counts, oracle, rerun_with_portable_kernel
 
 import hookstats
 from hookstats import layout, reference
@@ -163,14 +163,7 @@ def test_kernel_and_reference_agree(dtype):
 
 def test_result_does_not_depend_on_the_thread_count():
     x = make("outliers", 2_000_003, torch.float32, seed=4)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = run(torch.ops.hookstats.accumulate_.default, [x])
-        torch.set_num_threads(2)
-        two = run(torch.ops.hookstats.accumulate_.default, [x])
-    finally:
-        torch.set_num_threads(before)
+    one, two = on_thread_counts(lambda: run(torch.ops.hookstats.accumulate_.default, [x]))
     np.testing.assert_array_equal(one[0], two[0])
     np.testing.assert_array_equal(one[1], two[1])
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import DTYPES
-from helpers import float_buckets, oracle, rerun_with_portable_kernel
+from helpers import float_buckets, on_thread_counts, oracle, rerun_with_portable_kernel
 from test_accumulate import LAYOUTS, assert_matches
 
 from hookstats import layout, reference
@@ -132,14 +132,8 @@ def test_every_flag_combination(op, flags, dtype):
 
 def test_kernel_results_do_not_depend_on_the_thread_count():
     x = make("wide", 3 * 2 ** 15 + 300, torch.float32, seed=4)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = run(torch.ops.hookstats.accumulate_.default, [x])
-        torch.set_num_threads(2)
-        two = run(torch.ops.hookstats.accumulate_.default, [x])
-    finally:
-        torch.set_num_threads(before)
+    one, two = on_thread_counts(lambda: run(torch.ops.hookstats.accumulate_.default, [x]))
+    np.testing.assert_array_equal(one[0], two[0])
     np.testing.assert_array_equal(one[1], two[1])
     assert_state(two, x)
 
