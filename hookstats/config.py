@@ -20,10 +20,12 @@ class StatsConfig:
     near_zero: str = "abs"
     linear_hist: bool = True
     log_hist: bool = True
+    float_hist: bool = False
 
     def __post_init__(self):
         checks = {"nbins": (int, 1, layout.MAX_BINS), "lo": (float,), "hi": (float,), "eps": (float, 0),
-                  "near_zero": (("abs", "le"),), "linear_hist": (bool,), "log_hist": (bool,)}
+                  "near_zero": (("abs", "le"),), "linear_hist": (bool,), "log_hist": (bool,),
+                  "float_hist": (bool,)}
         for name, rule in checks.items():  # frozen: the checked (Python) values replace NumPy scalars
             object.__setattr__(self, name, check_arg(name, getattr(self, name), *rule))
         if not self.lo < self.hi:
@@ -54,11 +56,11 @@ class StatsConfig:
     @property
     def flags(self):
         return ((layout.LINEAR_HIST if self.linear_hist else 0) | (layout.LOG_HIST if self.log_hist else 0)
-                | (layout.SIGNED_NEAR_ZERO if self.near_zero == "le" else 0))
+                | (layout.SIGNED_NEAR_ZERO if self.near_zero == "le" else 0) | (layout.FLOAT_HIST if self.float_hist else 0))
 
     @property
     def istate_size(self):
-        return layout.istate_size(self.nbins)
+        return layout.istate_size(self.nbins, self.flags)
 
     def edges(self):
         """The nbins + 1 edges of the linear bins (as the kernel sees them: float32 lo and inv_w)."""

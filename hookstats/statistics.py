@@ -45,6 +45,10 @@ class Rows:
     def log2(self):
         return self.i[..., layout.log_base(self.nbins): layout.float_base(self.nbins)]
 
+    def floats(self):
+        base = layout.float_base(self.nbins)
+        return self.i[..., base: base + layout.FLOAT_SLOTS]
+
     def where(self, cond, a, b):
         return torch.where(cond, a, b) if self._torch else np.where(cond, a, b)
 
@@ -125,6 +129,7 @@ TABLE = (
     Statistic("hist", lambda s: s.lin(1, s.nbins + 1), COUNTS, needs="linear_hist"),
     Statistic("hist_edges", lambda s: s.cfg.edges(), EDGES, needs="linear_hist"),
     Statistic("log2_hist", lambda s: s.log2(), COUNTS, needs="log_hist"),
+    Statistic("float_hist", lambda s: s.floats(), COUNTS, needs="float_hist"),
     # the history's min/max are running values (since attach or reset()): a step's own minimum is not kept
     Statistic("running_min", lambda s: s.fcol(layout.MIN), FLOAT, scope=HISTORY, scalar=True),
     Statistic("running_max", lambda s: s.where(s.isnan(s.fcol(layout.MIN)), math.nan, s.fcol(layout.MAX)), FLOAT,

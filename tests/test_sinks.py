@@ -379,9 +379,9 @@ def test_statistics_table_keeps_the_record_and_file_formats():
     assert statistics.DASHBOARD_CHOICES == statistics.SCALARS + ("nonfinite",)
     assert statistics.names(statistics.STATS) == (
         "count", "finite", "mean", "std", "var", "min", "max", "near_zero", "near_zero_count", "nan", "posinf",
-        "neginf", "underflow", "overflow", "hist", "hist_edges", "log2_hist")
+        "neginf", "underflow", "overflow", "hist", "hist_edges", "log2_hist", "float_hist")
     assert statistics.names(statistics.HISTORY) == tuple(
         k for k in statistics.names(statistics.STATS) if k not in ("min", "max")) + ("running_min", "running_max")
     assert INTS == ("count", "finite", "near_zero_count", "nan", "posinf", "neginf", "underflow", "overflow")
     assert FLOATS == ("mean", "std", "var", "near_zero", "running_min", "running_max")
-    assert HISTS == ("hist", "log2_hist")
+    assert HISTS == ("hist", "log2_hist", "float_hist")
