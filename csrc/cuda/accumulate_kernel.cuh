@@ -189,15 +189,16 @@ HS_HD int lin_slot_fast(float v, const Params& p) {
 #endif
 }
 
-// accumulator.h's near_zero as 0 or ~0u (FSET on the GPU, one instruction; a sum of them is minus the count).
-HS_HD unsigned near_zero_mask(float v, float eps, bool signed_mode) {
+// accumulator.h's near_zero as 1.0f or 0.0f (FSET on the GPU: one instruction, summed by one FADD). A thread's
+// float sum stays exact: the launcher keeps a thread below 2^24 values (max_block_elems / threads).
+HS_HD float near_zero_one(float v, float eps, bool signed_mode) {
 #if defined(__CUDA_ARCH__)
-  unsigned m;
-  if (signed_mode) asm("set.le.u32.f32 %0, %1, %2;" : "=r"(m) : "f"(v), "f"(eps));
-  else asm("set.le.u32.f32 %0, %1, %2;" : "=r"(m) : "f"(fabsf(v)), "f"(eps));
+  float m;
+  if (signed_mode) asm("set.le.f32.f32 %0, %1, %2;" : "=f"(m) : "f"(v), "f"(eps));
+  else asm("set.le.f32.f32 %0, %1, %2;" : "=f"(m) : "f"(fabsf(v)), "f"(eps));
   return m;
 #else
-  return near_zero(v, eps, signed_mode) ? ~0u : 0u;
+  return near_zero(v, eps, signed_mode) ? 1.0f : 0.0f;
 #endif
 }
 
@@ -210,19 +211,26 @@ __device__ __forceinline__ void shared_dec(unsigned* p) { atomicAdd(p, ~0u); }
 struct Hists {
   bool lin, lg, flt;
 };
-// The shared histograms of one thread: its warp's (linear | log2) and the block's float buckets.
-struct SharedHists {
-  unsigned* warp;
-  unsigned* flt;
-  int lin_n;
-};
+HS_HD Hists hists_of(const Params& p) {
+  return Hists{(p.flags & kLinearHist) != 0, (p.flags & kLogHist) != 0, (p.flags & kFloatHist) != 0};
+}
+
+// The block's shared histograms (dynamic shared memory, see dyn_smem_bytes): float buckets at offset 0, then
+// one linear | log2 histogram per warp. Indexed from the array itself, not from pointers kept in registers.
+__device__ __forceinline__ unsigned* float_hist() {
+  HS_DYN_SMEM(unsigned, smem);
+  return smem;
+}
+__device__ __forceinline__ unsigned* warp_hist(const Params& p) {
+  return float_hist() + float_words(p) + (threadIdx.x / kWarp) * hist_stride(p);
+}
 
 // Per-thread running state: integer counts plus fp64 sums shifted by K (this thread's first chunk mean).
 template <typename A>
 struct ThreadStats {
   double n = 0, K = 0, s1 = 0, s2 = 0;
   A mn, mx;
-  unsigned nz = 0;
+  float nz = 0;  // near-zero count
 };
 
 template <int M, typename A>
@@ -243,7 +251,17 @@ template <typename T>
 constexpr bool kUnderflowCheck = std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16>;
 
 // The bucket a value took in the shared float table (non-finite ones too: the slow path undoes those).
-HS_HD int float_index(float v) { return float_slot(v); }
+HS_HD int float_index(float v) {
+#if defined(__CUDA_ARCH__)
+  // float_slot from the bits the value already is: an opaque copy keeps the compiler from re-deriving a bf16
+  // value's slot from its load word (a shift and a mask, where one shift of v's bits does)
+  float w;
+  asm("mov.b32 %0, %1;" : "=f"(w) : "f"(v));
+  return float_slot(w);
+#else
+  return float_slot(v);
+#endif
+}
 HS_HD int float_index(double v) { return float_slot(v); }
 
 // The rare chunk, out of line (inlined, the compiler predicates it into every chunk: +9 SASS instructions per
@@ -251,13 +269,13 @@ HS_HD int float_index(double v) { return float_slot(v); }
 // Moments of the finite values in fp64 (accumulator.h fp64_shifted_sums); each non-finite value leaves the
 // slots the fast path gave it (linear, float buckets) for its own linear slot (NaN, +Inf, -Inf).
 template <int M, typename A>
-__device__ __noinline__ ChunkMoments<A> slow_chunk(Chunk<M, A> ch, float lo, float inv_w, int nbins, Hists h,
-                                                  SharedHists sh) {
+__device__ __noinline__ ChunkMoments<A> slow_chunk(Chunk<M, A> ch, Params p) {
   ChunkMoments<A> r;
   fp64_shifted_sums(ch.v, M, r.k, r.e1, r.e2);
   r.mn = r.mx = nan_acc(A(0));
   r.c = 0;
-  const Params p{lo, inv_w, 0.0f, nbins, 0};
+  const Hists h = hists_of(p);
+  unsigned* warp = warp_hist(p);
   for (int i = 0; i < M; ++i) {
     const A v = ch.v[i];
     if (finite_acc(v)) {
@@ -267,9 +285,9 @@ __device__ __noinline__ ChunkMoments<A> slow_chunk(Chunk<M, A> ch, float lo, flo
       continue;
     }
     const float f = bin_value(v);
-    if (h.lin) shared_dec(&sh.warp[lin_slot_fast(f, p)]);
-    if (h.flt) shared_dec(&sh.flt[float_index(v)]);
-    shared_inc(&sh.warp[f != f ? nbins + 2 : (f > 0.0f ? nbins + 3 : nbins + 4)]);
+    if (h.lin) shared_dec(&warp[lin_slot_fast(f, p)]);
+    if (h.flt) shared_dec(&float_hist()[float_index(v)]);
+    shared_inc(&warp[f != f ? p.nbins + 2 : (f > 0.0f ? p.nbins + 3 : p.nbins + 4)]);
   }
   return r;
 }
@@ -281,22 +299,20 @@ __device__ __noinline__ ChunkMoments<A> slow_chunk(Chunk<M, A> ch, float lo, flo
 // slow_chunk, which redoes the moments and moves the non-finite values to their slots.
 template <int M, bool kUnderflow, typename A>
 __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], const Params& p, Hists h,
-                                       const SharedHists& sh) {
+                                       unsigned* warp) {
   const bool signed_nz = p.flags & kSignedNearZero;
   A s = v[0], cmn = nan_acc(A(0)), cmx = cmn;
-  unsigned nzm = 0;  // minus the near-zero count of the chunk
 #pragma unroll
   for (int i = 0; i < M; ++i) {
     if (i > 0) s += v[i];
     cmn = min_acc(cmn, v[i]);
     cmx = max_acc(cmx, v[i]);
     const float f = bin_value(v[i]);
-    nzm += near_zero_mask(f, p.eps, signed_nz);
-    if (h.lin) shared_inc(&sh.warp[lin_slot_fast(f, p)]);
-    if (h.lg) shared_inc(&sh.warp[sh.lin_n + log_slot(f)]);  // exponent 255 (NaN, Inf) gives the dummy slot
-    if (h.flt) shared_inc(&sh.flt[float_index(v[i])]);
+    t.nz += near_zero_one(f, p.eps, signed_nz);
+    if (h.lin) shared_inc(&warp[lin_slot_fast(f, p)]);
+    if (h.lg) shared_inc(&warp[lin_slots(p.nbins) + log_slot(f)]);  // exponent 255 (NaN, Inf): the dummy slot
+    if (h.flt) shared_inc(&float_hist()[float_index(v[i])]);
   }
-  t.nz -= nzm;
   const A Kc = s * (A(1) / A(M));  // exact: M is a power of two
   A c1 = v[0] - Kc, c2 = c1 * c1;
 #pragma unroll
@@ -311,7 +327,7 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
     Chunk<M, A> ch;
 #pragma unroll
     for (int i = 0; i < M; ++i) ch.v[i] = v[i];
-    m = slow_chunk(ch, p.lo, p.inv_w, p.nbins, h, sh);
+    m = slow_chunk(ch, p);
   }
   t.mn = min_acc(t.mn, m.mn);
   t.mx = max_acc(t.mx, m.mx);
@@ -348,20 +364,21 @@ struct BlockShared {
   int last;
 };
 
-// Zeroes the block's shared histograms; returns this thread's view of them.
-__device__ __forceinline__ SharedHists zero_hists(unsigned* hist_all, const Params& p) {
+// Zeroes the block's shared histograms; returns this thread's warp histogram.
+__device__ __forceinline__ unsigned* zero_hists(const Params& p) {
   const int words = float_words(p) + (blockDim.x / kWarp) * hist_stride(p);
-  for (int i = threadIdx.x; i < words; i += blockDim.x) hist_all[i] = 0u;
+  unsigned* all = float_hist();
+  for (int i = threadIdx.x; i < words; i += blockDim.x) all[i] = 0u;
 #if !defined(HS_BUG_NO_SYNC)
   __syncthreads();
 #endif
-  return SharedHists{hist_all + float_words(p) + (threadIdx.x / kWarp) * hist_stride(p), hist_all,
-                     static_cast<int>(lin_slots(p.nbins))};
+  return warp_hist(p);
 }
 
 // Adds the block's shared counters to istate: the warps' histograms summed per slot, the float buckets; only
 // nonzero counts take a global atomic (exact, order-free).
-__device__ __forceinline__ void flush_hists(const Target& tg, const Params& p, const unsigned* hist_all) {
+__device__ __forceinline__ void flush_hists(const Target& tg, const Params& p) {
+  const unsigned* hist_all = float_hist();
   const int nwarps = blockDim.x / kWarp, stride = hist_stride(p), used = hist_used(p), fw = float_words(p);
   for (int s = threadIdx.x; s < used; s += blockDim.x) {
     unsigned long long sum = 0;
@@ -379,13 +396,13 @@ __device__ __forceinline__ void flush_hists(const Target& tg, const Params& p, c
 // partials in block order and re-arms the ticket, so nothing needs zeroing before the next launch.
 template <typename A>
 __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid, int nblk, const Params& prm,
-                             const unsigned* hist_all, BlockShared& sm) {
+                             BlockShared& sm) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
   Partial p;
   shifted_to_partial(p, t.n, t.K, t.s1, t.s2);
   p.mn = static_cast<double>(t.mn);
   p.mx = static_cast<double>(t.mx);
-  unsigned nz = t.nz;
+  unsigned nz = static_cast<unsigned>(t.nz);
   warp_merge(p, nz);
   if (lane == 0) {
     sm.n[warp] = p.n;
@@ -396,7 +413,7 @@ __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid,
     sm.nz[warp] = nz;
   }
   __syncthreads();
-  flush_hists(tg, prm, hist_all);
+  flush_hists(tg, prm);
   if (warp == 0) {
     Partial b;
     unsigned bz = 0;
@@ -468,9 +485,8 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
   constexpr bool kU = kUnderflowCheck<T>;
   constexpr Hists h{kLin, kLog, kFloat};
   static_assert(U % kChunkVecs == 0, "chunks must tile the unrolled loads");
-  HS_DYN_SMEM(unsigned, hist_all);
   HS_SHARED(BlockShared, sm);
-  const SharedHists sh = zero_hists(hist_all, p);
+  unsigned* const warp = zero_hists(p);
   ThreadStats<A> t;
   t.mn = t.mx = nan_acc(A(0));
 
@@ -479,7 +495,7 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
   const int64_t gstride = static_cast<int64_t>(nblk) * blockDim.x;
   for (int64_t i = gtid; i < tg.head; i += gstride) {
     const A v[1] = {to_acc(x[i])};
-    consume<1, kU>(t, v, p, h, sh);
+    consume<1, kU>(t, v, p, h, warp);
   }
   const uint4* xv = reinterpret_cast<const uint4*>(x + tg.head);
   int64_t j = gtid;
@@ -492,20 +508,20 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
       A v[kChunkVecs * V];
 #pragma unroll
       for (int u = 0; u < kChunkVecs; ++u) unpack<T>(r[g + u], v + u * V);
-      consume<kChunkVecs * V, kU>(t, v, p, h, sh);
+      consume<kChunkVecs * V, kU>(t, v, p, h, warp);
     }
   }
   for (; j < tg.nvec; j += gstride) {
     A v[V];
     unpack<T>(HS_LDG16(xv + j), v);
-    consume<V, kU>(t, v, p, h, sh);
+    consume<V, kU>(t, v, p, h, warp);
   }
   for (int64_t i = tg.head + tg.nvec * V + gtid; i < tg.n; i += gstride) {
     const A v[1] = {to_acc(x[i])};
-    consume<1, kU>(t, v, p, h, sh);
+    consume<1, kU>(t, v, p, h, warp);
   }
   __syncthreads();
-  finish_block(t, tg, bid, nblk, p, hist_all, sm);
+  finish_block(t, tg, bid, nblk, p, sm);
 }
 
 // Dense tensors (contiguous, channels_last, permuted: read as flat memory), one or many per launch; one
@@ -540,10 +556,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
                    int enabled_bytes) {
   using A = typename Acc<T>::type;
   if (!flag_on(enabled, enabled_bytes)) return;
-  HS_DYN_SMEM(unsigned, hist_all);
   HS_SHARED(BlockShared, sm);
-  const Hists h{(p.flags & kLinearHist) != 0, (p.flags & kLogHist) != 0, (p.flags & kFloatHist) != 0};
-  const SharedHists sh = zero_hists(hist_all, p);
+  const Hists h = hists_of(p);
+  unsigned* const warp = zero_hists(p);
   ThreadStats<A> t;
   t.mn = t.mx = nan_acc(A(0));
   const T* x = static_cast<const T*>(tg.x);
@@ -563,14 +578,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     A v[kStridedChunk];
 #pragma unroll
     for (int k = 0; k < kStridedChunk; ++k) v[k] = to_acc(x[offset(c * kStridedChunk + k)]);
-    consume<kStridedChunk, kUnderflowCheck<T>>(t, v, p, h, sh);
+    consume<kStridedChunk, kUnderflowCheck<T>>(t, v, p, h, warp);
   }
   for (int64_t i = nchunks * kStridedChunk + gtid; i < tg.n; i += gstride) {
     const A v[1] = {to_acc(x[offset(i)])};
-    consume<1, kUnderflowCheck<T>>(t, v, p, h, sh);
+    consume<1, kUnderflowCheck<T>>(t, v, p, h, warp);
   }
   __syncthreads();
-  finish_block(t, tg, bid, nblk, p, hist_all, sm);
+  finish_block(t, tg, bid, nblk, p, sm);
 }
 
 }  // namespace cuda_kernel
