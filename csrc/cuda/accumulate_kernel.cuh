@@ -134,9 +134,12 @@ HS_HD int float_words(const Params& p) { return (p.flags & kFloatHist) ? kFloatS
 HS_HD int dyn_smem_bytes(const Params& p, int threads) {
   return (float_words(p) + (threads / kWarp) * hist_stride(p)) * static_cast<int>(sizeof(unsigned));
 }
-// Elements one block may see: its 32-bit shared counters must not wrap (per warp; the float table per block).
+// Elements one block may see: its 32-bit shared counters must not wrap (per warp; the float table per block),
+// and a thread's float near-zero count (ThreadStats) must stay exact: below 2^23 values per thread.
 HS_HD int64_t max_block_elems(const Params& p, int threads) {
-  return (p.flags & kFloatHist) ? (int64_t(1) << 31) : (int64_t(threads / kWarp) << 31);
+  const int64_t counters = (p.flags & kFloatHist) ? (int64_t(1) << 31) : (int64_t(threads / kWarp) << 31);
+  const int64_t per_thread = int64_t(threads) << 23;
+  return counters < per_thread ? counters : per_thread;
 }
 
 // ---- element logic ----
@@ -189,8 +192,7 @@ HS_HD int lin_slot_fast(float v, const Params& p) {
 #endif
 }
 
-// accumulator.h's near_zero as 1.0f or 0.0f (FSET on the GPU: one instruction, summed by one FADD). A thread's
-// float sum stays exact: the launcher keeps a thread below 2^24 values (max_block_elems / threads).
+// accumulator.h's near_zero as 1.0f or 0.0f (FSET on the GPU: one instruction, summed by one FADD; ThreadStats).
 HS_HD float near_zero_one(float v, float eps, bool signed_mode) {
 #if defined(__CUDA_ARCH__)
   float m;
@@ -230,7 +232,7 @@ template <typename A>
 struct ThreadStats {
   double n = 0, K = 0, s1 = 0, s2 = 0;
   A mn, mx;
-  float nz = 0;  // near-zero count
+  float nz = 0;  // near-zero count: exact, as a thread sees < 2^23 values (max_block_elems)
 };
 
 template <int M, typename A>
