@@ -25,12 +25,14 @@ inline std::ostream& operator<<(std::ostream& o, const Op& op) {
 }
 
 // A state the op updates in place: on x's device, of its dtype and size, contiguous, and writable in place.
+// size_note says what the size depends on (" for nbins=40"); built only on failure.
+template <typename Note>
 inline void check_state(Op op, const char* name, const at::Tensor& t, at::ScalarType dtype, const char* dtype_name,
-                        int64_t numel, int64_t nbins, const at::Tensor& x) {
+                        int64_t numel, const Note& size_note, const at::Tensor& x) {
   TORCH_CHECK(t.device() == x.device(), op, name, " must be on x's device (", x.device(), "), got ", t.device());
   TORCH_CHECK(t.scalar_type() == dtype, op, name, " must be ", dtype_name, ", got ", t.scalar_type());
-  TORCH_CHECK(numel < 0 || t.numel() == numel, op, name, " must have ", numel, " elements",
-              nbins > 0 ? " for nbins=" + std::to_string(nbins) : std::string(), ", got ", t.numel());
+  TORCH_CHECK(numel < 0 || t.numel() == numel, op, name, " must have ", numel, " elements", size_note(), ", got ",
+              t.numel());
   TORCH_CHECK(t.is_contiguous(), op, name, " must be contiguous");
   TORCH_CHECK(!t.requires_grad(), op, name, " must not require grad: the op updates it in place");
   TORCH_CHECK(!t.is_inference() || c10::InferenceMode::is_enabled(), op, name,
@@ -40,7 +42,7 @@ inline void check_state(Op op, const char* name, const at::Tensor& t, at::Scalar
 
 inline void check_scalars(const char* op, double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
   TORCH_CHECK(nbins >= 1 && nbins <= kMaxBins, op, "nbins must be in [1, ", kMaxBins, "], got ", nbins);
-  TORCH_CHECK(flags >= 0 && flags < 8, op, "unknown flags ", flags);
+  TORCH_CHECK(flags >= 0 && flags < 16, op, "unknown flags ", flags);
   // The kernels bin with float32 lo and inv_w (accumulator.h Params): they must be finite there.
   const float lo32 = static_cast<float>(lo), inv_w32 = static_cast<float>(inv_w), eps32 = static_cast<float>(eps);
   TORCH_CHECK(std::isfinite(lo32), op, "lo must be finite in float32, got ", lo);
@@ -49,14 +51,23 @@ inline void check_scalars(const char* op, double lo, double inv_w, double eps, i
   TORCH_CHECK(eps32 >= 0.0f, op, "eps must be >= 0, got ", eps);
 }
 
+// The flags are said where they decide istate's size: FLOAT_HIST is on, or the state has the size it would give.
+inline std::string istate_note(int nbins, int flags, const at::Tensor& istate) {
+  const bool flags_matter = (flags & kFloatHist) || istate.numel() == istate_size(nbins, flags ^ kFloatHist);
+  return " for nbins=" + std::to_string(nbins) + (flags_matter ? ", flags=" + std::to_string(flags) : std::string());
+}
+
 inline void check_target(Op op, const at::Tensor& x, const at::Tensor& fstate, const at::Tensor& istate,
-                         const at::Tensor& scratch, const at::Tensor& enabled, int64_t nbins) {
+                         const at::Tensor& scratch, const at::Tensor& enabled, int64_t nbins, int64_t flags) {
   const auto t = x.scalar_type();
   TORCH_CHECK(t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16,
               op, "x must be float32, float64, float16 or bfloat16, got ", t);
-  check_state(op, "fstate", fstate, at::kDouble, "float64", kFState, 0, x);
-  check_state(op, "istate", istate, at::kLong, "int64", istate_size(static_cast<int>(nbins)), nbins, x);
-  check_state(op, "scratch", scratch, at::kByte, "uint8", -1, 0, x);
+  const int nb = static_cast<int>(nbins), fl = static_cast<int>(flags);
+  const auto no_note = [] { return std::string(); };
+  check_state(op, "fstate", fstate, at::kDouble, "float64", kFState, no_note, x);
+  check_state(op, "istate", istate, at::kLong, "int64", istate_size(nb, fl),
+              [&] { return istate_note(nb, fl, istate); }, x);
+  check_state(op, "scratch", scratch, at::kByte, "uint8", -1, no_note, x);
   TORCH_CHECK(enabled.device() == x.device(), op, "enabled must be on x's device (", x.device(), "), got ",
               enabled.device());
   const auto e = enabled.scalar_type();
@@ -106,7 +117,7 @@ inline void check_one_call(const at::Tensor& x, const at::Tensor& fstate, const 
                            const at::Tensor& scratch, const at::Tensor& enabled, double lo, double inv_w, double eps,
                            int64_t nbins, int64_t flags) {
   check_scalars("hookstats.accumulate_: ", lo, inv_w, eps, nbins, flags);
-  check_target(Op{-1}, x, fstate, istate, scratch, enabled, nbins);
+  check_target(Op{-1}, x, fstate, istate, scratch, enabled, nbins, flags);
   std::vector<Extent> ext;
   add_extents(ext, -1, {&x, &fstate, &istate, &scratch});
   check_no_overlap("hookstats.accumulate_: ", ext);
@@ -124,7 +135,7 @@ inline void check_many_call(at::TensorList xs, at::TensorList fstates, at::Tenso
   ext.reserve(4 * xs.size());
   for (size_t k = 0; k < xs.size(); ++k) {
     const auto i = static_cast<int64_t>(k);
-    check_target(Op{i}, xs[k], fstates[k], istates[k], scratches[k], enabled, nbins);
+    check_target(Op{i}, xs[k], fstates[k], istates[k], scratches[k], enabled, nbins, flags);
     add_extents(ext, i, {&xs[k], &fstates[k], &istates[k], &scratches[k]});
   }
   check_no_overlap(op, ext);

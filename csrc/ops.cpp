@@ -17,7 +17,8 @@ namespace hookstats {
 std::string cpu_kernel();  // cpu/accumulate_cpu.cpp: "avx2" or "portable" (HOOKSTATS_CPU_KERNEL=portable)
 
 std::vector<int64_t> layout() {
-  return {kFState, kLinBase, kLinExtra, kLogSlots, kLogExpMin, kMaxBins};
+  return {kFState, kLinBase, kLinExtra, kLogSlots, kLogExpMin, kMaxBins,
+          kFloatHist, kFloatMantBits, kFloatSlots, kFloatBelow, kFloatAbove, kFloatZero};
 }
 
 TORCH_LIBRARY(hookstats, m) {

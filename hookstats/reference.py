@@ -1,7 +1,8 @@
 """Pure-PyTorch accumulate_: the fallback when the extension is missing, and the oracle of the tests.
 
 Same signature and state layout as the C++/CUDA op (csrc/accumulator.h). Moments are float64 two-pass
-over the tensor; bins use the kernels' float32 formula. Runs on any device with no host sync: no
+over the tensor; bins use the kernels' float32 formula; float buckets read the float32 bits (float64 inputs:
+their exact magnitude, as accumulator.h's float_slot(double)). Runs on any device with no host sync: no
 .item(), no bincount, no range-inferring histc; `enabled` masks the update on the device.
 """
 import math
@@ -32,6 +33,21 @@ def _log_slots(f):
     return torch.where(e == 0, (bits != 0).long(), e.long() + 1)
 
 
+def _float_slots(x):
+    """Float bucket of each finite value (accumulator.h float_slot); non-finite values get any slot."""
+    if x.dtype != torch.float64:
+        bits = x.float().view(torch.int32)
+        slots = (bits >> layout.FLOAT_SHIFT) & (layout.FLOAT_SLOTS - 1)
+        return torch.where((bits & 0x7FFFFFFF) == 0, layout.FLOAT_ZERO, slots).long()
+    a = x.abs()
+    f = a.float()  # round to nearest (past 2**128 - 2**103: inf); truncate toward zero by stepping back one ulp
+    bits = f.view(torch.int32) - (f.double() > a).int()
+    k = torch.where(a >= 2.0 ** 128, layout.FLOAT_ABOVE, torch.where(
+        a < 2.0 ** -149, layout.FLOAT_BELOW, bits >> layout.FLOAT_SHIFT))
+    k = torch.where(a == 0, layout.FLOAT_ZERO, k)
+    return (k + torch.where(x < 0, layout.FLOAT_HALF, 0)).long()
+
+
 def _f32(v):
     with np.errstate(over="ignore"):
         return float(np.float32(v))
@@ -40,7 +56,7 @@ def _f32(v):
 def _check_scalars(op, lo, inv_w, eps, nbins, flags):
     if not 1 <= nbins <= layout.MAX_BINS:
         raise RuntimeError(f"{op}nbins must be in [1, {layout.MAX_BINS}], got {nbins}")
-    if not 0 <= flags < 8:
+    if not 0 <= flags < 16:
         raise RuntimeError(f"{op}unknown flags {flags}")
     if not math.isfinite(_f32(lo)):
         raise RuntimeError(f"{op}lo must be finite in float32, got {lo}")
@@ -66,11 +82,18 @@ def _check_state(op, name, t, dtype, numel, x, size_note=""):
                            f"torch.inference_mode(): create the state outside inference mode")
 
 
-def _check_target(op, x, fstate, istate, scratch, enabled, nbins):
+def _istate_note(nbins, flags, istate):
+    """Says the flags where they decide the size: FLOAT_HIST is on, or the state has the size it would give."""
+    other = layout.istate_size(nbins, flags ^ layout.FLOAT_HIST)
+    return f" for nbins={nbins}" + (f", flags={flags}" if flags & layout.FLOAT_HIST or istate.numel() == other else "")
+
+
+def _check_target(op, x, fstate, istate, scratch, enabled, nbins, flags):
     if x.dtype not in _FLOAT_DTYPES:
         raise RuntimeError(f"{op}x must be float32, float64, float16 or bfloat16, got {x.dtype}")
     _check_state(op, "fstate", fstate, torch.float64, layout.FSTATE_SIZE, x)
-    _check_state(op, "istate", istate, torch.int64, layout.istate_size(nbins), x, f" for nbins={nbins}")
+    _check_state(op, "istate", istate, torch.int64, layout.istate_size(nbins, flags), x,
+                 _istate_note(nbins, flags, istate))
     _check_state(op, "scratch", scratch, torch.uint8, None, x)
     if enabled.device != x.device:
         raise RuntimeError(f"{op}enabled must be on x's device ({x.device}), got {enabled.device}")
@@ -111,7 +134,7 @@ def check_args(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags
     the shared-memory test (fake tensors have no memory)."""
     op = "hookstats.accumulate_: "
     _check_scalars(op, lo, inv_w, eps, nbins, flags)
-    _check_target(op, x, fstate, istate, scratch, enabled, nbins)
+    _check_target(op, x, fstate, istate, scratch, enabled, nbins, flags)
     if memory and not torch.compiler.is_compiling():
         _check_no_overlap(op, _extents(-1, (x, fstate, istate, scratch)))
 
@@ -124,7 +147,7 @@ def check_many_args(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nb
                            f"{len(fstates)}, {len(istates)}, {len(scratches)}")
     _check_scalars(op, lo, inv_w, eps, nbins, flags)
     for k, (x, f, i, s) in enumerate(zip(xs, fstates, istates, scratches)):
-        _check_target(f"{op}target[{k}]: ", x, f, i, s, enabled, nbins)
+        _check_target(f"{op}target[{k}]: ", x, f, i, s, enabled, nbins, flags)
     if memory and not torch.compiler.is_compiling():
         entries = enumerate(zip(xs, fstates, istates, scratches))
         _check_no_overlap(op, [e for k, ts in entries for e in _extents(k, ts)])
@@ -180,8 +203,11 @@ def _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags
     else:
         lin.index_add_(0, torch.where(fin, nbins + 2, nonfinite), (~fin).long() * w)
     if flags & layout.LOG_HIST:
-        lg = istate[layout.log_base(nbins):]
+        lg = istate[layout.log_base(nbins): layout.float_base(nbins)]
         lg.index_add_(0, torch.where(fin, _log_slots(f), 0), fin.long() * w)
+    if flags & layout.FLOAT_HIST:
+        fl = istate[layout.float_base(nbins):]
+        fl.index_add_(0, torch.where(fin, _float_slots(x), 0), fin.long() * w)
 
 
 def accumulate_many_(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags):

@@ -1,6 +1,8 @@
 """Test helpers shared by the test files: a float64 NumPy oracle of the op and a no-host-sync guard."""
 import contextlib
 import os
+import subprocess
+import sys
 
 import numpy as np
 import torch
@@ -53,6 +55,34 @@ def oracle(x, cfg):
         slots = np.where(bf == 0, 0, np.where(bf < 2.0 ** -126, 1, e - 1 - layout.LOG_EXP_MIN + 2))
         i[layout.log_base(nb):] = np.bincount(slots, minlength=layout.LOG_SLOTS)
     return f, i
+
+
+def float_buckets(x):
+    """Float bucket counts (csrc/accumulator.h float_slot) of tensor x, from each finite value's exact magnitude
+    by np.frexp, not its bits: k = 8 * biased exponent + top 3 mantissa bits; below 2**-126, k = |x| // 2**-129;
+    float64 beyond float32: FLOAT_BELOW / FLOAT_ABOVE; exact zeros (either sign) FLOAT_ZERO; minus half + 2048."""
+    v = x.detach().double().reshape(-1).numpy()
+    v = v[np.isfinite(v)]
+    a = np.abs(v)
+    m, e = np.frexp(a)  # a = m * 2**e, m in [0.5, 1): a in [2**(e-1), 2**e)
+    normal = 8 * (e - 1 + 127) + np.floor((2 * m - 1) * 8)
+    k = np.where(a < 2.0 ** -126, np.floor(np.minimum(a, 1.0) * 2.0 ** 129), normal)
+    k = np.where(a >= 2.0 ** 128, layout.FLOAT_ABOVE, np.where(a < 2.0 ** -149, layout.FLOAT_BELOW, k))
+    k = np.where(a == 0, layout.FLOAT_ZERO, k + np.where(v < 0, layout.FLOAT_HALF, 0)).astype(np.int64)
+    return np.bincount(k, minlength=layout.FLOAT_SLOTS)
+
+
+def rerun_with_portable_kernel(test_file, select):
+    """The tests of test_file matching `-k select`, in a process where HOOKSTATS_CPU_KERNEL=portable forces the
+    kernel CPUs without AVX2/FMA/F16C run. Returns a failure message, or None when they passed."""
+    env = {**os.environ, "HOOKSTATS_CPU_KERNEL": "portable"}
+    which = subprocess.run([sys.executable, "-c", "import hookstats, torch; print(torch.ops.hookstats.cpu_kernel())"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    if which.stdout.strip() != "portable":
+        return "the portable kernel was not chosen: " + which.stderr[-2000:]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test_file, "-k", select],
+                       env=env, capture_output=True, text=True, timeout=900)
+    return None if r.returncode == 0 and " passed" in r.stdout else r.stdout[-3000:]
 
 
 class HostSyncError(AssertionError):

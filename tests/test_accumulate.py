@@ -1,14 +1,11 @@
 """The op (compiled kernel and reference) against an independent float64 NumPy oracle."""
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 from conftest import DTYPES
-from helpers import oracle
+from helpers import oracle, rerun_with_portable_kernel
 
 import hookstats
 from hookstats import layout, reference
@@ -260,7 +257,13 @@ BAD_ARGS = {  # case: (replacements, the error's words)
     "NaN eps": (dict(eps=math.nan), "eps must be >= 0"),
     "negative eps": (dict(eps=-1.0), "eps must be >= 0"),
     "nbins 0": (dict(nbins=0), r"nbins must be in \[1, 256\]"),
-    "flags 8": (dict(flags=8), "unknown flags"),
+    "flags 16": (dict(flags=16), "unknown flags 16"),
+    "negative flags": (dict(flags=-1), "unknown flags -1"),
+    "FLOAT_HIST, istate without its slots": (dict(flags=layout.FLOAT_HIST | 3),
+                                             "istate must have 4399 elements for nbins=40, flags=11, got 303"),
+    "istate with float slots, no FLOAT_HIST": (
+        dict(istate=lambda a: torch.zeros(layout.istate_size(40, layout.FLOAT_HIST), dtype=torch.int64)),
+        "istate must have 303 elements for nbins=40, flags=3, got 4399"),
     "float32 fstate": (dict(fstate=lambda a: a["fstate"].float()), "fstate must be float64, got"),
     "fstate of 4": (dict(fstate=lambda a: a["fstate"][:4]), "fstate must have 5 elements, got 4"),
     "float64 istate": (dict(istate=lambda a: a["istate"].double()), "istate must be int64, got"),
@@ -338,7 +341,9 @@ def test_a_list_may_read_one_x_twice(backend):
 
 def test_python_layout_mirrors_the_header():
     assert list(torch.ops.hookstats.layout()) == [layout.FSTATE_SIZE, layout.LIN_BASE, layout.LIN_EXTRA,
-                                                   layout.LOG_SLOTS, layout.LOG_EXP_MIN, layout.MAX_BINS]
+                                                   layout.LOG_SLOTS, layout.LOG_EXP_MIN, layout.MAX_BINS,
+                                                   layout.FLOAT_HIST, layout.FLOAT_MANT_BITS, layout.FLOAT_SLOTS,
+                                                   layout.FLOAT_BELOW, layout.FLOAT_ABOVE, layout.FLOAT_ZERO]
 
 
 def test_opcheck():
@@ -367,10 +372,5 @@ def test_backend_reports_compiled_here():
 def test_portable_cpu_kernel_passes_the_oracle_tests():
     """CPUs without AVX2/FMA/F16C run the portable kernel (the AVX2 one uses it only for float64 and short
     tails): this file's compiled-op tests again, in a process where it is forced."""
-    env = {**os.environ, "HOOKSTATS_CPU_KERNEL": "portable"}
-    which = subprocess.run([sys.executable, "-c", "import hookstats, torch; print(torch.ops.hookstats.cpu_kernel())"],
-                           env=env, capture_output=True, text=True, timeout=120)
-    assert which.stdout.strip() == "portable", which.stderr[-2000:]
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__,
-                        "-k", "compiled and not portable"], env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:]
+    failure = rerun_with_portable_kernel(__file__, "compiled and not portable")
+    assert failure is None, failure

@@ -68,28 +68,53 @@ inline float hmax(__m256 v) {
 }
 
 // Consumes full blocks of x into res (moments, min/max, near-zero), the histograms h (sub-histogram
-// k at h + k * stride) and nonfin[3] (NaN, +Inf, -Inf counts, kept apart when the linear histogram is off).
+// k at h + k * stride), the float buckets fh (copy k of slot s at fh[s * kSub + k], slot kFloatSlots a dummy for
+// non-finite values) and nonfin[3] (NaN, +Inf, -Inf counts, kept apart when the linear histogram is off).
 // Returns the number of values consumed (a multiple of kSmallBlock); the caller handles the tail.
 // Each block is read twice from L1: pass 1 classifies and sums for the shift K, pass 2 sums (v - K)
 // and (v - K)^2. Blocks holding a NaN or Inf (known from pass 1's finite count) take a masked slow path.
-template <typename T, bool kLin, bool kLog, int kSub>
+template <typename T, bool kLin, bool kLog, bool kFloat, int kSub>
 int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t& near_zero,
-                   uint32_t* h, int stride, int64_t* nonfin) {
+                   uint32_t* h, int stride, uint32_t* fh, int64_t* nonfin) {
+  static_assert(kSub == 2 || kSub == 4 || kSub == 8, "the copies of a float bucket are side by side");
   const int nb = p.nbins;
   const __m256 inf = _mm256_set1_ps(__builtin_inff()), ninf = _mm256_set1_ps(-__builtin_inff());
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 lo = _mm256_set1_ps(p.lo), inv_w = _mm256_set1_ps(p.inv_w), eps = _mm256_set1_ps(p.eps);
   const __m256 m1 = _mm256_set1_ps(-1.0f), nbf = _mm256_set1_ps(static_cast<float>(nb));
   const __m256i zero_i = _mm256_setzero_si256();
-  const __m256i log_base1 = _mm256_set1_epi32(static_cast<int>(lin_slots(nb)) + 1);
+  const __m256i float_zero = _mm256_set1_epi32(kFloatZero), float_dummy = _mm256_set1_epi32(kFloatSlots);
+  // Slots are stored with their copy's offset added (value i counts into copy i % kSub): one base per increment.
+  alignas(32) int32_t off[kVec], foff[kVec];
+  for (int k = 0; k < kVec; ++k) {
+    off[k] = (k % kSub) * stride;
+    foff[k] = k % kSub;
+  }
+  const __m256i lin_off = _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(off)),
+                                           _mm256_set1_epi32(1));
+  const __m256i log_off = _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(off)),
+                                           _mm256_set1_epi32(static_cast<int>(lin_slots(nb)) + 1));
+  const __m256i float_off = _mm256_load_si256(reinterpret_cast<const __m256i*>(foff));
   const bool signed_nz = p.flags & kSignedNearZero;
   __m256 mn = inf, mx = ninf;
   __m256i nz = zero_i;
 
   alignas(32) float buf[kBlock];
-  alignas(32) int32_t ls[kBlock], gs[kBlock];
+  alignas(32) uint32_t ls[kBlock], gs[kBlock];
+  // Float slots of this block and of the previous one. A block counts its even vectors in pass 2 and the previous
+  // block's odd vectors in pass 1: the increments (stores) run beside the vector arithmetic of both passes.
+  alignas(32) uint32_t fsb[2][kBlock];
+  int cur = 0, prev_vecs = 0;
+  auto count_float = [&](const uint32_t* f) {
+    if constexpr (kFloat) {
+#pragma GCC unroll 8
+      for (int i = 0; i < kVec; ++i) ++fh[f[i]];
+    }
+  };
   auto block = [&](int64_t b, auto block_size) {
     constexpr int kB = decltype(block_size)::value, kVecs = kB / kVec;
+    uint32_t* fs = fsb[cur];
+    const uint32_t* prev = fsb[cur ^ 1];
     // Pass 1. min_ps(v, m) returns m when v is NaN, so NaNs drop out of min/max by themselves;
     // a block with an Inf recomputes its min/max below. Unrolled by two: two add chains.
     __m256 sum0 = _mm256_setzero_ps(), sum1 = sum0, bmn = inf, bmx = ninf;
@@ -106,23 +131,35 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
       nz = _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(signed_nz ? v : av, eps, _CMP_LE_OQ)));
       if constexpr (kLin) {
         // accumulator.h lin_slot_finite: t = (v - lo) * inv_w, clamp to [-1, nbins], floor, + 1
-        // (the + 1 is added with the slots of non-finite values below).
+        // (non-finite values: below).
         __m256 t = _mm256_mul_ps(_mm256_sub_ps(v, lo), inv_w);
         t = _mm256_min_ps(_mm256_max_ps(t, m1), nbf);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(ls + j * kVec), _mm256_cvttps_epi32(_mm256_floor_ps(t)));
+        const __m256i l = _mm256_add_epi32(_mm256_cvttps_epi32(_mm256_floor_ps(t)), lin_off);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(ls + j * kVec), l);
       }
       if constexpr (kLog) {
         // accumulator.h log_slot: exponent + 1 for normal values, 1 for subnormals, 0 for zero:
         // exponent + (|v| != 0). NaN and Inf land on 255 + 1 = kLogSlots, the dummy slot.
         const __m256i ab = _mm256_castps_si256(av);
         const __m256i g = _mm256_add_epi32(_mm256_srli_epi32(ab, 23), _mm256_cmpeq_epi32(ab, zero_i));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(gs + j * kVec), _mm256_add_epi32(g, log_base1));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(gs + j * kVec), _mm256_add_epi32(g, log_off));
+      }
+      if constexpr (kFloat) {
+        // accumulator.h float_slot: bits >> 20, zeros of either sign to kFloatZero (non-finite values: below).
+        const __m256i bits = _mm256_castps_si256(v);
+        const __m256i zero = _mm256_cmpeq_epi32(_mm256_castps_si256(av), zero_i);
+        __m256i f = _mm256_blendv_epi8(_mm256_srli_epi32(bits, kFloatShift), float_zero, zero);
+        f = _mm256_blendv_epi8(float_dummy, f, _mm256_castps_si256(fin));
+        const __m256i fk = _mm256_add_epi32(_mm256_slli_epi32(f, __builtin_ctz(kSub)), float_off);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(fs + j * kVec), fk);
       }
     };
     for (int j = 0; j < kVecs; j += 2) {
       pass1(j, sum0);
       pass1(j + 1, sum1);
+      if (j + 1 < prev_vecs) count_float(prev + (j + 1) * kVec);
     }
+    for (int j = kVecs + 1; j < prev_vecs; j += 2) count_float(prev + j * kVec);
     const float* vals = std::is_same_v<T, float> ? reinterpret_cast<const float*>(x + b) : buf;
     const int64_t ct = hsum(cnt);
     const bool all_finite = ct == kB;
@@ -139,12 +176,28 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         const float v = vals[i];
         if (is_finite(v)) continue;
         const int slot = v != v ? nb + 2 : (v > 0 ? nb + 3 : nb + 4);
-        if (kLin) ls[i] = slot - 1;
+        if (kLin) ls[i] = slot + off[i % kVec];
         else ++nonfin[slot - nb - 2];
       }
     }
     mn = _mm256_min_ps(mn, bmn);
     mx = _mm256_max_ps(mx, bmx);
+    // Histograms: the scattered increments of values 8j .. 8j + 7, spread over kSub private copies so that runs
+    // of equal slots (ReLU zeros) do not serialise on one counter. Pass 2 calls it beside its vector
+    // arithmetic: the increments (stores) and the sums (FP units) then run side by side.
+    auto count = [&](int j) {
+      const uint32_t *l = ls + j * kVec, *g = gs + j * kVec;
+#pragma GCC unroll 8
+      for (int i = 0; i < kVec; ++i) {
+        if constexpr (kLin) ++h[l[i]];
+        if constexpr (kLog) ++h[g[i]];
+      }
+    };
+    if (ct == 0)
+      for (int j = 0; j < kVecs; ++j) {
+        count(j);
+        if (j % 2 == 0) count_float(fs + j * kVec);
+      }
     // Pass 2: shifted sums around this block's fp32 mean K; fp32 over 8 values per lane, then fp64.
     if (ct > 0) {
       const float K = hsum(_mm256_add_ps(sum0, sum1)) / static_cast<float>(ct);
@@ -159,6 +212,10 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
           if (!all_finite) d = _mm256_and_ps(d, _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_LT_OQ));
           c1 = _mm256_add_ps(c1, d);
           c2 = _mm256_fmadd_ps(d, d, c2);
+          if constexpr (!decltype(scaled)::value) {
+            count(j);
+            if (j % 2 == 0) count_float(fs + j * kVec);
+          }
         };
         for (int g = 0; g < kVecs; g += 8) {
           __m256 c1a = _mm256_setzero_ps(), c1b = c1a, c2a = c1a, c2b = c1a;
@@ -191,21 +248,13 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
       }
       chan_merge(res.n, res.mean, res.m2, bp.n, bp.mean, bp.m2);
     }
-    // Histograms: scattered increments spread over kSub private copies, so that runs of equal slots
-    // (ReLU zeros) do not serialise on one counter. ls holds linear slot - 1.
-    if constexpr (kLin || kLog) {
-      for (int i = 0; i < kB; i += kSub) {
-        for (int k = 0; k < kSub; ++k) {
-          uint32_t* hk = h + k * stride;
-          if constexpr (kLin) ++hk[1 + ls[i + k]];
-          if constexpr (kLog) ++hk[gs[i + k]];
-        }
-      }
-    }
+    prev_vecs = kVecs;
+    cur ^= 1;
   };
   int64_t b = 0;
   for (; b + kBlock <= n; b += kBlock) block(b, std::integral_constant<int, kBlock>());
   for (; b + kSmallBlock <= n; b += kSmallBlock) block(b, std::integral_constant<int, kSmallBlock>());
+  for (int j = 1; j < prev_vecs; j += 2) count_float(fsb[cur ^ 1] + j * kVec);
   const float fmn = hmin(mn), fmx = hmax(mx);
   res.mn = fmin_nan(res.mn, fmn == __builtin_inff() ? __builtin_nan("") : fmn);
   res.mx = fmax_nan(res.mx, fmx == -__builtin_inff() ? __builtin_nan("") : fmx);

@@ -1,6 +1,7 @@
 // accumulate_cpu.cpp -- the CPU kernel of hookstats::accumulate_ and its registration.
 // at::parallel_for over fixed-size chunks (sized from numel only) whose moments merge in chunk order,
-// so the state is identical for any thread count. Integer statistics are summed, which is order-free.
+// so the state is identical for any thread count. Integer statistics are summed, which is order-free: each
+// task counts into private 32-bit histograms and adds them to the state once (or before a counter could wrap).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -28,8 +30,56 @@ constexpr int kSubHists = 4;  // private copies, so repeated bins do not seriali
 constexpr int64_t kMinChunk = int64_t(1) << 15;
 constexpr int64_t kMaxChunks = 1024;
 constexpr int kMaxHistStride = kMaxBins + kLinExtra + kLogSlots + 1;  // +1: dummy log slot for non-finite
+// Float buckets, then a dummy slot for non-finite values; the kSubHists copies of a slot are side by side, so the
+// few hot slots of a tensor take few cache lines, spread over the cache's sets (copies 16 KB apart all fall in
+// the same sets, and streaming x through the cache then evicts them).
+constexpr int kFloatDummy = kFloatSlots;
+constexpr int kFloatHistSize = (kFloatSlots + 1) * kSubHists;
+constexpr int64_t kFlushEvery = int64_t(1) << 31;  // values per flush of the private histograms: no u32 wraps
 
 int hist_stride(int nbins) { return static_cast<int>(lin_slots(nbins)) + kLogSlots + 1; }
+
+// Adds the kSubHists copies (stride apart) of slots [0, n) to dst and zeroes them.
+void flush_hist(uint32_t* h, int stride, int n, int64_t* dst) {
+  for (int s = 0; s < n; ++s) {
+    uint32_t t = 0;  // < 2^32: at most kFlushEvery values were counted since the last flush
+    for (int k = 0; k < kSubHists; ++k) {
+      t += h[k * stride + s];
+      h[k * stride + s] = 0;
+    }
+    if (t) __atomic_fetch_add(&dst[s], static_cast<int64_t>(t), __ATOMIC_RELAXED);
+  }
+}
+
+// The float buckets of the calling thread, allocated once and zero between calls (flush_float zeroes them):
+// 64 KB, too much to clear for every small tensor.
+struct alignas(64) FloatHist {
+  uint32_t c[kFloatHistSize] = {};
+};
+uint32_t* float_hist_of_thread() {
+  thread_local std::unique_ptr<FloatHist> hist;
+  if (!hist) hist = std::make_unique<FloatHist>();
+  return hist->c;
+}
+
+// Adds the float buckets to dst and zeroes them (the dummy slot too). A tensor touches a few dozen buckets:
+// most 64-byte lines are zero and only read.
+void flush_float(uint32_t* fh, int64_t* dst) {
+  constexpr int kLine = 64 / sizeof(uint32_t);
+  static_assert(kLine % kSubHists == 0, "a line holds whole slots");
+  for (int base = 0; base < kFloatSlots * kSubHists; base += kLine) {
+    uint32_t any = 0;
+    for (int i = 0; i < kLine; ++i) any |= fh[base + i];
+    if (any == 0) continue;
+    for (int s = base / kSubHists; s < (base + kLine) / kSubHists; ++s) {
+      uint32_t t = 0;  // < 2^32, as in flush_hist
+      for (int k = 0; k < kSubHists; ++k) t += fh[s * kSubHists + k];
+      if (t) __atomic_fetch_add(&dst[s], static_cast<int64_t>(t), __ATOMIC_RELAXED);
+    }
+    std::fill(fh + base, fh + base + kLine, 0u);
+  }
+  std::fill(fh + kFloatDummy * kSubHists, fh + kFloatHistSize, 0u);
+}
 
 // The AVX2 kernel runs where the CPU has it; HOOKSTATS_CPU_KERNEL=portable forces the portable one.
 bool use_avx2() {
@@ -61,14 +111,15 @@ struct ChunkResult {
   int64_t near_zero = 0;
 };
 
-template <typename T, bool kLin, bool kLog>
+template <typename T, bool kLin, bool kLog, bool kFloat>
 struct ChunkKernel {
   using A = acc_t<T>;
   Params p;
   int stride;  // of the sub-histograms in h
 
-  // Consumes x[0, n) (n < 2^31) into res and the chunk-local histograms h (kSubHists x stride).
-  void run(const T* x, int64_t n, ChunkResult& res, uint32_t* h) const {
+  // Consumes x[0, n) (n < 2^31) into res, the task-local histograms h (kSubHists x stride) and the float
+  // buckets fh (kFloatHistSize: copy k of slot s at s * kSubHists + k).
+  void run(const T* x, int64_t n, ChunkResult& res, uint32_t* h, uint32_t* fh) const {
     A mn[kLanes], mx[kLanes];
     int32_t nz[kLanes] = {};
     for (int j = 0; j < kLanes; ++j) {
@@ -76,8 +127,8 @@ struct ChunkKernel {
       mx[j] = -std::numeric_limits<A>::infinity();
     }
     int64_t i = 0;
-    for (; i + kBlock <= n; i += kBlock) block<true>(x + i, kBlock, res, h, mn, mx, nz);
-    if (i < n) block<false>(x + i, static_cast<int>(n - i), res, h, mn, mx, nz);
+    for (; i + kBlock <= n; i += kBlock) block<true>(x + i, kBlock, res, h, fh, mn, mx, nz);
+    if (i < n) block<false>(x + i, static_cast<int>(n - i), res, h, fh, mn, mx, nz);
     int64_t z = 0;
     for (int j = 0; j < kLanes; ++j) {
       res.moments.mn = fmin_nan(res.moments.mn, mn[j] == std::numeric_limits<A>::infinity() ? NAN : mn[j]);
@@ -88,7 +139,7 @@ struct ChunkKernel {
   }
 
   template <bool kFull>
-  void block(const T* x, int m_in, ChunkResult& res, uint32_t* h, A* mn, A* mx, int32_t* nz) const {
+  void block(const T* x, int m_in, ChunkResult& res, uint32_t* h, uint32_t* fh, A* mn, A* mx, int32_t* nz) const {
     const int m = kFull ? kBlock : m_in;
     A v[kBlock];
     bool fin[kBlock];
@@ -166,7 +217,7 @@ struct ChunkKernel {
         nz[j] += (b + j < m) && (a <= p.eps);
       }
     // Slots: computed branch-free for the whole block (vectorisable), then counted.
-    int32_t ls[kBlock], gs[kBlock];
+    int32_t ls[kBlock], gs[kBlock], fsl[kBlock];
     const int nb = p.nbins;
     const int lin_n = static_cast<int>(lin_slots(nb));
     for (int i = 0; i < kBlock; ++i) {
@@ -174,54 +225,64 @@ struct ChunkKernel {
       const int nonfinite = f != f ? nb + 2 : (f > 0 ? nb + 3 : nb + 4);
       ls[i] = kLin ? (fin[i] ? lin_slot_finite(f, p.lo, p.inv_w, nb) : nonfinite) : (fin[i] ? -1 : nonfinite);
       if (kLog) gs[i] = lin_n + (fin[i] ? log_slot(f) : kLogSlots);
+      if (kFloat) fsl[i] = fin[i] ? float_slot(v[i]) : kFloatDummy;  // float64: its exact magnitude
     }
     for (int i = 0; i < m; ++i) {
       uint32_t* hi = h + (i % kSubHists) * stride;
       if (kLin || !fin[i]) ++hi[ls[i]];
       if (kLog) ++hi[gs[i]];
+      if (kFloat) ++fh[fsl[i] * kSubHists + i % kSubHists];
     }
   }
 };
 
 // One chunk: the AVX2 kernel over its full blocks where it applies, the portable kernel for the rest.
-template <typename T, bool kLin, bool kLog>
-void run_chunk(const ChunkKernel<T, kLin, kLog>& kernel, bool avx2, const T* x, int64_t n, ChunkResult& res,
-               uint32_t* h) {
+template <typename T, bool kLin, bool kLog, bool kFloat>
+void run_chunk(const ChunkKernel<T, kLin, kLog, kFloat>& kernel, bool avx2, const T* x, int64_t n, ChunkResult& res,
+               uint32_t* h, uint32_t* fh) {
   int64_t done = 0;
   if constexpr (!std::is_same_v<T, double>) {
     if (avx2) {
       int64_t nonfin[3] = {0, 0, 0};  // NaN, +Inf, -Inf: the linear slots count them when kLin is off
-      done = avx2::run_blocks<T, kLin, kLog, kSubHists>(x, n, kernel.p, res.moments, res.near_zero, h,
-                                                         kernel.stride, nonfin);
+      done = avx2::run_blocks<T, kLin, kLog, kFloat, kSubHists>(x, n, kernel.p, res.moments, res.near_zero, h,
+                                                                 kernel.stride, fh, nonfin);
       const int nb = kernel.p.nbins;
       for (int k = 0; k < 3; ++k) h[nb + 2 + k] += static_cast<uint32_t>(nonfin[k]);
     }
   }
-  if (done < n) kernel.run(x + done, n - done, res, h);
+  if (done < n) kernel.run(x + done, n - done, res, h, fh);
 }
 
-template <typename T, bool kLin, bool kLog>
+template <typename T, bool kLin, bool kLog, bool kFloat>
 void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t* is) {
   constexpr int64_t align = avx2::kBlock;  // chunks hold whole AVX2 blocks: only the tensor's end is left over
   const int64_t chunk = std::max(kMinChunk, (n + kMaxChunks - 1) / kMaxChunks + align - 1) / align * align;
   const int64_t nchunks = (n + chunk - 1) / chunk;
   std::vector<ChunkResult> parts(nchunks);
   const int stride = hist_stride(p.nbins);
-  const int used = stride - 1;
-  const ChunkKernel<T, kLin, kLog> kernel{p, stride};
+  const int used = stride - 1, nonfin = p.nbins + 2;
+  const ChunkKernel<T, kLin, kLog, kFloat> kernel{p, stride};
   const bool avx2 = use_avx2();
   at::parallel_for(0, nchunks, 1, [&](int64_t begin, int64_t end) {
     alignas(64) uint32_t h[kSubHists * kMaxHistStride];
+    uint32_t* fh = kFloat ? float_hist_of_thread() : nullptr;
+    std::fill(h, h + kSubHists * stride, 0u);
+    auto flush = [&] {
+      if (kLin || kLog) flush_hist(h, stride, used, is + kLinBase);
+      else flush_hist(h + nonfin, stride, 3, is + kLinBase + nonfin);  // NaN, +Inf, -Inf only
+      if (kFloat) flush_float(fh, is + float_base(p.nbins));
+    };
+    int64_t counted = 0;  // values in the private histograms
     for (int64_t c = begin; c < end; ++c) {
-      std::fill(h, h + kSubHists * stride, 0u);
-      const int64_t off = c * chunk;
-      run_chunk(kernel, avx2, x + off, std::min(chunk, n - off), parts[c], h);
-      for (int s = 0; s < used; ++s) {
-        uint64_t t = 0;
-        for (int k = 0; k < kSubHists; ++k) t += h[k * stride + s];
-        if (t) __atomic_fetch_add(&is[kLinBase + s], static_cast<int64_t>(t), __ATOMIC_RELAXED);
+      const int64_t off = c * chunk, len = std::min(chunk, n - off);
+      if (counted + len > kFlushEvery) {
+        flush();
+        counted = 0;
       }
+      run_chunk(kernel, avx2, x + off, len, parts[c], h, fh);
+      counted += len;
     }
+    flush();
   });
   Partial total;
   int64_t nz = 0;
@@ -234,13 +295,19 @@ void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t
   is[kNearZero] += nz;
 }
 
+template <typename T, bool kFloat>
+void accumulate_hists(const T* x, int64_t n, const Params& p, double* fs, int64_t* is) {
+  const bool lin = p.flags & kLinearHist, lg = p.flags & kLogHist;
+  if (lin && lg) accumulate_flat<T, true, true, kFloat>(x, n, p, fs, is);
+  else if (lin) accumulate_flat<T, true, false, kFloat>(x, n, p, fs, is);
+  else if (lg) accumulate_flat<T, false, true, kFloat>(x, n, p, fs, is);
+  else accumulate_flat<T, false, false, kFloat>(x, n, p, fs, is);
+}
+
 template <typename T>
 void accumulate_typed(const T* x, int64_t n, const Params& p, double* fs, int64_t* is) {
-  const bool lin = p.flags & kLinearHist, lg = p.flags & kLogHist;
-  if (lin && lg) accumulate_flat<T, true, true>(x, n, p, fs, is);
-  else if (lin) accumulate_flat<T, true, false>(x, n, p, fs, is);
-  else if (lg) accumulate_flat<T, false, true>(x, n, p, fs, is);
-  else accumulate_flat<T, false, false>(x, n, p, fs, is);
+  if (p.flags & kFloatHist) accumulate_hists<T, true>(x, n, p, fs, is);
+  else accumulate_hists<T, false>(x, n, p, fs, is);
 }
 
 // x and its state were checked (check_args.h).
