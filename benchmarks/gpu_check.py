@@ -140,11 +140,12 @@ def check_correctness(cfg, quick):
 
 def check_float_buckets(cfg, quick):
     """FLOAT_HIST on the GPU: the buckets equal an oracle computed from each value's float64 magnitude
-    (tests/test_cuda_emulation.py float_oracle) on every dtype, aligned and misaligned, 2 calls; the rest of the
+    (tests/helpers.py float_buckets) on every dtype, aligned and misaligned, 2 calls; the rest of the
     state equals the CPU kernel's (all of it once the CPU kernel takes FLOAT_HIST); graph replays == eager."""
     from hookstats import layout
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from test_cuda_emulation import bucket_values, float_oracle
+    from helpers import float_buckets
+    from test_cuda_emulation import bucket_values
     fcfg = WithFlags(cfg, cfg.flags | layout.FLOAT_HIST)
     whole = cpu_takes(fcfg)
     fb = layout.float_base(cfg.nbins)
@@ -155,7 +156,7 @@ def check_float_buckets(cfg, quick):
                 for c in (fcfg, float_only(cfg)):
                     f, i, _ = run(view, c, calls=2)
                     i = i.cpu().numpy()
-                    want = 2 * float_oracle(view.cpu())
+                    want = 2 * float_buckets(view.cpu())
                     cf, ci, _ = run(view.cpu(), c if whole else WithFlags(cfg, c.flags & ~layout.FLOAT_HIST), calls=2)
                     rest = np.array_equal(i if whole else i[:fb], ci.numpy())
                     report(np.array_equal(i[fb:], want) and rest,

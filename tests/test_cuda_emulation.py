@@ -1,7 +1,7 @@
 """The real CUDA kernel source (csrc/cuda/accumulate_kernel.cuh) run on CPU threads through tests/cuda_emu/,
 under ThreadSanitizer and under Address/UndefinedBehaviorSanitizer, checked against the CPU kernel
-(integer statistics exactly), a float64 NumPy oracle (moments) and, for the float buckets (FLOAT_HIST), an
-oracle of each value's bucket from its float64 magnitude; planted bugs must be caught."""
+(integer statistics exactly), a float64 NumPy oracle (moments) and, for the float buckets (FLOAT_HIST), the
+oracle of each value's bucket from its float64 magnitude (helpers.float_buckets); planted bugs must be caught."""
 import concurrent.futures
 import functools
 import glob
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import oracle
+from helpers import float_buckets, oracle
 from hookstats import layout
 from hookstats.config import StatsConfig
 
@@ -288,22 +288,6 @@ class FloatCfg:
         return (*self.base.op_args()[:-1], self.flags)
 
 
-def float_oracle(x):
-    """The float bucket counts of x, from each value's magnitude in float64 (not from the kernels' bit shift):
-    |x| = (1 + t/8 + r) 2^e with t = 0..7 -> slot 8 (e + 127) + t for float32's normal exponents; below 2^-126,
-    slot floor(|x| 2^129); float64 beyond float32 in the end slots; zeros in FLOAT_ZERO; NaN/Inf nowhere."""
-    v = x.detach().double().reshape(-1).numpy()
-    v = v[np.isfinite(v)]
-    a = np.abs(v)
-    m, e = np.frexp(np.where(a > 0, a, 1.0))  # a = m 2^e, m in [0.5, 1): a = (2m) 2^(e-1)
-    normal = 8 * (e - 1 + 127) + np.floor((2 * m - 1) * 8).astype(np.int64)
-    k = np.where(a >= 2.0 ** -126, normal, np.floor(np.minimum(a, 2.0 ** -126) * 2.0 ** 129).astype(np.int64))
-    k = np.where(a >= 2.0 ** 128, layout.FLOAT_ABOVE, np.where(a < 2.0 ** -149, layout.FLOAT_BELOW, k))
-    slot = np.where(a == 0, layout.FLOAT_ZERO, k + np.where(v < 0, layout.FLOAT_HALF, 0))
-    assert ((k >= 0) & (k < layout.FLOAT_HALF)).all()
-    return np.bincount(slot, minlength=layout.FLOAT_SLOTS)
-
-
 @functools.cache
 def cpu_has_float_hist():
     """Whether the CPU kernel takes FLOAT_HIST yet (then the whole emulated istate must equal the CPU one's)."""
@@ -320,7 +304,7 @@ def check_float(state, x, launches, cfg):
     f, i, ticket = state
     fb = layout.float_base(cfg.nbins)
     check((f, i[:fb], ticket), x, launches, cfg.base)
-    want = launches * float_oracle(x)
+    want = launches * float_buckets(x)
     bad = np.nonzero(i[fb:] != want)[0]
     assert bad.size == 0, f"float slots {bad[:10].tolist()}: emulated {i[fb:][bad[:10]]} vs oracle {want[bad[:10]]}"
     fin = torch.isfinite(x.double()).sum().item()
@@ -423,18 +407,3 @@ def test_float_buckets_disabled_launches_change_nothing(drivers, tmp_path):
     states, r = run_driver(drivers["tsan"], x, ["dense", 0, 3], cfg=cfg, launches="2:3", tmp=tmp_path)
     assert r.returncode == 0, r.stderr[-6000:]
     check_float(states[0], x, 2, cfg)
-
-
-def test_float_oracle_can_fail():
-    """The oracle is not the kernels' bit shift: it agrees with float32 bits >> 20 on float32 values, and a
-    value moved across a bucket edge changes its counts."""
-    x = bucket_values(4000, torch.float32, seed=1)
-    fin = x[torch.isfinite(x)]
-    bits = fin.view(torch.int32).numpy().astype(np.uint32)
-    slots = np.where(bits & 0x7FFFFFFF == 0, layout.FLOAT_ZERO, bits >> layout.FLOAT_SHIFT)
-    assert np.array_equal(float_oracle(x), np.bincount(slots, minlength=layout.FLOAT_SLOTS))
-    y = x.clone()
-    y[torch.isfinite(y).nonzero()[0]] = 1.0
-    z = y.clone()
-    z[torch.isfinite(y).nonzero()[0]] = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
-    assert not np.array_equal(float_oracle(y), float_oracle(z))
