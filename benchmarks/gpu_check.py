@@ -347,16 +347,17 @@ def time_ms(fn, iters):
 
 
 def sweep(cfg, quick):
-    """Read bandwidth of the op (both histograms; and none) against a device-to-device copy of the same
+    """Read bandwidth of the op (both histograms; the float buckets alone, on N(0, 1) and on ReLU-like data
+    (half zeros: one shared counter for all of them); no histogram) against a device-to-device copy of the same
     tensor (its read side: bytes / copy time, the issue's yardstick) and x.sum() (one read pass: the floor)."""
     from hookstats import StatsConfig
     bare = StatsConfig(nbins=cfg.nbins, lo=cfg.lo, hi=cfg.hi, eps=cfg.eps, linear_hist=False, log_hist=False)
     flt = float_only(cfg)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     mbs = [1, 4, 16, 64] if quick else [1, 4, 16, 64, 256, 1024]
-    print("\n| dtype | MB | cache | op GB/s | op, FLOAT_HIST alone GB/s | op, no hist GB/s | copy GB/s (read side) | "
-          "x.sum() GB/s | op / copy | FLOAT_HIST alone / copy | op / sum | FLOAT_HIST alone / sum | no hist / sum |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| dtype | MB | cache | op GB/s | op, FLOAT_HIST alone GB/s | same, ReLU data GB/s | op, no hist GB/s | "
+          "copy GB/s (read side) | x.sum() GB/s | op / copy | FLOAT_HIST alone / copy | same, ReLU data / copy | "
+          "op / sum | FLOAT_HIST alone / sum | no hist / sum |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for dtype in (torch.float32, torch.bfloat16):
         for mb in mbs:
             n = mb * 2**20 // torch.tensor([], dtype=dtype).element_size()
@@ -391,10 +392,13 @@ def sweep(cfg, quick):
                 iters = max(10, min(2000, 2**30 // (mb * 2**20)))
                 t = {name: time_ms(fn, iters) for name, fn in
                      (("op", op), ("float", op_float), ("bare", op_bare), ("copy", copy), ("sum", total))}
+                for b in bufs:  # ReLU-like data: the same buffers, their negative half zeroed
+                    b.clamp_(min=0)
+                t["relu"] = time_ms(op_float, iters)
                 gbs = {name: mb * 2**20 / ms / 1e6 for name, ms in t.items()}
-                print(f"| {str(dtype)[6:]} | {mb} | {cache} | {gbs['op']:.0f} | {gbs['float']:.0f} | {gbs['bare']:.0f} | "
-                      f"{gbs['copy']:.0f} | {gbs['sum']:.0f} | {gbs['op'] / gbs['copy']:.2f} | "
-                      f"{gbs['float'] / gbs['copy']:.2f} | {gbs['op'] / gbs['sum']:.2f} | "
+                print(f"| {str(dtype)[6:]} | {mb} | {cache} | {gbs['op']:.0f} | {gbs['float']:.0f} | {gbs['relu']:.0f} | "
+                      f"{gbs['bare']:.0f} | {gbs['copy']:.0f} | {gbs['sum']:.0f} | {gbs['op'] / gbs['copy']:.2f} | "
+                      f"{gbs['float'] / gbs['copy']:.2f} | {gbs['relu'] / gbs['copy']:.2f} | {gbs['op'] / gbs['sum']:.2f} | "
                       f"{gbs['float'] / gbs['sum']:.2f} | {gbs['bare'] / gbs['sum']:.2f} |", flush=True)
                 if mb >= 64 and cache == "cold":
                     TARGETS.setdefault(dtype, []).append(gbs['float'] / gbs['copy'])
