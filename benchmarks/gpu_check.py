@@ -163,6 +163,12 @@ def check_float_buckets(cfg, quick, device="cuda"):
                            f"FLOAT_HIST flags={c.flags} {dtype} n={view.numel()} {name}, 2 calls: buckets "
                            f"{'equal' if np.array_equal(i[fb:], want) else 'DIFFER from'} the oracle; the rest "
                            f"{'equals' if rest else 'DIFFERS from'} the CPU kernel{'' if whole else ' (without FLOAT_HIST)'}")
+    x = bucket_values(2 * 64 * 57 * 33, torch.bfloat16, seed=9).to(device).view(2, 64, 57, 33)
+    for name, view in (("transposed", x.transpose(1, 3)), ("sliced", x[:, 3:40, ::2, 1:]),
+                       ("broadcast", x[:1, :1].expand(5, 64, 57, 33))):
+        i = run(view, float_only(cfg))[1].cpu().numpy()
+        report(np.array_equal(i[fb:], float_buckets(view.cpu())), f"FLOAT_HIST alone, bf16 {name} view: buckets "
+               f"{'equal' if np.array_equal(i[fb:], float_buckets(view.cpu())) else 'DIFFER from'} the oracle")
     check_graph(float_only(cfg))
 
 
@@ -532,6 +538,7 @@ def main():
     check_determinism(float_only(cfg))
     check_graph(cfg)
     check_many(cfg)
+    check_many(float_only(cfg))
     check_monitor()
     check_gpu_tests()
     if not args.no_sanitizer:
