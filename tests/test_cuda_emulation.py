@@ -1,7 +1,9 @@
 """The real CUDA kernel source (csrc/cuda/accumulate_kernel.cuh) run on CPU threads through tests/cuda_emu/,
 under ThreadSanitizer and under Address/UndefinedBehaviorSanitizer, checked against the CPU kernel
-(integer statistics exactly) and a float64 NumPy oracle (moments); planted bugs must be caught."""
+(integer statistics exactly), a float64 NumPy oracle (moments) and, for the float buckets (FLOAT_HIST), the
+oracle of each value's bucket from its float64 magnitude (helpers.float_buckets); planted bugs must be caught."""
 import concurrent.futures
+import functools
 import glob
 import os
 import shutil
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import oracle
+from helpers import float_buckets, oracle
 from hookstats import layout
 from hookstats.config import StatsConfig
 
@@ -262,3 +264,146 @@ def test_planted_misaligned_load_is_caught(drivers, tmp_path):
     x = adversarial(1000, torch.float32, seed=1)
     _, r = run_driver(drivers["bug_misaligned"], x, ["dense", 1, 2], tmp=tmp_path)
     assert r.returncode != 0 and "misaligned address" in r.stderr, f"misaligned loads went unnoticed (rc={r.returncode})"
+
+
+# ---------------------------------------------------------------- float buckets (FLOAT_HIST)
+class FloatCfg:
+    """A StatsConfig with FLOAT_HIST added to its flags (the rest of the state as the base config's)."""
+
+    def __init__(self, base):
+        self.base = base
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+    @property
+    def flags(self):
+        return self.base.flags | layout.FLOAT_HIST
+
+    @property
+    def istate_size(self):
+        return layout.istate_size(self.nbins, self.flags)
+
+    def op_args(self):
+        return (*self.base.op_args()[:-1], self.flags)
+
+
+@functools.cache
+def cpu_has_float_hist():
+    """Whether the CPU kernel takes FLOAT_HIST yet (then the whole emulated istate must equal the CPU one's)."""
+    cfg = FloatCfg(CFG)
+    try:
+        cpu_state(torch.zeros(3), 1, cfg)
+    except RuntimeError:
+        return False
+    return True
+
+
+def check_float(state, x, launches, cfg):
+    """check() on the state before the float buckets; the buckets equal the oracle's (and the CPU kernel's)."""
+    f, i, ticket = state
+    fb = layout.float_base(cfg.nbins)
+    check((f, i[:fb], ticket), x, launches, cfg.base)
+    want = launches * float_buckets(x)
+    bad = np.nonzero(i[fb:] != want)[0]
+    assert bad.size == 0, f"float slots {bad[:10].tolist()}: emulated {i[fb:][bad[:10]]} vs oracle {want[bad[:10]]}"
+    fin = torch.isfinite(x.double()).sum().item()
+    assert i[fb:].sum() == launches * fin == i[layout.COUNT] - i[layout.nan_slot(cfg.nbins):][:3].sum()
+    if cpu_has_float_hist():
+        assert np.array_equal(i, cpu_state(x, launches, cfg)[1]), "emulated istate differs from the CPU kernel's"
+
+
+def bucket_values(n, dtype, seed):
+    """adversarial() plus what the float buckets must sort: -0, bucket edges and the values just below them,
+    each dtype's subnormals, its extremes, float64 values beyond float32's range and just below its edges."""
+    x = adversarial(n, dtype, seed).double()
+    g = torch.Generator().manual_seed(seed)
+    edges = torch.ldexp(1 + torch.randint(8, (64,), generator=g) / 8.0, torch.randint(-20, 20, (64,), generator=g))
+    info = torch.finfo(dtype)
+    big = 1e100 if dtype == torch.float64 else info.max  # float64: squares that fit (the moments' oracle)
+    special = [-0.0, 0.0, big, -big, info.tiny, -info.tiny, info.smallest_normal / 3,
+               -info.smallest_normal / 5, info.smallest_normal * 0.99]
+    if dtype in (torch.float32, torch.bfloat16):
+        special += [1e-39, -2.0 ** -129, 2.0 ** -130, 3e-44]  # float32 subnormals (bf16: some exactly)
+    if dtype == torch.float64:
+        special += [1e-300, -1e-46, 2.0 ** -149, 2.0 ** -150, 1e38 * 7, -2.0 ** 128, 2.0 ** 128 * (1 - 2 ** -30),
+                    float.fromhex("0x1.1ffffffffffffp+0"), -float.fromhex("0x1.fffffffffffffp-127")]
+    extra = torch.cat([edges, -edges, torch.nextafter(edges, torch.zeros(())), torch.tensor(special, dtype=torch.float64)])
+    pos = torch.randperm(n, generator=g)[:len(extra)]
+    x[pos] = extra[:len(pos)]
+    return x.to(dtype)
+
+
+# (dtype, grid, misalign, n, sanitizer)
+FLOAT_DENSE = [(torch.float32, 1, 0, 4099, "tsan"), (torch.float32, 5, 1, 10007, "asan"),
+               (torch.bfloat16, 3, 1, 10007, "tsan"), (torch.bfloat16, 8, 5, 6007, "asan"),
+               (torch.float16, 4, 3, 8191, "tsan"), (torch.float16, 2, 0, 3001, "asan"),
+               (torch.float64, 3, 1, 5003, "tsan"), (torch.float64, 2, 0, 4001, "asan")]
+
+
+@pytest.mark.parametrize("dtype,grid,misalign,n,san", FLOAT_DENSE, ids=lambda v: str(v).replace("torch.", ""))
+def test_float_buckets_dense(drivers, tmp_path, dtype, grid, misalign, n, san):
+    """FLOAT_HIST alone (the future default): exact buckets on every dtype, multi-block, misaligned, 3 launches."""
+    cfg = FloatCfg(StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, linear_hist=False, log_hist=False))
+    x = bucket_values(n, dtype, seed=grid)
+    states, r = run_driver(drivers[san], x, ["dense", misalign, grid], cfg=cfg, launches="3", tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    check_float(states[0], x, 3, cfg)
+
+
+@pytest.mark.parametrize("base", [StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3),
+                                  StatsConfig(nbins=256, lo=0, hi=10, log_hist=False, near_zero="le"),
+                                  StatsConfig(nbins=7, lo=-1, hi=1, linear_hist=False)], ids=["all", "lin256", "log"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_float_buckets_with_other_histograms(drivers, tmp_path, base, dtype):
+    cfg = FloatCfg(base)
+    x = bucket_values(5003, dtype, seed=7)
+    states, r = run_driver(drivers["asan"], x, ["dense", 1, 3], cfg=cfg, tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    check_float(states[0], x, 2, cfg)
+
+
+@pytest.mark.parametrize("data", ["buckets", "vanishing"])
+def test_float_buckets_tails_vanishing(drivers, tmp_path, data):
+    """Scalar heads and tails, and chunks redone in fp64 (underflowed squares) keep their buckets."""
+    cfg = FloatCfg(CFG)
+    for dtype in DTYPES:
+        for n in (1, 7, 33, 1000):
+            x = bucket_values(n, dtype, seed=n) if data == "buckets" and n > 200 else (
+                vanishing(n, dtype, seed=n) if data == "vanishing" else adversarial(n, dtype, seed=n))
+            states, r = run_driver(drivers["asan"], x, ["dense", 1, 2], cfg=cfg, tmp=tmp_path)
+            assert r.returncode == 0, r.stderr[-6000:]
+            check_float(states[0], x, 2, cfg)
+
+
+@pytest.mark.parametrize("san", ["tsan", "asan"])
+def test_float_buckets_multi_tensor_launch(drivers, tmp_path, san):
+    cfg = FloatCfg(StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, linear_hist=False, log_hist=False))
+    sizes, grids = [3001, 1, 257, 4096, 17], [2, 1, 1, 4, 1]
+    x = bucket_values(sum(sizes), torch.bfloat16, seed=3)
+    states, r = run_driver(drivers[san], x, ["many", ",".join(map(str, sizes)), ",".join(map(str, grids))],
+                           cfg=cfg, tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    assert len(states) == len(sizes)
+    for st, part in zip(states, torch.split(x, sizes)):
+        check_float(st, part, 2, cfg)
+
+
+@pytest.mark.parametrize("san,dtype,which", [("tsan", torch.float32, 0), ("asan", torch.float16, 1),
+                                             ("asan", torch.float64, 2), ("tsan", torch.bfloat16, 1)])
+def test_float_buckets_strided_view(drivers, tmp_path, san, dtype, which):
+    cfg = FloatCfg(StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, linear_hist=which == 2, log_hist=False))
+    base = bucket_values(60 * 75, dtype, seed=5)
+    name, view = views(base)[which]
+    args = ["strided", 3, ",".join(map(str, view.shape)), ",".join(map(str, view.stride()))]
+    states, r = run_driver(drivers[san], base[view.storage_offset():], args, cfg=cfg, tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    check_float(states[0], view, 2, cfg)
+
+
+def test_float_buckets_disabled_launches_change_nothing(drivers, tmp_path):
+    cfg = FloatCfg(StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, linear_hist=False, log_hist=False))
+    x = bucket_values(3000, torch.bfloat16, seed=11)
+    states, r = run_driver(drivers["tsan"], x, ["dense", 0, 3], cfg=cfg, launches="2:3", tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    check_float(states[0], x, 2, cfg)

@@ -56,7 +56,7 @@ void check_scratch_alignment(Op op, const at::Tensor& scratch) {
 }
 
 // Blocks for one tensor: from its size, capped by the device and by what its scratch can hold.
-int plan_blocks(const at::Tensor& x, const at::Tensor& scratch) {
+int plan_blocks(const at::Tensor& x, const at::Tensor& scratch, const Params& p) {
   const int64_t n = x.numel();
   int cap = device_max_blocks(x.get_device());
   const int64_t fits = (scratch.numel() - kTicketBytes) / static_cast<int64_t>(sizeof(BlockPartial));
@@ -66,8 +66,8 @@ int plan_blocks(const at::Tensor& x, const at::Tensor& scratch) {
     cap = fits > 1 ? static_cast<int>(fits) : 1;
   }
   const int blocks = blocks_for(n, static_cast<int>(x.element_size()), kThreads, cap);
-  // shared-memory histograms count in 32 bits per warp
-  TORCH_CHECK(n / (static_cast<int64_t>(blocks) * (kThreads / kWarp)) < (int64_t(1) << 31),
+  // shared-memory histograms count in 32 bits (per warp; the float buckets per block)
+  TORCH_CHECK(n / blocks < max_block_elems(p, kThreads),
               "hookstats.accumulate_: ", n, " elements are too many for ", blocks, " blocks; give the state a scratch "
               "of hookstats.state.scratch_bytes(device) bytes");
   return blocks;
@@ -90,7 +90,7 @@ LaunchConfig config_of(const at::Tensor& x, const at::Tensor& enabled) {
 // Launches one tensor whose arguments were checked.
 void launch_one(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::Tensor& scratch,
                 const at::Tensor& enabled, const Params& p) {
-  const int blocks = plan_blocks(x, scratch);
+  const int blocks = plan_blocks(x, scratch, p);
   const LaunchConfig c = config_of(x, enabled);
   if (x.is_non_overlapping_and_dense()) {  // contiguous, channels_last, permuted: flat memory, no copy
     Batch b{};
@@ -127,11 +127,11 @@ void accumulate_many_cuda(at::TensorList xs, at::TensorList fstates, at::TensorL
   check_many_call(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags);
   std::vector<int> blocks(xs.size(), 0);
   const c10::cuda::CUDAGuard guard(enabled.device());
+  const Params p = make_params(lo, inv_w, eps, nbins, flags);
   for (size_t k = 0; k < xs.size(); ++k) {
     check_scratch_alignment(Op{static_cast<int64_t>(k)}, scratches[k]);
-    if (xs[k].numel()) blocks[k] = plan_blocks(xs[k], scratches[k]);
+    if (xs[k].numel()) blocks[k] = plan_blocks(xs[k], scratches[k], p);
   }
-  const Params p = make_params(lo, inv_w, eps, nbins, flags);
   const LaunchConfig c = config_of(enabled, enabled);
   for (const DType d : {DType::kFloat, DType::kBFloat16, DType::kHalf, DType::kDouble}) {
     Batch b{};

@@ -123,14 +123,23 @@ inline bool coalesce(const int64_t* sizes, const int64_t* strides, int ndim, Str
   return true;
 }
 
-// Bytes of dynamic shared memory: one 32-bit histogram per warp: linear slots, then (with the log
-// histogram) log2 slots and a dummy slot for non-finite values. Only the first hist_used slots are flushed.
+// Dynamic shared memory: the block's 32-bit float buckets (kFloatHist: kFloatSlots, one table per block, at
+// offset 0), then one 32-bit histogram per warp: linear slots, then (with the log histogram) log2 slots and a
+// dummy slot for non-finite values. Only the first hist_used slots of a warp's histogram are flushed.
 HS_HD int hist_used(const Params& p) {
   return static_cast<int>(lin_slots(p.nbins)) + ((p.flags & kLogHist) ? kLogSlots : 0);
 }
 HS_HD int hist_stride(const Params& p) { return hist_used(p) + ((p.flags & kLogHist) ? 1 : 0); }
+HS_HD int float_words(const Params& p) { return (p.flags & kFloatHist) ? kFloatSlots : 0; }
 HS_HD int dyn_smem_bytes(const Params& p, int threads) {
-  return (threads / kWarp) * hist_stride(p) * static_cast<int>(sizeof(unsigned));
+  return (float_words(p) + (threads / kWarp) * hist_stride(p)) * static_cast<int>(sizeof(unsigned));
+}
+// Elements one block may see: its 32-bit shared counters must not wrap (per warp; the float table per block),
+// and a thread's float near-zero count (ThreadStats) must stay exact: below 2^23 values per thread.
+HS_HD int64_t max_block_elems(const Params& p, int threads) {
+  const int64_t counters = (p.flags & kFloatHist) ? (int64_t(1) << 31) : (int64_t(threads / kWarp) << 31);
+  const int64_t per_thread = int64_t(threads) << 23;
+  return counters < per_thread ? counters : per_thread;
 }
 
 // ---- element logic ----
@@ -141,6 +150,27 @@ template <typename T> HS_HD typename Acc<T>::type to_acc(T v) { return static_ca
 template <> HS_HD float to_acc<__half>(__half v) { return __half2float(v); }
 template <> HS_HD float to_acc<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
 
+// The values of one 16-byte vector, in memory order. bf16 is float32's top half: a shift or a mask each
+// (the generic conversion takes two instructions for the upper value of a pair).
+template <typename T>
+HS_HD void unpack(const uint4& r, typename Acc<T>::type* v) {
+  constexpr int V = 16 / sizeof(T);
+  T e[V];
+  memcpy(e, &r, 16);
+#pragma unroll
+  for (int k = 0; k < V; ++k) v[k] = to_acc(e[k]);
+}
+template <>
+HS_HD void unpack<__nv_bfloat16>(const uint4& r, float* v) {
+  const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t lo = w[k] << 16, hi = w[k] & 0xffff0000u;
+    memcpy(&v[2 * k], &lo, 4);
+    memcpy(&v[2 * k + 1], &hi, 4);
+  }
+}
+
 HS_HD bool finite_acc(float v) { return __builtin_fabsf(v) < __builtin_huge_valf(); }
 HS_HD bool finite_acc(double v) { return __builtin_fabs(v) < __builtin_huge_val(); }
 HS_HD float min_acc(float a, float b) { return fminf(a, b); }  // IEEE minNum: NaN (empty) is ignored
@@ -149,18 +179,10 @@ HS_HD double min_acc(double a, double b) { return fmin(a, b); }
 HS_HD double max_acc(double a, double b) { return fmax(a, b); }
 HS_HD float nan_acc(float) { return __builtin_nanf(""); }
 HS_HD double nan_acc(double) { return __builtin_nan(""); }
-// K only has to lie near the chunk's values: the fast division is fine on the GPU.
-HS_HD float approx_div(float s, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fdividef(s, c);
-#else
-  return s / c;
-#endif
-}
-HS_HD double approx_div(double s, double c) { return s / c; }
 
 // lin_slot_finite (accumulator.h) with the same exact steps in fewer GPU instructions: minNum/maxNum
-// clamps (t is never NaN for finite v) and a float->int conversion that rounds down (F2I.FLOOR).
+// clamps and a float->int conversion that rounds down (F2I.FLOOR). t is NaN only for a NaN v, whose slot
+// (0 on both) slow_chunk undoes.
 HS_HD int lin_slot_fast(float v, const Params& p) {
 #if defined(__CUDA_ARCH__)
   const float t = fminf(fmaxf((v - p.lo) * p.inv_w, -1.0f), static_cast<float>(p.nbins));
@@ -170,100 +192,151 @@ HS_HD int lin_slot_fast(float v, const Params& p) {
 #endif
 }
 
-// Shared-memory counter: ATOMS.POPC.INC on the GPU (lanes hitting one slot are combined).
+// accumulator.h's near_zero as 1.0f or 0.0f (FSET on the GPU: one instruction, summed by one FADD; ThreadStats).
+HS_HD float near_zero_one(float v, float eps, bool signed_mode) {
+#if defined(__CUDA_ARCH__)
+  float m;
+  if (signed_mode) asm("set.le.f32.f32 %0, %1, %2;" : "=f"(m) : "f"(v), "f"(eps));
+  else asm("set.le.f32.f32 %0, %1, %2;" : "=f"(m) : "f"(fabsf(v)), "f"(eps));
+  return m;
+#else
+  return near_zero(v, eps, signed_mode) ? 1.0f : 0.0f;
+#endif
+}
+
+// Shared-memory counter: ATOMS.POPC.INC on the GPU (lanes hitting one slot are combined). shared_dec undoes an
+// increment (u32 wrap-around adds -1).
 __device__ __forceinline__ void shared_inc(unsigned* p) { atomicAdd(p, 1u); }
+__device__ __forceinline__ void shared_dec(unsigned* p) { atomicAdd(p, ~0u); }
+
+// Which histograms a kernel updates: compile-time constants in the dense kernels, runtime in the strided one.
+struct Hists {
+  bool lin, lg, flt;
+};
+HS_HD Hists hists_of(const Params& p) {
+  return Hists{(p.flags & kLinearHist) != 0, (p.flags & kLogHist) != 0, (p.flags & kFloatHist) != 0};
+}
+
+// The block's shared histograms (dynamic shared memory, see dyn_smem_bytes): float buckets at offset 0, then
+// one linear | log2 histogram per warp. Indexed from the array itself, not from pointers kept in registers.
+__device__ __forceinline__ unsigned* float_hist() {
+  HS_DYN_SMEM(unsigned, smem);
+  return smem;
+}
+__device__ __forceinline__ unsigned* warp_hist(const Params& p) {
+  return float_hist() + float_words(p) + (threadIdx.x / kWarp) * hist_stride(p);
+}
 
 // Per-thread running state: integer counts plus fp64 sums shifted by K (this thread's first chunk mean).
 template <typename A>
 struct ThreadStats {
   double n = 0, K = 0, s1 = 0, s2 = 0;
   A mn, mx;
-  unsigned nz = 0;
+  float nz = 0;  // near-zero count: exact, as a thread sees < 2^23 values (max_block_elems)
 };
 
 template <int M, typename A>
 struct Chunk {
   A v[M];
 };
-struct Shifted {
+// A chunk's moments: count of finite values, fp64 shift and shifted sums, finite min/max.
+template <typename A>
+struct ChunkMoments {
   double k, e1, e2;
+  A mn, mx;
+  int c;
 };
 
-// Whether a chunk's fp32 sums can overflow or underflow: only for inputs with fp32's exponent range. fp16
-// values (|v| <= 65504, nonzero |v| >= 2^-24) keep every fp32 sum and square normal; fp64 is summed in fp64.
+// Whether a chunk's fp32 squares can underflow: only for inputs with fp32's exponent range. fp16 values
+// (nonzero |v| >= 2^-24) keep every fp32 square normal; fp64 is summed in fp64.
 template <typename T>
-constexpr bool kRangeCheck = std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16>;
+constexpr bool kUnderflowCheck = std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16>;
 
-// accumulator.h's fp64_shifted_sums for one chunk, not inlined: inlined, the compiler predicates it into
-// every chunk (+9 SASS instructions per element).
+// The bucket a value took in the shared float table (non-finite ones too: the slow path undoes those).
+HS_HD int float_index(float v) {
+#if defined(__CUDA_ARCH__)
+  // float_slot from the bits the value already is: an opaque copy keeps the compiler from re-deriving a bf16
+  // value's slot from its load word (a shift and a mask, where one shift of v's bits does)
+  float w;
+  asm("mov.b32 %0, %1;" : "=f"(w) : "f"(v));
+  return float_slot(w);
+#else
+  return float_slot(v);
+#endif
+}
+HS_HD int float_index(double v) { return float_slot(v); }
+
+// The rare chunk, out of line (inlined, the compiler predicates it into every chunk: +9 SASS instructions per
+// element): non-finite values, fp32 sums that overflowed (|v - K| past ~1.8e19) or squares that underflowed.
+// Moments of the finite values in fp64 (accumulator.h fp64_shifted_sums); each non-finite value leaves the
+// slots the fast path gave it (linear, float buckets) for its own linear slot (NaN, +Inf, -Inf).
 template <int M, typename A>
-__device__ __noinline__ Shifted fp64_chunk(Chunk<M, A> ch) {
-  Shifted r;
+__device__ __noinline__ ChunkMoments<A> slow_chunk(Chunk<M, A> ch, Params p) {
+  ChunkMoments<A> r;
   fp64_shifted_sums(ch.v, M, r.k, r.e1, r.e2);
+  r.mn = r.mx = nan_acc(A(0));
+  r.c = 0;
+  const Hists h = hists_of(p);
+  unsigned* warp = warp_hist(p);
+  for (int i = 0; i < M; ++i) {
+    const A v = ch.v[i];
+    if (finite_acc(v)) {
+      r.mn = min_acc(r.mn, v);
+      r.mx = max_acc(r.mx, v);
+      ++r.c;
+      continue;
+    }
+    const float f = bin_value(v);
+    if (h.lin) shared_dec(&warp[lin_slot_fast(f, p)]);
+    if (h.flt) shared_dec(&float_hist()[float_index(v)]);
+    shared_inc(&warp[f != f ? p.nbins + 2 : (f > 0.0f ? p.nbins + 3 : p.nbins + 4)]);
+  }
   return r;
 }
 
-// Consumes M values as one chunk: integer statistics per value; moments in the input precision about
-// the chunk's own mean Kc (so fp32 never sums far-off values), then folded into fp64 sums about K.
-// kCheck: the chunk is redone in fp64 where its fp32 sums overflowed or its squares underflowed.
-template <int M, bool kCheck, typename A>
-__device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], const Params& p, bool lin, bool lg,
-                                       int lin_n, unsigned* hist) {
+// Consumes M values (M a power of two) as one chunk. Fast path, branch-free, as if every value were finite:
+// integer statistics per value; moments in the input precision about the chunk's mean Kc (so fp32 never sums
+// far-off values), then folded into fp64 sums about K. A non-finite value makes the chunk's sum, hence its sum
+// of squares, non-finite, so the one test on c2 sends it (and fp32 overflow, and underflowed squares) to
+// slow_chunk, which redoes the moments and moves the non-finite values to their slots.
+template <int M, bool kUnderflow, typename A>
+__device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], const Params& p, Hists h,
+                                       unsigned* warp) {
   const bool signed_nz = p.flags & kSignedNearZero;
-  A s = 0;
-  int c = 0;
-  // kCheck: min/max of the chunk first (as many min/max per value, +2 per chunk), for the test below
-  // whether its values differ; else straight into the thread's (fp64: +3-4 SASS per value otherwise).
-  A cmn = nan_acc(A(0)), cmx = cmn;
-  A& mn = kCheck ? cmn : t.mn;
-  A& mx = kCheck ? cmx : t.mx;
+  A s = v[0], cmn = nan_acc(A(0)), cmx = cmn;
 #pragma unroll
   for (int i = 0; i < M; ++i) {
-    const bool fin = finite_acc(v[i]);
-    s += fin ? v[i] : A(0);
-    c += fin;
-    const A vm = fin ? v[i] : nan_acc(A(0));
-    mn = min_acc(mn, vm);
-    mx = max_acc(mx, vm);
+    if (i > 0) s += v[i];
+    cmn = min_acc(cmn, v[i]);
+    cmx = max_acc(cmx, v[i]);
     const float f = bin_value(v[i]);
-    t.nz += near_zero(f, p.eps, signed_nz);
-    // Non-finite values take their own linear slots and the log histogram's dummy slot (never flushed).
-    const int nonfinite = f != f ? p.nbins + 2 : (f > 0.0f ? p.nbins + 3 : p.nbins + 4);
-    const int slot = fin ? lin_slot_fast(f, p) : nonfinite;
-    if (lin) shared_inc(&hist[slot]);
-    else if (!fin) shared_inc(&hist[nonfinite]);
-    if (lg) shared_inc(&hist[lin_n + log_slot(f)]);  // exponent 255 (NaN, Inf) gives kLogSlots
+    t.nz += near_zero_one(f, p.eps, signed_nz);
+    if (h.lin) shared_inc(&warp[lin_slot_fast(f, p)]);
+    if (h.lg) shared_inc(&warp[lin_slots(p.nbins) + log_slot(f)]);  // exponent 255 (NaN, Inf): the dummy slot
+    if (h.flt) shared_inc(&float_hist()[float_index(v[i])]);
   }
-  if constexpr (kCheck) {
-    t.mn = min_acc(t.mn, cmn);
-    t.mx = max_acc(t.mx, cmx);
-  }
-  const A Kc = approx_div(s, static_cast<A>(c > 0 ? c : 1));
-  A c1 = 0, c2 = 0;
+  const A Kc = s * (A(1) / A(M));  // exact: M is a power of two
+  A c1 = v[0] - Kc, c2 = c1 * c1;
 #pragma unroll
-  for (int i = 0; i < M; ++i) {
-    const A d = finite_acc(v[i]) ? v[i] - Kc : A(0);
+  for (int i = 1; i < M; ++i) {
+    const A d = v[i] - Kc;
     c1 += d;
     c2 += d * d;
   }
-  double kc = static_cast<double>(Kc), e1 = static_cast<double>(c1), e2 = static_cast<double>(c2);
-  if constexpr (kCheck) {
-    // fp32 overflow (|v - Kc| past ~1.8e19) or squares underflowed (|v - Kc| below ~1e-15; cmx > cmn is
-    // false for a chunk of equal values or of no finite value): this chunk in fp64.
-    if (!(finite_acc(Kc) && finite_acc(c2)) || squares_underflowed(c2, cmx > cmn)) {
-      Chunk<M, A> ch;
+  ChunkMoments<A> m{static_cast<double>(Kc), static_cast<double>(c1), static_cast<double>(c2), cmn, cmx, M};
+  // cmx > cmn is false for a chunk of equal values (exact fp32 sums: never redone)
+  if (!finite_acc(c2) || (kUnderflow && squares_underflowed(c2, cmx > cmn))) {
+    Chunk<M, A> ch;
 #pragma unroll
-      for (int i = 0; i < M; ++i) ch.v[i] = v[i];
-      const Shifted r = fp64_chunk(ch);
-      kc = r.k;
-      e1 = r.e1;
-      e2 = r.e2;
-    }
+    for (int i = 0; i < M; ++i) ch.v[i] = v[i];
+    m = slow_chunk(ch, p);
   }
-  if (t.n == 0) t.K = kc;
-  const double dc = static_cast<double>(c), delta = kc - t.K;
-  t.s1 += e1 + dc * delta;
-  t.s2 += e2 + delta * (2.0 * e1 + dc * delta);
+  t.mn = min_acc(t.mn, m.mn);
+  t.mx = max_acc(t.mx, m.mx);
+  if (t.n == 0) t.K = m.k;
+  const double dc = static_cast<double>(m.c), delta = m.k - t.K;
+  t.s1 += m.e1 + dc * delta;
+  t.s2 += m.e2 + delta * (2.0 * m.e1 + dc * delta);
   t.n += dc;
 }
 
@@ -293,25 +366,45 @@ struct BlockShared {
   int last;
 };
 
-__device__ __forceinline__ void zero_hist(unsigned* hist, int words) {
-  for (int i = threadIdx.x; i < words; i += blockDim.x) hist[i] = 0u;
+// Zeroes the block's shared histograms; returns this thread's warp histogram.
+__device__ __forceinline__ unsigned* zero_hists(const Params& p) {
+  const int words = float_words(p) + (blockDim.x / kWarp) * hist_stride(p);
+  unsigned* all = float_hist();
+  for (int i = threadIdx.x; i < words; i += blockDim.x) all[i] = 0u;
 #if !defined(HS_BUG_NO_SYNC)
   __syncthreads();
 #endif
+  return warp_hist(p);
+}
+
+// Adds the block's shared counters to istate: the warps' histograms summed per slot, the float buckets; only
+// nonzero counts take a global atomic (exact, order-free).
+__device__ __forceinline__ void flush_hists(const Target& tg, const Params& p) {
+  const unsigned* hist_all = float_hist();
+  const int nwarps = blockDim.x / kWarp, stride = hist_stride(p), used = hist_used(p), fw = float_words(p);
+  for (int s = threadIdx.x; s < used; s += blockDim.x) {
+    unsigned long long sum = 0;
+    for (int w = 0; w < nwarps; ++w) sum += hist_all[fw + w * stride + s];
+    if (sum) atomicAdd(&tg.is[kLinBase + s], sum);
+  }
+  unsigned long long* fis = tg.is + float_base(p.nbins);
+  for (int s = threadIdx.x; s < fw; s += blockDim.x) {
+    if (hist_all[s]) atomicAdd(&fis[s], static_cast<unsigned long long>(hist_all[s]));
+  }
 }
 
 // Thread -> warp -> block partials; integer statistics to global atomics (exact, order-free); float
 // moments: one block merges straight into fstate, else a last-block-done step merges the per-block
 // partials in block order and re-arms the ticket, so nothing needs zeroing before the next launch.
 template <typename A>
-__device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid, int nblk, int stride, int used,
-                             const unsigned* hist, BlockShared& sm) {
+__device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid, int nblk, const Params& prm,
+                             BlockShared& sm) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
   Partial p;
   shifted_to_partial(p, t.n, t.K, t.s1, t.s2);
   p.mn = static_cast<double>(t.mn);
   p.mx = static_cast<double>(t.mx);
-  unsigned nz = t.nz;
+  unsigned nz = static_cast<unsigned>(t.nz);
   warp_merge(p, nz);
   if (lane == 0) {
     sm.n[warp] = p.n;
@@ -322,11 +415,7 @@ __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid,
     sm.nz[warp] = nz;
   }
   __syncthreads();
-  for (int s = threadIdx.x; s < used; s += blockDim.x) {
-    unsigned long long sum = 0;
-    for (int w = 0; w < nwarps; ++w) sum += hist[w * stride + s];
-    if (sum) atomicAdd(&tg.is[kLinBase + s], sum);
-  }
+  flush_hists(tg, prm);
   if (warp == 0) {
     Partial b;
     unsigned bz = 0;
@@ -389,18 +478,17 @@ __device__ __forceinline__ bool flag_on(const unsigned char* enabled, int bytes)
   return any != 0;
 }
 
-template <typename T, bool kLin, bool kLog>
+template <typename T, bool kLin, bool kLog, bool kFloat>
 __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, const Params& p) {
   using A = typename Acc<T>::type;
   constexpr int V = 16 / sizeof(T);
   constexpr int U = V == 2 ? 1 : kUnroll;            // fp64: one load in flight (else it spills at 64 registers)
   constexpr int kChunkVecs = V == 4 ? 2 : 1;        // fp32: chunks of 2 vectors (8 values); else 1
+  constexpr bool kU = kUnderflowCheck<T>;
+  constexpr Hists h{kLin, kLog, kFloat};
   static_assert(U % kChunkVecs == 0, "chunks must tile the unrolled loads");
-  HS_DYN_SMEM(unsigned, hist_all);
   HS_SHARED(BlockShared, sm);
-  const int stride = hist_stride(p), lin_n = static_cast<int>(lin_slots(p.nbins));
-  zero_hist(hist_all, (blockDim.x / kWarp) * stride);
-  unsigned* hist = hist_all + (threadIdx.x / kWarp) * stride;
+  unsigned* const warp = zero_hists(p);
   ThreadStats<A> t;
   t.mn = t.mx = nan_acc(A(0));
 
@@ -409,7 +497,7 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
   const int64_t gstride = static_cast<int64_t>(nblk) * blockDim.x;
   for (int64_t i = gtid; i < tg.head; i += gstride) {
     const A v[1] = {to_acc(x[i])};
-    consume<1, kRangeCheck<T>>(t, v, p, kLin, kLog, lin_n, hist);
+    consume<1, kU>(t, v, p, h, warp);
   }
   const uint4* xv = reinterpret_cast<const uint4*>(x + tg.head);
   int64_t j = gtid;
@@ -421,41 +509,46 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
     for (int g = 0; g < U; g += kChunkVecs) {  // chunks of 8 values (2 for fp64)
       A v[kChunkVecs * V];
 #pragma unroll
-      for (int u = 0; u < kChunkVecs; ++u) {
-        T e[V];
-        memcpy(e, &r[g + u], 16);
-#pragma unroll
-        for (int k = 0; k < V; ++k) v[u * V + k] = to_acc(e[k]);
-      }
-      consume<kChunkVecs * V, kRangeCheck<T>>(t, v, p, kLin, kLog, lin_n, hist);
+      for (int u = 0; u < kChunkVecs; ++u) unpack<T>(r[g + u], v + u * V);
+      consume<kChunkVecs * V, kU>(t, v, p, h, warp);
     }
   }
   for (; j < tg.nvec; j += gstride) {
-    const uint4 r = HS_LDG16(xv + j);
-    T e[V];
-    memcpy(e, &r, 16);
     A v[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) v[k] = to_acc(e[k]);
-    consume<V, kRangeCheck<T>>(t, v, p, kLin, kLog, lin_n, hist);
+    unpack<T>(HS_LDG16(xv + j), v);
+    consume<V, kU>(t, v, p, h, warp);
   }
   for (int64_t i = tg.head + tg.nvec * V + gtid; i < tg.n; i += gstride) {
     const A v[1] = {to_acc(x[i])};
-    consume<1, kRangeCheck<T>>(t, v, p, kLin, kLog, lin_n, hist);
+    consume<1, kU>(t, v, p, h, warp);
   }
   __syncthreads();
-  finish_block(t, tg, bid, nblk, stride, hist_used(p), hist_all, sm);
+  finish_block(t, tg, bid, nblk, p, sm);
 }
 
-// Dense tensors (contiguous, channels_last, permuted: read as flat memory), one or many per launch.
-template <typename T, bool kLin, bool kLog>
+// Dense tensors (contiguous, channels_last, permuted: read as flat memory), one or many per launch; one
+// instantiation per histogram setting (p.flags must match kLin, kLog, kFloat: dense_kernel_for picks it).
+template <typename T, bool kLin, bool kLog, bool kFloat>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     dense_kernel(const Batch b, const Params p, const unsigned char* enabled, int enabled_bytes) {
   if (!flag_on(enabled, enabled_bytes)) return;
   int ti = 0;
   while (ti + 1 < b.count && static_cast<int>(blockIdx.x) >= b.block_start[ti + 1]) ++ti;
   const int bid = static_cast<int>(blockIdx.x) - b.block_start[ti];
-  dense_body<T, kLin, kLog>(b.t[ti], bid, b.block_start[ti + 1] - b.block_start[ti], p);
+  dense_body<T, kLin, kLog, kFloat>(b.t[ti], bid, b.block_start[ti + 1] - b.block_start[ti], p);
+}
+
+using DenseKernel = void (*)(const Batch, const Params, const unsigned char*, int);
+template <typename T, bool kLin, bool kLog>
+DenseKernel dense_kernel_float(bool flt) {
+  return flt ? dense_kernel<T, kLin, kLog, true> : dense_kernel<T, kLin, kLog, false>;
+}
+// The dense kernel for p.flags' histograms (the launcher and the emulation driver launch through it).
+template <typename T>
+DenseKernel dense_kernel_for(int flags) {
+  const bool lin = flags & kLinearHist, lg = flags & kLogHist, flt = flags & kFloatHist;
+  if (lin) return lg ? dense_kernel_float<T, true, true>(flt) : dense_kernel_float<T, true, false>(flt);
+  return lg ? dense_kernel_float<T, false, true>(flt) : dense_kernel_float<T, false, false>(flt);
 }
 
 // Any other view, read in place through its strides (logical elements, as torch reductions count).
@@ -465,12 +558,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
                    int enabled_bytes) {
   using A = typename Acc<T>::type;
   if (!flag_on(enabled, enabled_bytes)) return;
-  HS_DYN_SMEM(unsigned, hist_all);
   HS_SHARED(BlockShared, sm);
-  const bool lin = p.flags & kLinearHist, lg = p.flags & kLogHist;
-  const int stride = hist_stride(p), lin_n = static_cast<int>(lin_slots(p.nbins));
-  zero_hist(hist_all, (blockDim.x / kWarp) * stride);
-  unsigned* hist = hist_all + (threadIdx.x / kWarp) * stride;
+  const Hists h = hists_of(p);
+  unsigned* const warp = zero_hists(p);
   ThreadStats<A> t;
   t.mn = t.mx = nan_acc(A(0));
   const T* x = static_cast<const T*>(tg.x);
@@ -490,14 +580,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     A v[kStridedChunk];
 #pragma unroll
     for (int k = 0; k < kStridedChunk; ++k) v[k] = to_acc(x[offset(c * kStridedChunk + k)]);
-    consume<kStridedChunk, kRangeCheck<T>>(t, v, p, lin, lg, lin_n, hist);
+    consume<kStridedChunk, kUnderflowCheck<T>>(t, v, p, h, warp);
   }
   for (int64_t i = nchunks * kStridedChunk + gtid; i < tg.n; i += gstride) {
     const A v[1] = {to_acc(x[offset(i)])};
-    consume<1, kRangeCheck<T>>(t, v, p, lin, lg, lin_n, hist);
+    consume<1, kUnderflowCheck<T>>(t, v, p, h, warp);
   }
   __syncthreads();
-  finish_block(t, tg, bid, nblk, stride, hist_used(p), hist_all, sm);
+  finish_block(t, tg, bid, nblk, p, sm);
 }
 
 }  // namespace cuda_kernel

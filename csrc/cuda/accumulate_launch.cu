@@ -7,21 +7,29 @@ namespace hookstats {
 namespace cuda_kernel {
 namespace {
 
+// More than 48 KB of dynamic shared memory (the float buckets with nbins near kMaxBins) must be allowed per
+// kernel, once, before its first launch.
+template <typename K>
+cudaError_t allow_smem(K kernel, size_t smem) {
+  if (smem <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(smem));
+}
+
 template <typename T>
 cudaError_t launch_dense_typed(const Batch& b, const Params& p, const LaunchConfig& c) {
-  const bool lin = p.flags & kLinearHist, lg = p.flags & kLogHist;
-  const int grid = b.block_start[b.count];
+  const DenseKernel k = dense_kernel_for<T>(p.flags);
   const size_t smem = dyn_smem_bytes(p, c.threads);
-  if (lin && lg) dense_kernel<T, true, true><<<grid, c.threads, smem, c.stream>>>(b, p, c.enabled, c.enabled_bytes);
-  else if (lin) dense_kernel<T, true, false><<<grid, c.threads, smem, c.stream>>>(b, p, c.enabled, c.enabled_bytes);
-  else if (lg) dense_kernel<T, false, true><<<grid, c.threads, smem, c.stream>>>(b, p, c.enabled, c.enabled_bytes);
-  else dense_kernel<T, false, false><<<grid, c.threads, smem, c.stream>>>(b, p, c.enabled, c.enabled_bytes);
+  if (const cudaError_t e = allow_smem(k, smem); e != cudaSuccess) return e;
+  k<<<b.block_start[b.count], c.threads, smem, c.stream>>>(b, p, c.enabled, c.enabled_bytes);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launch_strided_typed(const Target& t, const Strided& s, int grid, const Params& p, const LaunchConfig& c) {
-  strided_kernel<T><<<grid, c.threads, dyn_smem_bytes(p, c.threads), c.stream>>>(t, s, p, c.enabled, c.enabled_bytes);
+  const size_t smem = dyn_smem_bytes(p, c.threads);
+  if (const cudaError_t e = allow_smem(strided_kernel<T>, smem); e != cudaSuccess) return e;
+  strided_kernel<T><<<grid, c.threads, smem, c.stream>>>(t, s, p, c.enabled, c.enabled_bytes);
   return cudaGetLastError();
 }
 

@@ -33,20 +33,15 @@ struct State {
   std::vector<double> fs;
   std::vector<int64_t> is;
   std::vector<unsigned char> scratch;
-  State(int nbins, int max_blocks)
-      : fs{0, 0, 0, __builtin_nan(""), __builtin_nan("")}, is(istate_size(nbins), 0),
+  State(int nbins, int flags, int max_blocks)
+      : fs{0, 0, 0, __builtin_nan(""), __builtin_nan("")}, is(istate_size(nbins, flags), 0),
         scratch(scratch_bytes_for(max_blocks), 0) {}
 };
 
 template <typename T>
 void launch_dense(const Batch& b, const Params& p, int threads, const unsigned char* enabled) {
-  const bool lin = p.flags & kLinearHist, lg = p.flags & kLogHist;
-  const unsigned grid = b.block_start[b.count];
-  const size_t smem = dyn_smem_bytes(p, threads);
-  if (lin && lg) cuda_emu::launch(grid, threads, smem, dense_kernel<T, true, true>, b, p, enabled, 1);
-  else if (lin) cuda_emu::launch(grid, threads, smem, dense_kernel<T, true, false>, b, p, enabled, 1);
-  else if (lg) cuda_emu::launch(grid, threads, smem, dense_kernel<T, false, true>, b, p, enabled, 1);
-  else cuda_emu::launch(grid, threads, smem, dense_kernel<T, false, false>, b, p, enabled, 1);
+  cuda_emu::launch(b.block_start[b.count], threads, dyn_smem_bytes(p, threads), dense_kernel_for<T>(p.flags), b, p,
+                   enabled, 1);
 }
 
 template <typename T>
@@ -72,7 +67,7 @@ int run(char** argv, const std::vector<unsigned char>& raw, const Params& p, int
     b.count = static_cast<int>(sizes.size());
     int64_t off = 0;
     for (size_t k = 0; k < sizes.size(); ++k) {
-      states.emplace_back(p.nbins, static_cast<int>(grids[k]));
+      states.emplace_back(p.nbins, p.flags, static_cast<int>(grids[k]));
       auto* base = static_cast<unsigned char*>(std::aligned_alloc(16, ((misalign + sizes[k]) * sizeof(T) + 15) / 16 * 16 + 16));
       T* x = reinterpret_cast<T*>(base) + misalign;
       std::memcpy(x, raw.data() + off * sizeof(T), sizes[k] * sizeof(T));
@@ -94,7 +89,7 @@ int run(char** argv, const std::vector<unsigned char>& raw, const Params& p, int
     if (sz.size() != st.size() || !coalesce(sz.data(), st.data(), static_cast<int>(sz.size()), s)) return 2;
     int64_t n = 1;
     for (const int64_t d : sz) n *= d;
-    states.emplace_back(p.nbins, grid);
+    states.emplace_back(p.nbins, p.flags, grid);
     std::vector<T> x(total);
     std::memcpy(x.data(), raw.data(), raw.size());
     const Target t = make_target(x.data(), n, sizeof(T), states[0].fs.data(), states[0].is.data(), states[0].scratch.data());
