@@ -27,7 +27,7 @@ from .history import step_columns
 from .monitor import attach, attached_monitor
 from .sinks.memory import held_bytes
 from .summary import format_table
-from .targets import tensor_leaves
+from .tensors import tensor_leaves
 
 
 @dataclasses.dataclass

@@ -158,7 +158,7 @@ def test_detach_bytes_equal_what_a_detach_to_cpu_hook_copies():
         kept.append(t.detach().cpu())
 
     def hook(m, a, out):
-        for leaf in hookstats.targets.tensor_leaves(out):
+        for leaf in hookstats.tensors.tensor_leaves(out):
             t = leaf[1]
             if t.is_floating_point():
                 keep(t)
