@@ -6,7 +6,6 @@ import weakref
 import torch
 
 from .config import check_arg
-from .state import PHASES
 
 
 def in_recompute():

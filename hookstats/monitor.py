@@ -12,7 +12,8 @@ from . import accumulate
 from .alerts import AlertRules
 from .clock import StepClock
 from .config import StatsConfig, check_arg
-from .hooks import Hooks, Port, watch
+from .hooks import Hooks, Port
+from .hooks.watch import watch
 from .selection import select_modules
 from .state import KINDS, PHASES, StateStore
 from .stats import finalize, merge_states
@@ -28,7 +29,8 @@ class Monitor:
 
     What history.py, distributed.py and planner.py use (besides the user's API): cfg, modules, every,
     forward_order, step_listeners, step_count, step_sampled, states(), split_steps(), eager_point(). The parts
-    are public too: mon.store (state.StateStore), mon.clock (clock.StepClock), mon.port (what the hooks use).
+    are public too: mon.store (state.StateStore), mon.clock (clock.StepClock), mon.port (what the hooks use),
+    mon.hooks (hooks.Hooks), mon.recorder (history.History, or None without a history).
     """
 
     def __init__(self, model, cfg, modules, every=1, eval=False, inputs=False, outputs=True, steps="forward",

@@ -15,8 +15,9 @@ PHASES = ("train", "eval")
 
 
 class Kind(str, enum.Enum):
-    """What a target measures. A str with its plain value everywhere (ids "fc1:output", stats(kind="output"),
-    saved files); hashed as that str, so a key made with "output" finds the state of Kind.OUTPUT."""
+    """What a target measures. A str that prints, formats, hashes and reprs as its plain value, so ids
+    ("fc1:output"), records, stats(kind="output") and saved files read as plain strings did, and a key made
+    with "output" finds the state of Kind.OUTPUT."""
     OUTPUT = "output"
     GRAD_OUTPUT = "grad_output"
     INPUT = "input"
@@ -26,6 +27,7 @@ class Kind(str, enum.Enum):
     WATCH_GRAD = "watch_grad"
 
     __str__ = str.__str__
+    __repr__ = str.__repr__
     __format__ = str.__format__
     __hash__ = str.__hash__
 

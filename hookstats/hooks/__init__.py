@@ -12,9 +12,8 @@ from .input_grads import InputGrads, followed_in_place
 from .outputs import input_hook, output_hook
 from .param_grads import ParamGrads
 from .port import Port
-from .watch import watch
 
-__all__ = ["Hooks", "Port", "watch"]
+__all__ = ["Hooks", "Port"]
 
 
 class Hooks:

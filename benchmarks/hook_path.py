@@ -1,0 +1,117 @@
+"""The hook path before and after a change: per-step CPU time (time.thread_time, 1 torch thread) of the
+benchmark CNN and transformer with attach(model) defaults, for two checkouts of hookstats (each in its own
+worker process: both register the same torch ops) and a worker without hooks, interleaved in one run with the
+order rotated each round; plus the Python calls of one hooked step (sys.setprofile), which noise cannot move.
+
+  git archive <base> hookstats | tar -x -C /tmp/base && cp hookstats/_C*.so /tmp/base/hookstats/
+  PYTHONPATH=. python benchmarks/hook_path.py --old /tmp/base --new . [--rounds 8 --steps 10]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def worker(path, workload, hooked):
+    """Reads commands from stdin ("run K", "calls"), answers one JSON line each."""
+    sys.path.insert(0, os.path.abspath(path))
+    import torch
+
+    import hookstats
+    from hookstats.bench.models import make_workload
+    assert os.path.abspath(hookstats.__file__).startswith(os.path.abspath(path)), hookstats.__file__
+    torch.set_num_threads(1)
+    model, step = make_workload(workload)
+    mon = hookstats.attach(model) if hooked else None
+    for _ in range(3):
+        step()
+    print(json.dumps({"ready": hookstats.__file__, "backend": hookstats.backend()}), flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if cmd[0] == "run":
+            times = []
+            for _ in range(int(cmd[1])):
+                t0 = time.thread_time()
+                step()
+                times.append(time.thread_time() - t0)
+            print(json.dumps(times), flush=True)
+        elif cmd[0] == "calls":
+            counts = {"call": 0, "c_call": 0}
+
+            def count(frame, event, arg):
+                if event in counts:
+                    counts[event] += 1
+            sys.setprofile(count)
+            step()
+            sys.setprofile(None)
+            print(json.dumps(counts), flush=True)
+    if mon is not None:
+        mon.remove()
+
+
+class Worker:
+    def __init__(self, path, workload, hooked):
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
+        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", path, workload, str(int(hooked))],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        self.info = self.ask(None)
+
+    def ask(self, cmd):
+        if cmd is not None:
+            self.proc.stdin.write(cmd + "\n")
+            self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker ended: {self.proc.args}")
+        return json.loads(line)
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def spread(xs):
+    return {"median": round(statistics.median(xs), 4), "min": round(min(xs), 4), "max": round(max(xs), 4)}
+
+
+def compare(workload, old, new, rounds, steps):
+    workers = {"old": Worker(old, workload, True), "new": Worker(new, workload, True),
+               "no hooks": Worker(new, workload, False)}
+    names = list(workers)
+    calls = {n: workers[n].ask("calls") for n in ("old", "new")}
+    per_round = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            per_round[n].append(statistics.median(workers[n].ask(f"run {steps}")))
+    for w in workers.values():
+        w.close()
+    ratio = [a / b for a, b in zip(per_round["new"], per_round["old"])]
+    hook = [(a - c) / (b - c) for a, b, c in zip(per_round["new"], per_round["old"], per_round["no hooks"])]
+    return {"ms_per_step": {n: round(1e3 * statistics.median(v), 2) for n, v in per_round.items()},
+            "new_over_old": spread(ratio), "added_time_new_over_old": spread(hook),
+            "python_calls_per_step": calls, "backend": workers["new"].info["backend"]}
+
+
+def main():
+    if sys.argv[1:2] == ["--worker"]:
+        return worker(sys.argv[2], sys.argv[3], sys.argv[4] == "1")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--old", required=True, help="directory holding the old hookstats package (with _C.so)")
+    ap.add_argument("--new", default=".", help="directory holding the new hookstats package")
+    ap.add_argument("--workloads", nargs="+", default=["cnn", "transformer"])
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=10, help="steps per worker per round (their median is taken)")
+    a = ap.parse_args()
+    out = {"load_before": os.getloadavg()}
+    for w in a.workloads:
+        out[w] = compare(w, a.old, a.new, a.rounds, a.steps)
+        print(w, json.dumps(out[w]), flush=True)
+    out["load_after"] = os.getloadavg()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
