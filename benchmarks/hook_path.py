@@ -1,10 +1,10 @@
 """The hook path before and after a change: per-step CPU time (time.thread_time, 1 torch thread) of the
 benchmark CNN and transformer with attach(model) defaults, for two checkouts of hookstats (each in its own
 worker process: both register the same torch ops) and a worker without hooks, interleaved in one run with the
-order rotated each round; plus the Python calls of one hooked step (sys.setprofile), which noise cannot move.
+order rotated each round, over several fresh sets of workers; plus the Python calls of one hooked step (sys.setprofile), which noise cannot move.
 
   git archive <base> hookstats | tar -x -C /tmp/base && cp hookstats/_C*.so /tmp/base/hookstats/
-  PYTHONPATH=. python benchmarks/hook_path.py --old /tmp/base --new . [--rounds 8 --steps 10]
+  PYTHONPATH=. python benchmarks/hook_path.py --old /tmp/base --new . [--processes 6 --rounds 4 --steps 5]
 """
 import argparse
 import json
@@ -77,22 +77,32 @@ def spread(xs):
     return {"median": round(statistics.median(xs), 4), "min": round(min(xs), 4), "max": round(max(xs), 4)}
 
 
-def compare(workload, old, new, rounds, steps):
-    workers = {"old": Worker(old, workload, True), "new": Worker(new, workload, True),
-               "no hooks": Worker(new, workload, False)}
-    names = list(workers)
-    calls = {n: workers[n].ask("calls") for n in ("old", "new")}
-    per_round = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            per_round[n].append(statistics.median(workers[n].ask(f"run {steps}")))
-    for w in workers.values():
-        w.close()
-    ratio = [a / b for a, b in zip(per_round["new"], per_round["old"])]
-    hook = [(a - c) / (b - c) for a, b, c in zip(per_round["new"], per_round["old"], per_round["no hooks"])]
-    return {"ms_per_step": {n: round(1e3 * statistics.median(v), 2) for n, v in per_round.items()},
-            "new_over_old": spread(ratio), "added_time_new_over_old": spread(hook),
-            "python_calls_per_step": calls, "backend": workers["new"].info["backend"]}
+def compare(workload, old, new, rounds, steps, processes):
+    """`processes` fresh sets of workers (a process's own layout biases its times by several %, so ratios are
+    taken over several), each running `rounds` interleaved rounds of `steps` steps per worker."""
+    names = ["old", "new", "no hooks"]
+    ratio, hook, per_set, ms = [], [], [], {n: [] for n in names}
+    for p in range(processes):
+        spawn = names[p % 3:] + names[:p % 3]
+        workers = {n: Worker(old if n == "old" else new, workload, n != "no hooks") for n in spawn}
+        calls = {n: workers[n].ask("calls") for n in ("old", "new")}
+        per_round = {n: [] for n in names}
+        for r in range(rounds):
+            k = (p + r) % len(names)
+            for n in names[k:] + names[:k]:
+                per_round[n].append(statistics.median(workers[n].ask(f"run {steps}")))
+        for w in workers.values():
+            w.close()
+        mine = [a / b for a, b in zip(per_round["new"], per_round["old"])]
+        ratio += mine
+        per_set.append(statistics.median(mine))
+        hook += [(a - c) / (b - c) for a, b, c in zip(per_round["new"], per_round["old"], per_round["no hooks"])]
+        for n in names:
+            ms[n] += per_round[n]
+    return {"ms_per_step": {n: round(1e3 * statistics.median(v), 2) for n, v in ms.items()},
+            "new_over_old": spread(ratio), "new_over_old_per_process_set": [round(x, 4) for x in per_set],
+            "added_time_new_over_old": spread(hook), "python_calls_per_step": calls,
+            "backend": workers["new"].info["backend"]}
 
 
 def main():
@@ -104,10 +114,11 @@ def main():
     ap.add_argument("--workloads", nargs="+", default=["cnn", "transformer"])
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--steps", type=int, default=10, help="steps per worker per round (their median is taken)")
+    ap.add_argument("--processes", type=int, default=1, help="fresh sets of worker processes, one after another")
     a = ap.parse_args()
     out = {"load_before": os.getloadavg()}
     for w in a.workloads:
-        out[w] = compare(w, a.old, a.new, a.rounds, a.steps)
+        out[w] = compare(w, a.old, a.new, a.rounds, a.steps, a.processes)
         print(w, json.dumps(out[w]), flush=True)
     out["load_after"] = os.getloadavg()
     print(json.dumps(out))
