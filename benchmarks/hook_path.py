@@ -1,7 +1,8 @@
 """The hook path before and after a change: per-step CPU time (time.thread_time, 1 torch thread) of the
 benchmark CNN and transformer with attach(model) defaults, for two checkouts of hookstats (each in its own
 worker process: both register the same torch ops) and a worker without hooks, interleaved in one run with the
-order rotated each round, over several fresh sets of workers; plus the Python calls of one hooked step (sys.setprofile), which noise cannot move.
+order rotated each round, over several fresh sets of workers; plus the Python calls (sys.setprofile) and the
+torch ops (a dispatch mode) of one hooked step, which noise cannot move.
 
   git archive <base> hookstats | tar -x -C /tmp/base && cp hookstats/_C*.so /tmp/base/hookstats/
   PYTHONPATH=. python benchmarks/hook_path.py --old /tmp/base --new . [--processes 6 --rounds 4 --steps 5]
@@ -48,6 +49,18 @@ def worker(path, workload, hooked):
             step()
             sys.setprofile(None)
             print(json.dumps(counts), flush=True)
+        elif cmd[0] == "ops":
+            from torch.utils._python_dispatch import TorchDispatchMode
+
+            class Count(TorchDispatchMode):
+                n = 0
+
+                def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                    Count.n += 1
+                    return func(*args, **(kwargs or {}))
+            with Count():
+                step()
+            print(json.dumps(Count.n), flush=True)
     if mon is not None:
         mon.remove()
 
@@ -85,7 +98,7 @@ def compare(workload, old, new, rounds, steps, processes):
     for p in range(processes):
         spawn = names[p % 3:] + names[:p % 3]
         workers = {n: Worker(old if n == "old" else new, workload, n != "no hooks") for n in spawn}
-        calls = {n: workers[n].ask("calls") for n in ("old", "new")}
+        calls = {n: {**workers[n].ask("calls"), "torch_ops": workers[n].ask("ops")} for n in ("old", "new")}
         per_round = {n: [] for n in names}
         for r in range(rounds):
             k = (p + r) % len(names)
