@@ -85,7 +85,7 @@ def adversarial(n, dtype, device, seed=0):
 
 
 def new_state(cfg, device):
-    from hookstats.monitor import scratch_bytes
+    from hookstats.state import scratch_bytes
     f = torch.tensor([0.0, 0.0, 0.0, float("nan"), float("nan")], dtype=torch.float64, device=device)
     i = torch.zeros(cfg.istate_size, dtype=torch.int64, device=device)
     s = torch.zeros(scratch_bytes(torch.device(device)), dtype=torch.uint8, device=device)

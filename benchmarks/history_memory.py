@@ -44,7 +44,7 @@ def memory(a):
     gc.collect()
     grown = rss_bytes() - before
     mem = mon.memory()
-    records = sum(1 for _ in mon._history.memory_sink.items())
+    records = sum(1 for _ in mon.history_sink.items())
     mon.remove()
     return {"targets": a.targets, "keep": a.keep, "steps": a.steps, "kept_records": records,
             "rss_growth_bytes": grown, "rss_growth_per_record": round(grown / records), "memory": mem}
@@ -55,13 +55,13 @@ def timed_round(model, history, steps, warmup=20):
     mon = hookstats.attach(model, grads=False, history=history)
     flush_s = [0.0]
     if history:
-        inner = mon._history.flush
+        inner = mon.recorder.flush
 
         def flush(wait=True):
             t0 = time.thread_time()
             inner(wait)
             flush_s[0] += time.thread_time() - t0
-        mon._history.flush = flush
+        mon.recorder.flush = flush
     x = torch.randn(4, 16)
     with torch.no_grad():
         for _ in range(warmup):

@@ -1,10 +1,11 @@
 """hookstats: activation and gradient statistics for PyTorch training, fused into one op, no host sync."""
 from .accumulate import accumulate_, accumulate_many_, backend
 from .config import StatsConfig
-from .monitor import Monitor, TargetKey, attach
+from .monitor import Monitor, attach
+from .state import Kind, TargetKey
 from .alerts import AlertRules
 from .summary import summary
 from .planner import plan
 
 __version__ = "0.1.0"
-__all__ = ["attach", "Monitor", "StatsConfig", "TargetKey", "accumulate_", "accumulate_many_", "backend", "AlertRules", "summary", "plan"]
+__all__ = ["attach", "Monitor", "StatsConfig", "TargetKey", "Kind", "accumulate_", "accumulate_many_", "backend", "AlertRules", "summary", "plan"]

@@ -80,6 +80,8 @@ def check_arg(name, value, rule, lo=None, hi=None, lo_open=False):
     optional bounds lo..hi (lo_open: value > lo), or a tuple of the allowed values."""
     if isinstance(value, np.generic):
         value = value.item()
+    elif isinstance(value, str) and type(value) is not str:  # a str Enum (hookstats.Kind) is its value
+        value = str.__str__(value)
     if isinstance(rule, tuple):
         if not any(value == c and type(value) is type(c) for c in rule):
             raise ValueError(f"{name} must be one of {', '.join(map(repr, rule))}; got {value!r}")

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from .records import stats_records
 from .stats import chan_merge_rows, new_fstate_values
 
-_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _layouts = weakref.WeakKeyDictionary()  # monitor -> (group, world size, [(phase, TargetKey)]) agreed at its last reduce()
 
 
@@ -135,7 +135,7 @@ def reduce(monitor, group=None):
         dist.all_reduce(i, op=dist.ReduceOp.SUM, group=group)
         if keys:
             gathered = torch.empty(world * f.numel(), dtype=f.dtype, device=device)  # flat: gloo takes no stack form
-            _all_gather_single(gathered, f.reshape(-1), group=group)
+            all_gather_single(gathered, f.reshape(-1), group=group)
         if int(i[-1]) == world:  # the host read: every rank's targets fit the agreed layout
             break
         layout = None  # a target first reached since the names were agreed: agree again, once

@@ -21,7 +21,7 @@ class HistoryWarning(RuntimeWarning):
     """The history or a sink failed; the training step goes on without it."""
 
 
-class _Ring:
+class Ring:
     """The ring of one device: row 0 holds the alert state, rows 1..capacity the step slots, each
     [T, F + istate] int64, all in one buffer so a flush is one contiguous transfer of rows 0..filled.
     Float64 columns are stored bit-for-bit through an int64 view."""
@@ -147,7 +147,7 @@ class History:
         self.memory_sink = MemorySink(max_steps=keep)
         self.sinks = [self.memory_sink] + sinks
         self.alerts = []  # every alert raised so far, oldest first
-        self._rings = {}  # device -> _Ring
+        self.rings = {}  # device -> Ring
         self._pending = []
         self._last_flush = 0
         self._reported = set()
@@ -195,11 +195,11 @@ class History:
 
     def _ring(self, device, states):
         """The ring of `device`, remade (keeping what it knew) when targets appeared since."""
-        ring = self._rings.get(device)
+        ring = self.rings.get(device)
         if ring is None or len(ring.states) != len(states):
             if ring is not None and ring.steps:
                 self._start_copy(ring)
-            self._rings[device] = ring = _Ring(device, states, self.capacity, self.cfg, self.rules, old=ring)
+            self.rings[device] = ring = Ring(device, states, self.capacity, self.cfg, self.rules, old=ring)
         return ring
 
     def _start_copy(self, ring):
@@ -219,7 +219,7 @@ class History:
     def flush(self, wait=True):
         """Starts one packed copy per device of the filled slots and hands finished copies to the sinks.
         wait=False (the step-end path) leaves an unfinished CUDA copy for a later flush."""
-        for ring in self._rings.values():
+        for ring in self.rings.values():
             if ring.steps:
                 self._start_copy(ring)
         self._last_flush = self.monitor.step_count
@@ -294,7 +294,7 @@ class History:
     def nbytes(self):
         """(device bytes, pinned/host staging bytes) of the rings."""
         dev = host = 0
-        for r in self._rings.values():
+        for r in self.rings.values():
             d, h = r.nbytes()
             dev, host = dev + d, host + h
         return dev, host
@@ -328,16 +328,3 @@ def histogram(monitor, target, phase="train"):
         raise KeyError(f"no target {target!r}; targets are {sorted(stats)[:10]}")
     r = stats[target]
     return {k: r[k] for k in ("hist", "hist_edges", "underflow", "overflow", "log2_hist", "nan", "posinf", "neginf")}
-
-
-def memory(states, flags, hist):
-    """Bytes a monitor holds: running `states` and sampling `flags` on the devices, the history rings, host
-    staging buffers and the steps mon.history() keeps on the host (host_history_bytes, growing up to `keep`
-    steps). hist: the monitor's History, or None."""
-    states = sum(t.numel() * t.element_size() for st in states
-                 for t in (st.fstate, st.istate, st.scratch, st.closed_f) if t is not None)
-    states += sum(f.numel() * f.element_size() for f in flags)
-    dev, host = hist.nbytes() if hist is not None else (0, 0)
-    kept = hist.memory_sink.nbytes() if hist is not None else 0
-    return {"state_bytes": states, "history_bytes": dev, "host_staging_bytes": host, "host_history_bytes": kept,
-            "device_bytes": states + dev}

@@ -9,7 +9,7 @@ import time
 import torch
 
 from . import accumulate
-from .monitor import scratch_bytes
+from .state import scratch_bytes
 
 MB = 1 << 20
 

@@ -28,7 +28,7 @@ from .monitor import attach, attached_monitor
 from .records import step_columns
 from .sinks.memory import held_bytes
 from .summary import format_table
-from .targets import tensor_leaves
+from .tensors import tensor_leaves
 
 
 @dataclasses.dataclass
@@ -96,7 +96,7 @@ class Plan:
 
     def rows(self):
         return [{"target": t.id, "shape": "x".join(map(str, t.shape)) if t.shape is not None else "varies",
-                 "dtype": t.dtype, "calls": t.calls, "values/step": t.values, "op reads": _size(t.bytes),
+                 "dtype": t.dtype, "calls": t.calls, "values/step": t.values, "op reads": size_text(t.bytes),
                  "op us/step": None if t.op_seconds is None else round(t.op_seconds * 1e6, 1)} for t in self.targets]
 
     def to_dict(self, steps=100, **predict_kwargs):
@@ -115,16 +115,16 @@ class Plan:
         lines = [format_table(self.rows(), ["target", "shape", "dtype", "calls", "values/step", "op reads",
                                             "op us/step"])] if per_target else []
         lines += ["",
-                  f"total: {len(self.targets)} targets, {self.values:,} values and {_size(self.bytes)} read by the op "
+                  f"total: {len(self.targets)} targets, {self.values:,} values and {size_text(self.bytes)} read by the op "
                   f"per measured step" + (f" (every={self.every})" if self.every > 1 else ""),
-                  f"hookstats holds: {_size(m['state_bytes'])} of state, {_size(m['history_bytes'])} of history ring "
-                  f"({_size(m['device_bytes'])} on the device), {_size(m['host_staging_bytes'])} of host staging "
+                  f"hookstats holds: {size_text(m['state_bytes'])} of state, {size_text(m['history_bytes'])} of history ring "
+                  f"({size_text(m['device_bytes'])} on the device), {size_text(m['host_staging_bytes'])} of host staging "
                   "(mon.memory())",
-                  *([f"mon.history() on the host after {self.keep} measured steps: {_size(m['host_history_bytes'])} "
-                     f"of fixed columns, at most {_size(m['host_history_max_bytes'])} with the histograms' spans "
+                  *([f"mon.history() on the host after {self.keep} measured steps: {size_text(m['host_history_bytes'])} "
+                     f"of fixed columns, at most {size_text(m['host_history_max_bytes'])} with the histograms' spans "
                      "(which slots the data uses)"] if m["host_history_max_bytes"] else []),
-                  f"detach-to-CPU of the same targets: copies {_size(self.bytes)} to the host per step, holds "
-                  f"{_size(self.detach_held(steps))} after {steps} steps; keeping them detached on the device "
+                  f"detach-to-CPU of the same targets: copies {size_text(self.bytes)} to the host per step, holds "
+                  f"{size_text(self.detach_held(steps))} after {steps} steps; keeping them detached on the device "
                   f"holds as much there",
                   f"model FLOPs per step (forward + backward): {self.flops:.3g}"]
         if p["op_seconds"] is None:
@@ -139,10 +139,10 @@ class Plan:
         return "\n".join(lines + [f"note: {n}" for n in self.notes])
 
     def __repr__(self):
-        return f"Plan({len(self.targets)} targets, {_size(self.bytes)} read per measured step)"
+        return f"Plan({len(self.targets)} targets, {size_text(self.bytes)} read per measured step)"
 
 
-def _size(n):
+def size_text(n):
     for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= scale:
             return f"{n / scale:.3g} {unit}"

@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from .targets import tensor_leaves
+from .tensors import tensor_leaves
 
 
 class Summary:

@@ -14,3 +14,15 @@ def warn_user(msg, category=RuntimeWarning):
     while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
         frame, level = frame.f_back, level + 1
     warnings.warn(msg, category, stacklevel=level)
+
+
+class WarnOnce:
+    """tell(what, msg): warn_user(msg) the first time `what` is told, never again for that `what`."""
+
+    def __init__(self):
+        self.told = set()
+
+    def __call__(self, what, msg):
+        if what not in self.told:
+            self.told.add(what)
+            warn_user(msg)

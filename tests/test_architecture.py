@@ -1,9 +1,12 @@
 """The package's files talk through public names: no object reaches into a private member (`_name`) that a
-class of another file defines, and no file uses another module's private functions. Read from the AST."""
+class of another file defines, and no file uses another module's private functions; tests/ and benchmarks/ use
+hookstats through public names too; the hooks never import the Monitor. Read from the AST."""
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "hookstats"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "hookstats"
+OUTSIDE = (ROOT / "tests", ROOT / "benchmarks")
 ACCESSORS = ("getattr", "hasattr", "setattr", "delattr")
 
 
@@ -138,3 +141,84 @@ def test_the_check_finds_a_reach_across_files(tmp_path):
     found = cross_file_uses(pkg)
     assert [f.split(": ", 1)[1] for f in found] == ["imports _module_helper", "o._secret", "o._helper",
                                                     "owner._module_helper", "self.o._secret"]
+
+
+def package_imports(tree):
+    """local name -> dotted name of each hookstats module or name a file outside the package imports."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "hookstats":
+            for a in node.names:
+                out[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "hookstats":
+                    out[a.asname or a.name.split(".")[0]] = a.name if a.asname else "hookstats"
+    return out
+
+
+def dotted(node, names):
+    """The dotted hookstats name an expression stands for (hookstats.history, hist_mod), or None."""
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.Attribute):
+        base = dotted(node.value, names)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def outside_uses(package=PACKAGE, dirs=OUTSIDE):
+    """'file:line: what' for every private member of a hookstats class, or private name of a hookstats module,
+    used by the files under `dirs` (tests, benchmarks); a file's own classes' privates are its own."""
+    files = [ast.parse(p.read_text(), str(p)) for p in sorted(package.rglob("*.py"))]
+    members = set().union(*(class_members(t) for t in files))
+    privates = {module_name(p, package): module_privates(t) for p, t in zip(sorted(package.rglob("*.py")), files)}
+    found = []
+    for path in sorted(p for d in dirs for p in d.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        own = class_members(tree) | module_privates(tree)
+        names = package_imports(tree)
+        where = path.relative_to(path.parents[1])
+        for node, obj, attr in accesses(tree):
+            if not private(attr) or is_self(obj) or attr in own:
+                continue
+            target = dotted(obj, names)
+            if target in privates:
+                if attr in privates[target]:
+                    found.append(f"{where}:{node.lineno}: {ast.unparse(obj)}.{attr}")
+            elif attr in members:
+                found.append(f"{where}:{node.lineno}: {ast.unparse(obj)}.{attr}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "hookstats":
+                found += [f"{where}:{node.lineno}: imports {a.name}" for a in node.names if private(a.name)]
+    return sorted(found, key=lambda f: (f.split(":")[0], int(f.split(":")[1])))
+
+
+def test_tests_and_benchmarks_use_hookstats_through_public_names():
+    found = outside_uses()
+    assert not found, "hookstats' private members used from tests/ or benchmarks/:\n" + "\n".join(found)
+
+
+def test_the_hooks_never_import_the_monitor():
+    """hookstats/hooks/ works through its Port (state owner and step clock), not through a Monitor."""
+    found = []
+    for path in sorted((PACKAGE / "hooks").rglob("*.py")):
+        for node, name in imported_names(ast.parse(path.read_text()), path, PACKAGE).items():
+            if name.split(".")[:2] == ["hookstats", "monitor"]:
+                found.append(f"{path.relative_to(ROOT)}: {node}")
+    assert not found, found
+
+
+def test_the_outside_check_finds_a_private_use(tmp_path):
+    pkg, tests = tmp_path / "hookstats", tmp_path / "tests"
+    pkg.mkdir(), tests.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "owner.py").write_text("class Owner:\n    def __init__(self):\n        self._secret = 1\n"
+                                  "def _module_helper():\n    return 0\n")
+    (tests / "test_x.py").write_text("import hookstats.owner as ow\nfrom hookstats import owner\n"
+                                     "from hookstats.owner import _module_helper\n"
+                                     "class Mine:\n    def __init__(self):\n        self._own = 1\n"
+                                     "def test(o, m):\n    return o._secret, ow._module_helper(), owner._module_helper, m._own\n")
+    found = outside_uses(pkg, (tests,))
+    assert sorted(f.split(": ", 1)[1] for f in found) == ["imports _module_helper", "o._secret", "ow._module_helper",
+                                                          "owner._module_helper"]

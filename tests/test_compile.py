@@ -225,8 +225,8 @@ def test_a_second_optimizers_parameter_gradients_stay_in_the_eager_step_that_mad
 def test_torch_without_compilable_gradient_hooks_skips_taps_in_compiled_code_and_says_so(fresh_dynamo, monkeypatch):
     # torch 2.11 (seen on the GPU machine) fails to compile the tap's tensor hook: the monitor must not
     # break the user's compiled step there, only leave those targets out and say so once.
-    from hookstats import targets
-    monkeypatch.setattr(targets, "COMPILED_GRAD_TAPS", False)
+    from hookstats.hooks import grad_taps
+    monkeypatch.setattr(grad_taps, "COMPILED_GRAD_TAPS", False)
     model, _ = twins()
     mon = hookstats.attach(model, steps="manual", param_grads=True)
     cm = torch.compile(model, fullgraph=True, backend="aot_eager")
@@ -248,7 +248,7 @@ def test_torch_without_compilable_gradient_hooks_skips_taps_in_compiled_code_and
 def test_cuda_graphs_reduce_overhead_measure_what_eager_measures(fresh_dynamo):
     # The state tensors are static (mark_static_address), so CUDA graph trees replay the op instead of
     # skipping the graph: after the same steps, counts equal eager's and moments agree to compile's rounding.
-    from hookstats import targets
+    from hookstats.hooks import grad_taps
     torch.manual_seed(0)
     model, ref = (nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 8)).cuda() for _ in range(2))
     ref.load_state_dict(model.state_dict())
@@ -258,7 +258,7 @@ def test_cuda_graphs_reduce_overhead_measure_what_eager_measures(fresh_dynamo):
     train(torch.compile(model, mode="reduce-overhead"), mon, xs)
     train(ref, eager, xs)
     got, want = mon.stats(), eager.stats()
-    if not targets.COMPILED_GRAD_TAPS:  # torch < 2.13: gradient taps are left out of compiled code
+    if not grad_taps.COMPILED_GRAD_TAPS:  # torch < 2.13: gradient taps are left out of compiled code
         want = {t: r for t, r in want.items() if r["kind"] != "grad_output"}
     assert set(got) == set(want)
     for tid, rec in want.items():

@@ -17,7 +17,7 @@ from torch import nn
 import hookstats
 from hookstats import layout
 from hookstats.distributed import Reduced, reduce
-from hookstats.monitor import TargetKey
+from hookstats import TargetKey
 from hookstats.stats import merge_states
 from helpers import exit_without_finalizing, oracle
 
@@ -48,7 +48,8 @@ def raw(states):
 
 
 def local_raw(mon):
-    return {(ph, k.id): (st.fstate.numpy().copy(), st.istate.numpy().copy()) for (ph, k, _), st in mon._states.items()}
+    return {(st.phase, k.id): (st.fstate.numpy().copy(), st.istate.numpy().copy())
+            for k, _, st in mon.states(reached_only=False)}
 
 
 # ---------------- what each rank runs ----------------
@@ -94,7 +95,7 @@ def counting_collectives():
     """{collective: calls} made by hookstats.distributed inside the block."""
     import hookstats.distributed as hd
     calls = {"all_gather_object": 0, "all_reduce": 0, "all_gather": 0}
-    saved = dist.all_gather_object, dist.all_reduce, hd._all_gather_single
+    saved = dist.all_gather_object, dist.all_reduce, hd.all_gather_single
 
     def counted(name, fn):
         def call(*args, **kwargs):
@@ -103,11 +104,11 @@ def counting_collectives():
         return call
     dist.all_gather_object = counted("all_gather_object", saved[0])
     dist.all_reduce = counted("all_reduce", saved[1])
-    hd._all_gather_single = counted("all_gather", saved[2])
+    hd.all_gather_single = counted("all_gather", saved[2])
     try:
         yield calls
     finally:
-        dist.all_gather_object, dist.all_reduce, hd._all_gather_single = saved
+        dist.all_gather_object, dist.all_reduce, hd.all_gather_single = saved
 
 
 def scenario_device_reduce(rank, world, device):
@@ -123,8 +124,8 @@ def scenario_device_reduce(rank, world, device):
     if rank == world - 1:
         extra = torch.linspace(-3, 3, 7 + rank, dtype=torch.float64, device=device)
         mon.measure(TargetKey("extra", "output"), extra)
-    local = {(ph, k.id): (st.fstate.cpu().numpy().copy(), st.istate.cpu().numpy().copy())
-             for (ph, k, _), st in mon._states.items() if st.reached}
+    local = {(st.phase, k.id): (st.fstate.cpu().numpy().copy(), st.istate.cpu().numpy().copy())
+             for k, _, st in mon.states()}
     with counting_collectives() as first:
         red = mon.reduce()
     with counting_collectives() as steady:
@@ -132,7 +133,7 @@ def scenario_device_reduce(rank, world, device):
     mon.remove()
     return {"seen": {n: [t.cpu() for t in ts] for n, ts in seen.items()}, "extra": None if extra is None else extra.cpu(),
             "local": local, "reduced": raw(red.states()), "again": raw(again.states()), "first": first,
-            "steady": steady, "devices": {t.device.type for t in (red._f, red._i)}}
+            "steady": steady, "devices": {t.device.type for row in red.states().values() for t in row}}
 
 
 def scenario_bad_config(rank, world):
@@ -190,7 +191,7 @@ def scenario_history(rank, world):
         model.train()
     reduced = mon.reduce().stats()
     mon.remove()  # records the open step 5
-    history = [(s, r["target"], r["count"], r["mean"], r["std"]) for s, r in mon._history.memory_sink.items()]
+    history = [(s, r["target"], r["count"], r["mean"], r["std"]) for s, r in mon.history_sink.items()]
     return {"history": history, "reduced": reduced, "since": 3}
 
 

@@ -56,7 +56,7 @@ def check_step(rec, tensors, cfg):
 
 
 def by_step(mon):
-    return {(step, rec["target"]): rec for step, rec in mon._history.memory_sink.items()}
+    return {(step, rec["target"]): rec for step, rec in mon.history_sink.items()}
 
 
 @pytest.mark.parametrize("log_every, capacity", [(3, None), (10, 4), (1, None)])
@@ -177,14 +177,14 @@ def test_no_host_read_inside_training_steps():
         run(model, mon, 5)
     assert any("sub" in op for op in ops)  # the ring was written inside the guarded steps
     mon.remove()
-    assert len({s for s, _ in mon._history.memory_sink.items()}) == 7
+    assert len({s for s, _ in mon.history_sink.items()}) == 7
 
 
 def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monkeypatch):
     from hookstats import history as hist_mod
     copies = []
-    orig = hist_mod._Ring.start_copy
-    monkeypatch.setattr(hist_mod._Ring, "start_copy", lambda self: copies.append(1) or orig(self))
+    orig = hist_mod.Ring.start_copy
+    monkeypatch.setattr(hist_mod.Ring, "start_copy", lambda self: copies.append(1) or orig(self))
     model = Recorder()
     mon = hookstats.attach(model, history=True, log_every=5)
     run(model, mon, 6)
@@ -196,8 +196,8 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     # flag byte per device; the ring: (log_every + 1) slots of [T, 5 + istate] int64, plus [T, 5] float64
     # (the open step, the closed steps, the carry over a reset) and [T, istate] int64 (current, previous); the
     # host staging buffer is one ring copy
-    isz, t_states, t_ring = mon.cfg.istate_size, len(mon._states), len(next(iter(mon._history._rings.values())).states)
-    assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_ring * 5 * 8 + len(mon._flags)  # + closed steps
+    isz, t_states, t_ring = mon.cfg.istate_size, len(mon.states(reached_only=False)), len(next(iter(mon.recorder.rings.values())).states)
+    assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_ring * 5 * 8 + 1  # + closed steps, + the CPU's flag
     ring = (5 + 1) * t_ring * (5 + isz) * 8
     assert first["history_bytes"] == ring + 2 * t_ring * (5 + isz) * 8 + t_ring * 5 * 8
     assert first["host_staging_bytes"] == ring
@@ -237,7 +237,7 @@ def test_keep_bounds_the_host_copy_but_sinks_get_every_step():
     mon = hookstats.attach(model, history=True, log_every=2, keep=3, sinks=[extra])
     run(model, mon, 9)
     mon.remove()
-    assert [s for s, _ in mon._history.memory_sink.steps] == [6, 7, 8]
+    assert [s for s, _ in mon.history_sink.steps] == [6, 7, 8]
     assert [s for s, _ in extra.steps] == list(range(9))
 
 
@@ -471,7 +471,7 @@ def test_alerts_device_statistics_against_float64_formulas():
 def test_records_handed_to_sinks_are_finalize_per_target(config):
     from hookstats.config import StatsConfig
     from hookstats.records import step_columns, step_records
-    from hookstats.monitor import TargetKey
+    from hookstats import TargetKey
     cfg = StatsConfig(**config)
     f, i = random_states(np.random.default_rng(7), (6, 30), cfg)
     keys = [TargetKey(f"m{t}", "output", leaf=str(t % 3)) for t in range(30)]
@@ -503,7 +503,7 @@ def test_no_record_dicts_without_a_sink_that_takes_them(monkeypatch):
     mon = hookstats.attach(model, history=True, log_every=2, sinks=[MemorySink(max_steps=3)])
     run(model, mon, 5)
     mon.remove()
-    assert len({s for s, _ in mon._history.memory_sink.items()}) == 5
+    assert len({s for s, _ in mon.history_sink.items()}) == 5
 
 
 def test_numpy_scalars_are_taken_wherever_python_ones_are():

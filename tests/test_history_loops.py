@@ -187,7 +187,7 @@ def test_every_train_step_reaches_the_sinks_once_with_its_own_values(loop, log_e
     want = expected(oracle)
     assert want  # the loop measured something
     check(list(sink.items()), want, "MemorySink")
-    check(list(mon._history.memory_sink.items()), want, "history()")
+    check(list(mon.history_sink.items()), want, "history()")
     check(read_csv(tmp_path / "h.csv")[0], want, "CSV")
     totals = mon.stats()  # the running totals: everything since the last reset()
     assert {t for t, r in totals.items() if r["count"]} == {t for t, parts in oracle.total.items() if parts}

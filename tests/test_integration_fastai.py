@@ -131,4 +131,4 @@ def test_a_training_batch_needs_no_host_sync():
         cb.after_batch()
     assert any("hookstats" in op for op in ops)
     assert len(cb.stats) == before + 1  # reading stats is where the host transfer happens
-    cb._remove()
+    cb.monitor.remove()

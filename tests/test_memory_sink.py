@@ -77,7 +77,7 @@ def test_gives_back_exactly_the_kept_records(keep, config):
     mon, oracle, mine = run(keep, **config)
     kept = oracle.steps[-keep:] if keep else oracle.steps
     want = [(step, rec) for step, recs in kept for rec in recs]
-    for sink in (mine, mon._history.memory_sink):
+    for sink in (mine, mon.history_sink):
         got = list(sink.items())
         assert [(s, r["target"]) for s, r in got] == [(s, r["target"]) for s, r in want]
         for (_, g), (_, w) in zip(got, want):
@@ -119,7 +119,7 @@ def arrays_reachable(root):
 
 def test_memory_counts_the_bytes_of_the_host_history():
     mon, oracle, mine = run(6, steps=20)
-    arrays = list(arrays_reachable(mon._history.memory_sink))
+    arrays = list(arrays_reachable(mon.history_sink))
     assert all(a.base is None for a in arrays)  # no views: their bytes are the owners'
     assert mon.memory()["host_history_bytes"] == sum(a.nbytes for a in arrays) > 0
     assert mine.nbytes() == sum(a.nbytes for a in arrays_reachable(mine))

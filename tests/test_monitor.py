@@ -1,5 +1,6 @@
 """attach() and Monitor: selection, steps and sampling, phases, removal, odd outputs, no host sync."""
 import contextlib
+import json
 
 import numpy as np
 import pytest
@@ -328,3 +329,20 @@ def test_the_root_model_is_named_after_its_class():
         mon.step()
     assert set(mon.modules) == {"Net_root", "Net"}
     assert {"Net_root:output", "Net_root:grad_output", "Net_root.scale:param_grad", "Net:output"} <= set(mon.stats())
+
+
+def test_target_kinds_are_an_enum_that_reads_as_plain_strings():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    mon = hookstats.attach(model)
+    model(torch.randn(3, 4)).sum().backward()
+    assert [k.value for k in hookstats.Kind] == ["output", "grad_output", "input", "grad_input", "param_grad", "watch",
+                                                 "watch_grad"]
+    kind = mon.stats()["0:output"]["kind"]
+    assert kind == "output" and kind is hookstats.Kind.OUTPUT
+    assert (str(kind), f"{kind}", repr(kind), json.dumps(kind)) == ("output", "output", "'output'", '"output"')
+    assert set(mon.stats(kind=hookstats.Kind.GRAD_OUTPUT)) == set(mon.stats(kind="grad_output")) == {"0:grad_output",
+                                                                                                   "2:grad_output"}
+    assert {hookstats.TargetKey("0", "output"): 1}[hookstats.TargetKey("0", hookstats.Kind.OUTPUT)] == 1
+    with pytest.raises(ValueError, match="kind must be one of"):
+        mon.stats(kind="outputs")
+    mon.remove()

@@ -145,7 +145,7 @@ def test_host_history_at_keep_steps_against_a_real_run(kwargs):
     else:
         assert real == fixed
     line = next(ln for ln in p.table().splitlines() if "host" in ln and "history" in ln and str(keep) in ln)
-    assert plan_cli._size(fixed) in line
+    assert plan_cli.size_text(fixed) in line
 
 
 def test_detach_bytes_equal_what_a_detach_to_cpu_hook_copies():
@@ -158,7 +158,7 @@ def test_detach_bytes_equal_what_a_detach_to_cpu_hook_copies():
         kept.append(t.detach().cpu())
 
     def hook(m, a, out):
-        for leaf in hookstats.targets.tensor_leaves(out):
+        for leaf in hookstats.tensors.tensor_leaves(out):
             t = leaf[1]
             if t.is_floating_point():
                 keep(t)

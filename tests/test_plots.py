@@ -26,7 +26,7 @@ def series():
         opt.step()
         opt.zero_grad()
     mon.remove()
-    return plots.collect(mon._history.memory_sink.items()), mon
+    return plots.collect(mon.history_sink.items()), mon
 
 
 def test_collect_keeps_every_step_in_forward_order(series):
@@ -127,7 +127,7 @@ def many():
     for _ in range(3):
         model(torch.randn(8, 4)).square().mean().backward()
     mon.remove()
-    s = plots.collect(mon._history.memory_sink.items())
+    s = plots.collect(mon.history_sink.items())
     return s, [f"{k}:output" for k in range(30)], {t: r["log2_hist"] for t, r in mon.stats().items()
                                                      if r["kind"] == "output"}
 

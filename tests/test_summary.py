@@ -57,7 +57,7 @@ def test_live_statistics_come_from_the_monitor_and_it_is_not_disturbed():
     before, step = mon.stats(), mon.step_count
     s = summary(model, torch.randn(2, 3, 7, 7), monitor=mon)
     after = mon.stats()
-    assert mon.step_count == step and not mon._paused
+    assert mon.step_count == step and not mon.paused
     for k in before:
         assert before[k]["count"] == after[k]["count"]
     rows = {r["layer"]: r for r in s.rows}

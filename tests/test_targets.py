@@ -14,7 +14,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import hookstats
-from hookstats.monitor import module_names, tensor_leaves
+from hookstats.selection import module_names
+from hookstats.tensors import tensor_leaves
 from hookstats.stats import finalize
 
 ALL = dict(inputs=True, grads=True, input_grads=True, param_grads=True)
@@ -735,7 +736,7 @@ def test_model_parallel_keeps_each_target_on_its_own_device(monkeypatch):
     model, ref = twins(Split)
     x = torch.randn(4, 8)
     mon = run(model, x, lambda y: y.square().sum(), param_grads=True)
-    devices = {key.module: dev.type for (_, key, dev), st in mon._states.items() if st.reached}
+    devices = {key.module: dev.type for key, dev, _ in mon.states()}
     assert devices["a"] == "cpu" and devices["b"] == "cuda" and devices["b.weight"] == "cuda"
     want = capture(ref, x, lambda y: y.square().sum(), ["a", "b"])
     for tid, rec in mon.stats().items():
@@ -835,7 +836,7 @@ def test_a_model_attached_on_the_meta_device_then_materialized():
     torch.optim.SGD(model.parameters(), lr=0.1).step()
     got = mon.stats()
     assert got["0:output"]["count"] == got["0:grad_output"]["count"] == 2 * got["0:input"]["count"] == 64
-    assert all(dev.type == "cpu" for (_, _, dev), st in mon._states.items() if st.reached)
+    assert all(dev.type == "cpu" for _, dev, _ in mon.states())
     mon.remove()
 
 

@@ -9,7 +9,7 @@ from fastcore.foundation import L
 
 import hookstats
 from hookstats.config import check_count
-from hookstats.monitor import module_names
+from hookstats.selection import module_names
 
 # fastai's numbers: near_zero = mean(o <= 0.05), hist = o.histc(40, 0, 10)
 FASTAI_CONFIG = dict(nbins=40, lo=0.0, hi=10.0, eps=0.05, near_zero="le")

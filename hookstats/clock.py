@@ -1,0 +1,181 @@
+"""The one step clock of a monitor: which step runs, in which phase, whether it is sampled (every=N, pause), what
+ends a step (a train root forward, an optimizer step under compile, mon.step()), and the eager points where
+compiled code's leftovers are settled."""
+import weakref
+
+import torch
+
+from .config import check_arg
+
+
+def in_recompute():
+    """True while a forward runs inside backward: activation checkpointing recomputing its segment."""
+    return torch._C._current_graph_task_id() != -1
+
+
+_compile_methods = weakref.WeakKeyDictionary()  # owner -> function: called at the next Dynamo compile
+
+
+def on_compile_start(method):
+    """Calls method() (a bound method, held weakly) when Dynamo next starts compiling a frame: eager Python,
+    before the compiled code runs. torch._dynamo.reset() clears Dynamo's callbacks, so this re-registers."""
+    handler = getattr(torch._dynamo, "callback_handler", None)
+    if handler is None:  # torch without compile callbacks
+        return
+    _compile_methods[method.__self__] = method.__func__
+    if _compile_started not in handler.start_callbacks:
+        handler.register_start_callback(_compile_started)
+
+
+def _compile_started(args=None):
+    trigger = getattr(args, "callback_trigger", None)
+    if trigger is not None and trigger.name != "DYNAMO":  # a lazily compiled backward runs inside a step
+        return
+    waiting = list(_compile_methods.items())
+    _compile_methods.clear()
+    for owner, func in waiting:
+        func(owner)
+
+
+class StepClock:
+    """A step is one forward of the root model in training mode (steps="forward"), or, with steps="manual" or
+    once step() has been called, what the caller ends with step(). Step k is sampled when k % every == 0
+    (step 0 is) and the clock is not paused; a forward is measured when its step is sampled and its phase is
+    measured (train, or eval with track_eval).
+
+    Listeners: step_listeners(clock, finished_step, it_was_sampled) when a step ends, forward_listeners() at
+    the start of each root forward (not nested; compiled too), eager_listeners() at each eager point;
+    on_sampling(sampled) when sampling changes (the device flags follow it)."""
+
+    def __init__(self, model, every=1, track_eval=False, steps="forward", on_sampling=None):
+        self.model, self.track_eval = model, track_eval
+        self.every = check_arg("every", every, int, lo=1)
+        # a root forward in training mode is a step; step() ends one
+        self.manual = check_arg("steps", steps, ("forward", "manual")) == "manual"
+        self.step_count = 0  # the step being run now
+        self.paused = False
+        self.phase = "train"
+        self.measuring = True  # this step is sampled and its phase is measured: the eager hooks' fast check
+        self.sampling = True  # this step is sampled (not paused, step % every == 0): what the device flags hold
+        # Whether the open step was sampled at any time in it (a pause or an eval forward since does not undo
+        # what it measured): History records exactly these steps.
+        self.step_sampled = True
+        self.attached = True  # a plain bool: compiled code can read it
+        self.compiled = False  # a hook ran inside torch.compile
+        self.optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
+        self.root_running = 0  # root forwards running now (separate_calls numbers calls per root forward)
+        self.step_listeners, self.forward_listeners, self.eager_listeners = [], [], []
+        self.on_sampling = on_sampling
+        self._step_has_forward = False  # a train root forward ran in the open step (steps="forward", eager)
+        self._eager_stepped = False  # and an optimizer of the model has stepped since
+        self._optimizers = weakref.WeakKeyDictionary()  # optimizer -> it steps this model's parameters
+
+    def on_root_forward(self, module, args):
+        self.phase = "train" if module.training else "eval"
+        compiling = torch.compiler.is_compiling()
+        # Compiled code keeps no count of running root forwards: Dynamo guards on every int a hook reads, and
+        # a count its replayed side effects leave behind recompiled the model at every step.
+        nested = not compiling and self.root_running > 0  # the root model called inside its own forward
+        if not compiling:
+            self.root_running += 1
+        if nested:
+            return None
+        for f in self.forward_listeners:
+            f()
+        if compiling:
+            # Counting steps here would put a Python branch on the step into the compiled graph and
+            # recompile every step: compiled models count optimizer steps instead, or step() calls.
+            self.compiled = True
+            return None
+        if in_recompute():
+            self.update_active()  # an eval forward may have run since this step's forward
+            return None  # a checkpointed root recomputed in backward is not a new step
+        self.eager_point()
+        if not self.manual and module.training:
+            if self._step_has_forward:
+                self._end_step()
+            self._step_has_forward, self._eager_stepped = True, False
+        self.update_active()
+
+    def on_root_forward_end(self, module, args, out):
+        if not torch.compiler.is_compiling():
+            self.root_running = max(self.root_running - 1, 0)
+
+    def step(self):
+        """Ends the current step. Once called, root forwards no longer count steps."""
+        self.manual = True
+        self._end_step()
+        self.update_active()
+
+    def on_optimizer_step(self, optimizer, args, kwargs):
+        """Under compile an optimizer step of this model ends the step (root forwards are not counted there).
+        In eager code the next train forward ends it, so a second optimizer's parameter gradients stay in
+        it; if that next forward is the first compiled one, the compile's start ends it (compile_started).
+        Any optimizer step is also an eager point of a compiled loop: the next compiled call measures what
+        the last one reached first (tuple outputs, watch...), with no stats() or step() call."""
+        if not self.manual and self.attached and self._steps_this_model(optimizer):
+            if self.compiled:
+                self.optimizer_steps += 1
+                self._step_has_forward = self._eager_stepped = False
+                self._end_step()
+                self.update_active()
+            elif self._step_has_forward:
+                self._eager_stepped = True
+                on_compile_start(self.compile_started)
+        if not torch.compiler.is_compiling():
+            self.eager_point()
+
+    def compile_started(self):
+        """Dynamo starts compiling a frame, in eager Python before it runs: an eager step whose optimizer has
+        stepped ends here, so it is not merged into the compiled step that follows (one eager step first)."""
+        if self._eager_stepped and self._step_has_forward and not self.manual and self.attached:
+            self._step_has_forward = self._eager_stepped = False
+            self._end_step()
+            self.update_active()
+
+    def _steps_this_model(self, optimizer):
+        """Whether `optimizer` holds a parameter of the model (another model's optimizer ends no step here).
+        Decided at its first step, after any wrapping (FSDP2) has replaced the parameters, then kept."""
+        known = self._optimizers.get(optimizer)
+        if known is None:
+            mine = {id(p) for p in self.model.parameters()}
+            known = not mine or any(id(p) in mine for g in optimizer.param_groups for p in g["params"])
+            self._optimizers[optimizer] = known
+        return known
+
+    def _end_step(self):
+        finished, sampled = self.step_count, self.step_sampled
+        self.step_count += 1
+        self.step_sampled = False  # the caller's update_active() decides for the next step
+        for f in self.step_listeners:
+            f(self, finished, sampled)
+
+    def update_active(self):
+        sampled = not self.paused and self.step_count % self.every == 0
+        self.step_sampled = self.step_sampled or sampled
+        self.measuring = sampled and self.measures_phase()
+        if sampled != self.sampling:
+            self.sampling = sampled
+            if self.on_sampling is not None:
+                self.on_sampling(sampled)
+
+    def measures_phase(self):
+        return self.phase == "train" or self.track_eval
+
+    def pause(self):
+        self.paused = True
+        self.update_active()
+
+    def resume(self):
+        self.paused = False
+        self.update_active()
+
+    def eager_point(self):
+        """Runs outside compiled code (root forward, step, optimizer step, stats): the listeners allocate what
+        compiled code reached first and say once what torch.compile changed."""
+        for f in self.eager_listeners:
+            f()
+
+    def steps_uncounted(self):
+        """Compiled code ran, and neither step() nor a torch.optim optimizer step has ended a step."""
+        return self.compiled and not self.manual and not self.optimizer_steps

@@ -1,0 +1,98 @@
+"""Gradient taps: Tensor.register_hook on an observed tensor (a module's output, a watched tensor) measures the
+gradient of the loss w.r.t. it; taps on views are checked for in-place ops (ViewTaps)."""
+import torch
+
+from ..tensors import is_measurable, measured, unread_reason
+
+
+# The gradient "tap" is Tensor.register_hook on the observed tensor, not an autograd.Function returning
+# x.view_as(x): PyTorch forbids in-place ops on a custom Function's view output (ReLU(inplace=True) after a
+# hooked layer raises, eager and compiled), and a tap would replace the module's output object. Dynamo
+# traces tensor hooks on intermediates into the compiled backward with no graph break (tests/test_compile.py).
+# torch 2.11's Dynamo puts the state tensors such a hook reads after the node that uses them and inductor
+# rejects the graph ("... of Node 'autograd_function_apply' was used before it has been defined", seen on
+# 2.11.0, CPU and CUDA); 2.13 compiles it. Older torch: gradient taps are left out of compiled code, said once.
+COMPILED_GRAD_TAPS = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+
+
+class ViewTaps:
+    """Gradient taps on outputs that are views (a Linear on a 3-d input returns a view of its 2-d result;
+    MultiheadAttention, Flatten, x[:, :k] too). A tensor hook gets the gradient of the value the tensor had
+    when the hook was registered, even after an in-place op, except on a view: an in-place op on a view, or
+    on its base, reroutes the base's gradient around the view's node (CopySlices), so the hook gets part of
+    the gradient or none. Such a tap is dropped and its target named in a warning, never measured partly.
+
+    Each tap keeps an alias sharing the view's version counter but not its storage (no activation is kept
+    alive), and the version when tapped. A changed version means an in-place op touched the view's memory
+    after the module returned: checked when the gradient arrives, and at the next eager point for the taps
+    whose gradient never arrived."""
+
+    def __init__(self):
+        self.pending = []  # (key, alias, version) tapped since the last eager point
+
+    def add(self, key, t):
+        alias = t.detach()
+        with torch.autograd._unsafe_preserve_version_counter(alias):
+            alias.set_()  # drops the storage reference, keeps the shared version counter
+        entry = (key, alias, t._version)
+        self.pending.append(entry)
+        return entry
+
+    @staticmethod
+    def modified(entry):
+        return entry[1]._version != entry[2]
+
+    @staticmethod
+    def say_modified(tell, key):
+        tell(f"view_grad:{key.id}", f"hookstats: {key.id} is not measured: the output is a view that an "
+                 "in-place op (ReLU(inplace=True), Dropout(inplace=True), F.relu_, x.add_(...)) modified after "
+                 "its module returned, and PyTorch then delivers only part of its gradient, or none. Use the "
+                 "op out of place to measure it.")
+
+    def settle(self, tell):
+        for entry in self.pending:
+            if self.modified(entry):
+                self.say_modified(tell, entry[0])
+        self.pending.clear()
+
+
+def tap_grad(port, key, t, phase):
+    """Measures the gradient of the loss w.r.t. t (the value t had here, before any later in-place op)."""
+    if not (t.requires_grad and is_measurable(t)):
+        if t.requires_grad and (why := unread_reason(t)) is not None:
+            port.tell(f"unread:{key.id}", f"hookstats: {key.id} is not measured: its tensor is {why}")
+        return
+    compiling = torch.compiler.is_compiling()
+    if not COMPILED_GRAD_TAPS and compiling:
+        port.untapped = True
+        return
+    # eager: listed once a gradient arrives; compiled: once tapped (a backward hook cannot mutate Python state)
+    store, clock = port.store, port.clock
+    target = store.resolve(key, t.device, phase, reach=compiling)
+    if target is None:
+        return
+    st, flag = target
+    view = port.view_taps.add(key, t) if not compiling and t._is_view() else None
+    step = None if compiling else clock.step_count  # read in eager code only: compiled code would guard on it
+
+    def on_grad(g):
+        if torch.compiler.is_compiling():  # g is dense with t's dtype; the strict backward bans .layout
+            store.accumulate(g, st, flag)
+        elif view is not None and ViewTaps.modified(view):
+            ViewTaps.say_modified(port.tell, key)
+        elif clock.attached and (g := measured(g)) is not None:
+            if step is not None and clock.step_count != step:
+                tell_split_step(port.tell, key, step, clock.step_count)
+            st.reached = st.reached or clock.sampling  # paused since the forward: the flag masks the op
+            store.accumulate(g, st, flag)
+        return None
+
+    t.register_hook(on_grad)
+
+
+def tell_split_step(tell, key, step, now):
+    tell("split_step", f"hookstats: the gradient of {key.id} from step {step} arrived in step {now}: "
+                       "several train forwards ran before one backward (two views of a batch, R-Drop, a "
+                       "generator called twice), and each forward started a step, so the gradients are "
+                       "measured in a later step than their forward (and not at all if every=N skips it). "
+                       "Count steps with steps='manual' and mon.step() after each optimizer step.")

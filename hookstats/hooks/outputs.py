@@ -1,0 +1,73 @@
+"""Module outputs and inputs: a forward hook measures each floating leaf of a module's output (and taps the
+gradient flowing back into it), a forward pre-hook each leaf of its positional and keyword inputs."""
+import inspect
+
+from ..state import Kind, TargetKey
+from ..tensors import tensor_leaves
+from .grad_taps import tap_grad
+from .port import recomputing, skip_now
+
+
+def output_hook(port, name, values=True, grads=True):
+    """Forward hook: each floating leaf of the output, and (grads) the gradient flowing back into it."""
+    clock, calls = port.clock, port.calls
+
+    def hook(module, args, out):
+        # a recomputed forward (checkpointing) was measured the first time; with use_reentrant=True
+        # its gradients flow through the recomputed graph only, so they are tapped there
+        recompute = recomputing()
+        if not clock.measures_phase() or skip_now(clock) or recompute and not grads:
+            return None
+        if calls.separate and calls.skip_recomputed(name, recompute, port.tell):
+            return None
+        calls.saw(name)
+        call = calls.call_of(name)
+        phase = clock.phase
+        for leaf, t in tensor_leaves(out):
+            if values and not recompute:
+                port.measure_in(TargetKey(name, Kind.OUTPUT, leaf, call), t, phase)
+            if grads:
+                tap_grad(port, TargetKey(name, Kind.GRAD_OUTPUT, leaf, call), t, phase)
+        return None
+    return hook
+
+
+def positional_names(module):
+    """How positional inputs are named, from module.forward's signature, so that one input slot is one
+    target whatever a call passes: when exactly one positional parameter has no default, it is named like
+    a tensor ("gru:input") and the optional ones by their parameter name, as if passed by keyword
+    ("gru:input['hx']"); otherwise every slot is "[i]" (attention's query, key and value). None: by slot."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    return [p.name for p in positional] if len(required) == 1 and positional[0] is required[0] else None
+
+
+def positional_leaves(args, names):
+    """(path, tensor) of every tensor inside the positional inputs (or their gradients), named as
+    positional_names() says."""
+    if names is None:
+        yield from tensor_leaves(tuple(args))
+        return
+    for i, a in enumerate(args):
+        yield from tensor_leaves(a, "" if i == 0 else f"[{names[i]!r}]" if i < len(names) else f"[{i}]")
+
+
+def input_hook(port, name, module):
+    """Forward pre-hook (with kwargs): each floating leaf of the positional inputs (positional_names
+    names them) and of the keyword inputs ("['attention_mask']")."""
+    names = positional_names(module)
+    clock, calls = port.clock, port.calls
+
+    def hook(module, args, kwargs):
+        if not clock.measures_phase() or skip_now(clock) or recomputing():
+            return None
+        calls.saw(name)
+        call = calls.call_of(name)
+        for leaf, t in (*positional_leaves(args, names), *tensor_leaves(kwargs)):
+            port.measure_in(TargetKey(name, Kind.INPUT, leaf, call), t, clock.phase)
+        return None
+    return hook

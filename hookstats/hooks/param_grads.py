@@ -1,0 +1,88 @@
+"""Parameter gradients (param_grads=True): marked fresh when accumulated, measured once per optimizer step."""
+from ..state import Kind, TargetKey
+from ..tensors import measured
+from .handles import global_optimizer_hook, weakly
+
+
+class ParamGrads:
+    """Parameter gradients after accumulation, one state per parameter, measured once per optimizer step.
+
+    A post-accumulate-grad hook only marks the parameter as fresh (no device work per micro-batch); the
+    fresh gradients are measured with one multi-tensor op per device just before any torch.optim
+    optimizer steps (a global step pre-hook, so no optimizer has to be passed), or at mon.step() for
+    loops without a torch.optim optimizer. Frozen parameters (requires_grad=False) get no hook and no state.
+    """
+
+    def __init__(self, port, named_params):
+        self.store, self.clock, self.tell = port.store, port.clock, port.tell
+        self.params = {}  # id(param) -> (key, param)
+        meta = [name for name, p in named_params if p.device.type == "meta"]
+        if meta:
+            raise ValueError(f"param_grads=True: parameters {meta[:4]} are on the meta device; materializing them "
+                             "(to_empty) makes new parameter objects, which would never be measured: attach after it")
+        for name, p in named_params:
+            if p.requires_grad and p.is_floating_point() and id(p) not in self.params:
+                self.params[id(p)] = (TargetKey(name, Kind.PARAM_GRAD, "", None), p)
+        self.fresh = {}
+        self.unsampled = 0  # optimizer steps with fresh gradients in unsampled steps, while none was measured
+        self.handles = [weakly(self._mark, p.register_post_accumulate_grad_hook) for _, p in self.params.values()]
+        self.handles.append(global_optimizer_hook(self._on_optimizer_step))
+        for key, p in self.params.values():
+            self.store.resolve(key, p.device, "train", reach=False)
+
+    def _mark(self, p):
+        self.fresh[id(p)] = p
+
+    def _on_optimizer_step(self, optimizer, args, kwargs):
+        self.clock.eager_point()
+        ids = [id(p) for group in optimizer.param_groups for p in group["params"]]
+        self.flush(ids)
+
+    def flush(self, ids=None):
+        """Measures the fresh gradients (of `ids`, default all) and forgets them."""
+        ids = list(self.fresh) if ids is None else [i for i in ids if i in self.fresh]
+        if not ids:
+            return
+        self.flushed = True
+        by_dev = {}
+        if not self.clock.sampling and self.unsampled >= 0:
+            self.unsampled += 1
+            if self.unsampled > self.clock.every:
+                self.unsampled = -1  # said once
+                self.tell("param_grads_unsampled", (
+                   f"hookstats: param_grads=True has measured nothing in {self.clock.every + 1} optimizer steps: each "
+                   f"fell on a step that every={self.clock.every} does not sample (a step is a train forward, and "
+                   "gradient accumulation runs several per optimizer step). Count steps with steps='manual' and "
+                   "mon.step() after each optimizer step, or pick an every that the forwards per step do not divide."))
+        elif self.clock.sampling:
+            self.unsampled = -1
+        for i in ids:
+            p = self.fresh.pop(i)
+            g = measured(p.grad)  # a DTensor (FSDP2): this rank's shard
+            if g is None or not self.clock.sampling:
+                continue
+            target = self.store.resolve(self.params[i][0], g.device, "train")
+            if target is not None:
+                by_dev.setdefault(g.device, []).append((g, target[0]))
+        for dev, items in by_dev.items():
+            self.store.accumulate_many([g for g, _ in items], [st for _, st in items], dev)
+
+    flushed = False  # some optimizer step or mon.step() came to measure fresh gradients
+
+    def tell_if_never_measured(self):
+        """Gradients computed that nothing came to measure: a loop without a torch.optim optimizer and
+        without mon.step() (a hand-written update) would otherwise measure no parameter gradient in silence."""
+        if self.fresh and not self.flushed and self.clock.step_count >= 2:  # a first step may not have stepped yet
+            self.tell("param_grads_never", (
+                "hookstats: param_grads=True has measured no parameter gradient: they are measured when a "
+                "torch.optim optimizer steps or at mon.step(), and neither happened; call mon.step() after each "
+                "update of a loop without a torch.optim optimizer."))
+
+    def clear(self):
+        self.fresh.clear()
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+        self.fresh.clear()

@@ -1,0 +1,58 @@
+"""What the hooks of one monitor are given at attach time (fastai's shape: a hook holds the handles it needs,
+not a back-pointer to a monitor): the state owner, the step clock, the calls of the running forward and
+one-time warnings; and what compiled code leaves to settle at the next eager point."""
+import torch
+
+from ..clock import in_recompute
+from ..tensors import measured, unread_reason
+from .calls import Calls
+from .grad_taps import ViewTaps
+
+
+class Port:
+    def __init__(self, store, clock, tell, separate_calls):
+        self.store, self.clock, self.tell = store, clock, tell
+        self.calls = Calls(separate_calls)
+        self.view_taps = ViewTaps()  # gradient taps on view outputs, checked for in-place ops
+        self.untapped = False  # a gradient tap was left out of compiled code (grad_taps.COMPILED_GRAD_TAPS)
+        self.input_grads = False  # input_grads=True hooks some module
+
+    def measure_in(self, key, t, phase):
+        x = measured(t)
+        if x is not None:
+            target = self.store.resolve(key, x.device, phase)
+            if target is not None:
+                self.store.accumulate(x, *target)
+        elif (why := unread_reason(t)) is not None:
+            self.tell(f"unread:{key.id}", f"hookstats: {key.id} is {why}: it is not measured")
+
+    def settle(self):
+        """An eager point (StepClock.eager_listeners): allocates what compiled code reached first, says once what
+        torch.compile changes and which view outputs lost their gradient."""
+        self.view_taps.settle(self.tell)
+        late = self.store.allocate_late()
+        if late:
+            ids = list(dict.fromkeys(k[1].id + ("" if k[0] == "train" else f" ({k[0]})") for k in late))
+            self.tell(("late", *ids), f"hookstats: {len(ids)} target(s) ({', '.join(ids)}) were first reached "
+                              "inside torch.compile, where their state cannot be allocated; they are allocated now "
+                              "and measured from the next call on (one recompile). Run one eager step before "
+                              "compiling to measure them from the start.")
+        if self.untapped:
+            self.tell("untapped", f"hookstats: torch {torch.__version__} cannot compile hooks on gradients that "
+                                  "update hookstats' state (fixed in torch 2.13): inside torch.compile, gradients "
+                                  "flowing into outputs and watched tensors are not measured (grad_output, "
+                                  "watch_grad); forward values and parameter gradients are.")
+        if self.clock.compiled and self.input_grads:
+            self.tell("input_grads", "hookstats: input_grads=True uses PyTorch's backward-hook nodes (those of full "
+                                     "backward hooks), which torch.compile cannot trace (a graph break per hooked "
+                                     "module); they still run eagerly.")
+
+
+def skip_now(clock):
+    """Eager fast path: skip unsampled steps. Compiled code never branches on the step (that would
+    recompile each step); there the device-side flag masks the op instead."""
+    return not torch.compiler.is_compiling() and not clock.measuring
+
+
+def recomputing():
+    return not torch.compiler.is_compiling() and in_recompute()

@@ -1,0 +1,30 @@
+"""mon.watch(name, t): any tensor inside a forward, measured now ("name:watch") and through its gradient
+("name:watch_grad")."""
+import torch
+
+from ..state import Kind, TargetKey
+from ..tensors import is_measurable
+from .grad_taps import tap_grad
+from .port import recomputing, skip_now
+
+
+def watch(port, name, t):
+    """mon.watch(name, t): measures t now and, if it requires grad, its gradient. Returns t unchanged."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"watch: name must be a non-empty string, got {name!r}")
+    if not is_measurable(t):
+        raise ValueError(f"watch({name!r}, ...): expected a float32/float64/float16/bfloat16 tensor, got "
+                         f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
+    clock, calls = port.clock, port.calls
+    if not clock.attached or not clock.measures_phase() or skip_now(clock):
+        return t
+    recompute = recomputing()
+    if calls.separate and calls.skip_recomputed(name, recompute, port.tell):
+        return t
+    calls.saw(name)
+    call = calls.next_watch_call(name)
+    phase = clock.phase
+    if not recompute:
+        port.measure_in(TargetKey(name, Kind.WATCH, "", call), t, phase)
+    tap_grad(port, TargetKey(name, Kind.WATCH_GRAD, "", call), t, phase)
+    return t

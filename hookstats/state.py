@@ -1,0 +1,231 @@
+"""The one owner of the device state: what a target is (TargetKey, Kind), its buffers (allocated once, updated in
+place by the fused op), the device-side sampling flags, states first reached inside compiled code, host reads and
+the bytes it all holds."""
+import contextlib
+import dataclasses
+import enum
+import threading
+
+import torch
+
+from . import accumulate
+from .stats import chan_merge_rows, new_fstate_values
+
+PHASES = ("train", "eval")
+
+
+class Kind(str, enum.Enum):
+    """What a target measures. A str that prints, formats, hashes and reprs as its plain value, so ids
+    ("fc1:output"), records, stats(kind="output") and saved files read as plain strings did, and a key made
+    with "output" finds the state of Kind.OUTPUT."""
+    OUTPUT = "output"
+    GRAD_OUTPUT = "grad_output"
+    INPUT = "input"
+    GRAD_INPUT = "grad_input"
+    PARAM_GRAD = "param_grad"
+    WATCH = "watch"
+    WATCH_GRAD = "watch_grad"
+
+    __str__ = str.__str__
+    __repr__ = str.__repr__
+    __format__ = str.__format__
+    __hash__ = str.__hash__
+
+
+KINDS = tuple(k.value for k in Kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetKey:
+    """What one state measures: `module` (module, parameter or watched tensor name), `kind` (a Kind: output,
+    grad_output, input, grad_input, param_grad, watch, watch_grad), `leaf` (the path of the tensor inside a
+    tuple/dict output, "" for a plain tensor) and `call` (the call's index in the step with
+    separate_calls=True, else None: every call of a module goes to one state)."""
+    module: str
+    kind: Kind
+    leaf: str = ""
+    call: int = None
+
+    @property
+    def id(self):
+        return f"{self.module}:{self.kind}{self.leaf}" + ("" if self.call is None else f"@{self.call}")
+
+
+class TargetState:
+    """The running state of one target in one phase on one device. Allocated once, updated in place."""
+
+    __slots__ = ("key", "phase", "fstate", "istate", "scratch", "reached", "closed_f")
+
+    def __init__(self, key, phase, device, cfg):
+        self.key, self.phase = key, phase
+        self.reached = False  # preallocated states no hook ever reached are left out of stats()
+        self.fstate = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
+        self.istate = torch.zeros(cfg.istate_size, dtype=torch.int64, device=device)
+        self.scratch = torch.zeros(scratch_bytes(device), dtype=torch.uint8, device=device)
+        for t in (self.fstate, self.istate, self.scratch):
+            mark_static(t)
+        # With a per-step history, the op's fstate holds the open step only and closed_f the steps before
+        # it (merged in at each step end), so a step's moments never come from subtracting running totals.
+        self.closed_f = None
+
+    def split_steps(self):
+        if self.closed_f is None:
+            self.closed_f = self.fstate.clone()
+            self.fstate.copy_(torch.tensor(new_fstate_values(), dtype=torch.float64))
+
+    def total_fstate(self):
+        """The running fstate since attach or reset(), on the device."""
+        return self.fstate if self.closed_f is None else chan_merge_rows(self.closed_f, self.fstate)
+
+    def reset(self):
+        self.fstate.copy_(torch.tensor(new_fstate_values(), dtype=torch.float64))
+        if self.closed_f is not None:
+            self.closed_f.copy_(self.fstate)
+        self.istate.zero_()
+
+    def nbytes(self):
+        return sum(t.numel() * t.element_size() for t in (self.fstate, self.istate, self.scratch, self.closed_f)
+                   if t is not None)
+
+
+def scratch_bytes(device):
+    """Per-state scratch of the CUDA kernel (ticket + one partial per block of its grid), as the kernel
+    computes it (csrc/cuda/accumulate_cuda.cu); the CPU kernel and the reference path need none."""
+    device = torch.device(device)
+    if device.type != "cuda" or not accumulate.has_cuda_kernel():
+        return 0
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return torch.ops.hookstats.cuda_scratch_bytes(index)
+
+
+def mark_static(t):
+    """Fixed addresses let CUDA graphs (torch.compile mode="reduce-overhead") keep the state in place."""
+    try:
+        torch._dynamo.mark_static_address(t)
+    except Exception:  # older torch: nothing to mark
+        pass
+
+
+class StateStore:
+    """Every target's state of one monitor: (phase, TargetKey, device) -> TargetState, and per device a
+    1-element bool flag, the device-side copy of "this step is sampled" that masks the op in compiled code."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.sampling = True  # what the flags hold (the step clock sets it)
+        self._states = {}  # (phase, TargetKey, device) -> TargetState
+        self._flags = {}  # device -> flag
+        self._late = set()  # (phase, *key fields, device) first reached inside compiled code
+        self._split_steps = False  # train states keep the open step apart (History sets it)
+        self._op_args = cfg.op_args()
+        self._lock = threading.Lock()  # _exclusive()
+
+    def __len__(self):
+        return len(self._states)
+
+    def flag(self, device):
+        flag = self._flags.get(device)
+        if flag is None:
+            flag = self._flags[device] = torch.tensor([self.sampling], dtype=torch.bool, device=device)
+            mark_static(flag)
+        return flag
+
+    def set_sampling(self, sampled):
+        self.sampling = sampled
+        for flag in self._flags.values():
+            flag.fill_(sampled)
+
+    def state(self, key, device, phase):
+        k = (phase, key, device)
+        st = self._states.get(k)
+        if st is None:
+            st = self._states[k] = TargetState(key, phase, device, self.cfg)
+            if self._split_steps and phase == "train":
+                st.split_steps()
+        return st
+
+    def states(self, phase=None, reached_only=True):
+        """[(TargetKey, device, TargetState)] of `phase` (default: every phase; a state has its .phase), in
+        allocation order; reached_only leaves out preallocated states no hook has reached, as stats() does."""
+        return [(key, device, st) for (ph, key, device), st in self._states.items()
+                if (phase is None or ph == phase) and (st.reached or not reached_only)]
+
+    def split_steps(self):
+        """From now on train states keep the open step apart from the steps before it (History needs it)."""
+        self._split_steps = True
+        for (phase, _, _), st in self._states.items():
+            if phase == "train":
+                st.split_steps()
+
+    def resolve(self, key, device, phase, reach=True):
+        """(state, flag) of key, or None inside compiled code when they do not exist yet: compiled code
+        cannot allocate them, so they are allocated at the next eager point (one recompile, then measured).
+        reach=False leaves marking the state as reached (listed by stats()) to the caller."""
+        k = (phase, key, device)
+        st = self._states.get(k)
+        flag = self._flags.get(device)
+        if st is None or flag is None:
+            if torch.compiler.is_compiling():
+                # plain values: Dynamo cannot rebuild a TargetKey made in compiled code outside the graph
+                self._late.add((phase, key.module, key.kind, key.leaf, key.call, device))
+                return None
+            st = self.state(key, device, phase)
+            flag = self.flag(device)
+        if reach:
+            st.reached = True
+        return st, flag
+
+    def allocate_late(self):
+        """Allocates what compiled code reached first (eager code only); returns [(phase, TargetKey, device)]."""
+        if not self._late:
+            return []
+        late = sorted(((phase, TargetKey(module, Kind(kind), *rest), dev) for phase, module, kind, *rest, dev
+                       in self._late), key=lambda t: (t[0], t[1].id, str(t[2])))
+        self._late = set()
+        for phase, key, device in late:
+            self.state(key, device, phase)
+            self.flag(device)
+        return late
+
+    def _exclusive(self):
+        """The op releases the GIL: two threads driving the model must not update one state at once. Compiled
+        code is one graph at a time, and cannot trace a lock."""
+        return contextlib.nullcontext() if torch.compiler.is_compiling() else self._lock
+
+    def accumulate(self, t, st, flag):
+        with self._exclusive():
+            accumulate.accumulate_(t, st.fstate, st.istate, st.scratch, flag, *self._op_args)
+
+    def accumulate_many(self, ts, sts, device):
+        with self._exclusive():
+            accumulate.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],
+                                        self.flag(device), *self._op_args)
+
+    @staticmethod
+    def to_host(states):
+        """{id(state): (fstate, istate)} as NumPy rows: one packed device-to-host transfer per device."""
+        by_dev = {}
+        for st in states:
+            by_dev.setdefault(st.fstate.device, []).append(st)
+        host = {}
+        for sts in by_dev.values():
+            f = torch.cat([s.total_fstate() for s in sts]).cpu().numpy().reshape(len(sts), -1)
+            i = torch.cat([s.istate for s in sts]).cpu().numpy().reshape(len(sts), -1)
+            for k, s in enumerate(sts):
+                host[id(s)] = (f[k], i[k])
+        return host
+
+    def reset(self):
+        for st in self._states.values():
+            st.reset()
+
+    def memory(self, history=None):
+        """Bytes held: running states and sampling flags on the devices, plus, from `history` (a History or
+        None), its rings, host staging buffers and the steps mon.history() keeps on the host
+        (host_history_bytes, growing up to `keep` steps)."""
+        states = sum(st.nbytes() for st in self._states.values())
+        states += sum(f.numel() * f.element_size() for f in self._flags.values())
+        dev, host = history.nbytes() if history is not None else (0, 0)
+        kept = history.memory_sink.nbytes() if history is not None else 0
+        return {"state_bytes": states, "history_bytes": dev, "host_staging_bytes": host, "host_history_bytes": kept,
+                "device_bytes": states + dev}

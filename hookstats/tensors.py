@@ -1,0 +1,66 @@
+"""Which tensors the op reads (measured(): the dtypes, layouts and subclasses hookstats can read) and where
+tensors sit inside a module's outputs and inputs (tensor_leaves)."""
+import dataclasses
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.nn.parameter import is_lazy
+
+MEASURED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def measured(t):
+    """The plain strided tensor the op reads for t, or None when t is not measured: integer, bool, complex,
+    quantized and float8 tensors, meta and sparse tensors, lazy parameters, and tensor subclasses whose
+    data hookstats cannot read (a __torch_dispatch__ wrapper). A nested tensor is read through its packed
+    values (TransformerEncoder's eval fast path), a DTensor through this rank's shard (mon.reduce() merges
+    the ranks). Never an error: a monitor must not stop the forward."""
+    kind = type(t)
+    if (kind is torch.Tensor or kind is torch.nn.Parameter) and t.dtype in MEASURED_DTYPES \
+            and t.layout == torch.strided and t.device.type != "meta" and not t.is_nested:
+        return t  # the common case first: the hooks run this for every tensor
+    if not isinstance(t, torch.Tensor) or t.dtype not in MEASURED_DTYPES:
+        return None
+    if torch.compiler.is_compiling():  # traced tensors are plain; the checks below would not trace
+        return t if t.layout == torch.strided and t.device.type != "meta" else None
+    if t.is_nested:
+        return t.values() if t.layout == torch.jagged or t.is_contiguous() else t.contiguous().values()
+    if t.layout != torch.strided or t.device.type == "meta" or kind is torch.Tensor or kind is torch.nn.Parameter:
+        return None
+    if is_lazy(t):
+        return None
+    if hasattr(t, "to_local"):  # DTensor
+        return measured(t.to_local())
+    if isinstance(t, FakeTensor):  # stands for a real tensor: the op's fake kernel takes it (hookstats.plan)
+        return t
+    return t if kind.__torch_dispatch__ is torch.Tensor.__torch_dispatch__ else None
+
+
+def is_measurable(t):
+    return measured(t) is not None
+
+
+def unread_reason(t):
+    """Why a floating tensor holding data is not measured (said once per target), or None when it is measured or
+    is not meant to be (integer, bool, complex and meta tensors)."""
+    if not isinstance(t, torch.Tensor) or t.dtype not in MEASURED_DTYPES or t.device.type == "meta" \
+            or torch.compiler.is_compiling() or measured(t) is not None:
+        return None
+    if t.layout != torch.strided:
+        return f"a {t.layout} tensor"
+    return f"a {type(t).__name__}, a tensor subclass whose data hookstats cannot read"
+
+
+def tensor_leaves(obj, path=""):
+    """(path, tensor) for every tensor inside tuples, lists, dicts and dataclasses (HF ModelOutput too)."""
+    if isinstance(obj, torch.Tensor):
+        yield path, obj
+    elif isinstance(obj, dict):  # ModelOutput is an OrderedDict
+        for k, v in obj.items():
+            yield from tensor_leaves(v, f"{path}[{k!r}]")
+    elif isinstance(obj, (tuple, list)):
+        for k, v in enumerate(obj):
+            yield from tensor_leaves(v, f"{path}[{k}]")
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for fld in dataclasses.fields(obj):
+            yield from tensor_leaves(getattr(obj, fld.name), f"{path}.{fld.name}")
