@@ -39,7 +39,7 @@ def collect(source):
         recs.sort(key=lambda p: p[0])
         s = {"target": target, "kind": recs[0][1].get("kind", ""), "steps": np.array([p[0] for p in recs])}
         for stat in (st.name for st in statistics.PLOTTED):
-            s[stat] = np.array([float(r.get(stat, math.nan)) for _, r in recs])
+            s[stat] = np.array([math.nan if r.get(stat) is None else float(r[stat]) for _, r in recs])
         for h in ("hist", "log2_hist"):
             ok = all(r.get(h) is not None for _, r in recs)
             s[h] = np.stack([np.asarray(r[h], dtype=np.int64) for _, r in recs]) if ok else None
