@@ -116,3 +116,30 @@ def test_wandb_gets_the_fitted_view_and_the_new_scalars(tmp_path, monkeypatch):
         want = log2_oracle(values)[1:]
         nz = np.flatnonzero(want)
         assert r["hookstats/0:output/log2_abs/values"] == list(want[nz[0]: nz[-1] + 1])
+
+
+def test_callbacks_histograms_are_the_fitted_view_of_the_windows_buckets(tmp_path):
+    """What the HF and Lightning callbacks hand their TensorBoard writers and W&B (integrations/metrics.py):
+    the stats() record of a window, its view fitted within the window's exact min and max."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from hookstats.integrations.metrics import measured, tensorboard_histograms, wandb_histograms
+    torch.manual_seed(3)
+    lin = nn.Linear(4, 500)
+    mon = hookstats.attach(lin, float_hist=True, linear_hist=False, grads=False)
+    with torch.no_grad():
+        values = np.concatenate([lin(torch.randn(3, 4) * 1e-4).numpy().ravel() for _ in range(2)])
+    stats = mon.stats()
+    mon.remove()
+    writer = SummaryWriter(str(tmp_path))
+    targets = list(measured(stats))
+    tensorboard_histograms(writer, targets, 7)
+    writer.close()
+    base = targets[0][0]
+    (ev,) = tb_events(tmp_path).Histograms(f"{base}/hist")
+    h = ev.histogram_value
+    assert ev.step == 7 and h.min >= values.min() and h.bucket_limit[-1] <= values.max()
+    assert_fitted_view(list(h.bucket_limit), list(h.bucket), h.min, values)
+    pytest.importorskip("wandb")
+    got = wandb_histograms(targets)[f"{base}/hist"]
+    assert list(got.histogram) == list(h.bucket)
