@@ -11,18 +11,28 @@ from . import layout
 class StatsConfig:
     """Linear bins are half-open [lo + i*w, lo + (i+1)*w), w = (hi - lo) / nbins; values below lo count
     as underflow and values >= hi as overflow. The range is fixed up front: inferring it from the data
-    would need a host sync. near_zero="abs" counts |x| <= eps; "le" counts x <= eps (fastai's rule)."""
+    would need a host sync. near_zero="abs" counts |x| <= eps; "le" counts x <= eps (fastai's rule).
 
-    nbins: int = 40
-    lo: float = -10.0
-    hi: float = 10.0
+    Defaults: the range-free float buckets (float_hist) on, the linear histogram off. It is on with
+    linear_hist=True or when any of nbins/lo/hi is given (a range asked for is never silently dropped);
+    None fields are resolved here, so repr and == show what is measured. With float_hist the kernel skips
+    its own log2 slots: log_hist then means "records carry log2_hist, summed from the buckets"."""
+
+    nbins: int = None
+    lo: float = None
+    hi: float = None
     eps: float = 1e-6
     near_zero: str = "abs"
-    linear_hist: bool = True
+    linear_hist: bool = None
     log_hist: bool = True
-    float_hist: bool = False
+    float_hist: bool = True
 
     def __post_init__(self):
+        if self.linear_hist is None:
+            object.__setattr__(self, "linear_hist", any(v is not None for v in (self.nbins, self.lo, self.hi)))
+        for name, default in LINEAR_DEFAULTS.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, default)
         checks = {"nbins": (int, 1, layout.MAX_BINS), "lo": (float,), "hi": (float,), "eps": (float, 0),
                   "near_zero": (("abs", "le"),), "linear_hist": (bool,), "log_hist": (bool,),
                   "float_hist": (bool,)}
@@ -55,7 +65,8 @@ class StatsConfig:
 
     @property
     def flags(self):
-        return ((layout.LINEAR_HIST if self.linear_hist else 0) | (layout.LOG_HIST if self.log_hist else 0)
+        log_slots = self.log_hist and not self.float_hist  # with buckets, log2_hist is summed from them
+        return ((layout.LINEAR_HIST if self.linear_hist else 0) | (layout.LOG_HIST if log_slots else 0)
                 | (layout.SIGNED_NEAR_ZERO if self.near_zero == "le" else 0) | (layout.FLOAT_HIST if self.float_hist else 0))
 
     @property
@@ -70,6 +81,7 @@ class StatsConfig:
         return (self.lo32, self.inv_w, self.eps32, self.nbins, self.flags)
 
 
+LINEAR_DEFAULTS = {"nbins": 40, "lo": -10.0, "hi": 10.0}  # the linear bins when asked for without a range
 F32_MAX = float(np.finfo(np.float32).max)
 
 

@@ -1,20 +1,28 @@
 """Per-step history: at each step end the step's statistics go into a preallocated device ring buffer with
 device ops only: its moments as measured (a state's fstate holds the open step alone, closed_f the steps
 before it: nothing is subtracted) and its counts as the istate's growth since the previous step (exact
-integers). Every `log_every` steps the ring goes to the host in one packed transfer (pinned + non_blocking
-on CUDA) and on to the sinks and the alert checks."""
+integers), the compact counts only (no float buckets: step_slots). Every `log_every` steps the ring goes to
+the host in one packed transfer (pinned + non_blocking on CUDA) and on to the sinks and the alert checks;
+the float buckets go once per flush, the window's growth, with the record of its last step."""
 import numpy as np
 import torch
 
 from . import layout
 from .alerts import AlertRules, step_order
 from .config import check_count
-from .records import key_fields, select_steps, step_columns, step_records
+from .records import bucket_columns, key_fields, no_bucket_columns, select_steps, step_columns, step_records
 from .sinks.memory import MemorySink
 from .stats import chan_merge_rows, new_fstate_values
 from .user_warning import warn_user
 
 F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits) then the istate deltas
+
+
+def step_slots(cfg):
+    """The istate slots a ring keeps per step: a prefix of the istate, without the float buckets, and without
+    the log2 slots where the kernel leaves them empty (float_hist on)."""
+    lg = cfg.flags & layout.LOG_HIST
+    return layout.float_base(cfg.nbins) if lg else layout.log_base(cfg.nbins)
 
 
 class HistoryWarning(RuntimeWarning):
@@ -23,19 +31,22 @@ class HistoryWarning(RuntimeWarning):
 
 class Ring:
     """The ring of one device: row 0 holds the alert state, rows 1..capacity the step slots, each
-    [T, F + istate] int64, all in one buffer so a flush is one contiguous transfer of rows 0..filled.
-    Float64 columns are stored bit-for-bit through an int64 view."""
+    [T, F + step_slots] int64, all in one buffer so a flush is one contiguous transfer of rows 0..filled.
+    Float64 columns are stored bit-for-bit through an int64 view. With float buckets, prev_b holds the
+    buckets at the last flush that took them: a flush sends their growth since."""
 
     def __init__(self, device, states, capacity, cfg, rules, old=None):
         self.device, self.states, self.capacity, self.cfg = device, list(states), capacity, cfg
         self.keys = [s.key for s in self.states]
-        t, isz = len(self.states), cfg.istate_size
+        t, isz = len(self.states), step_slots(cfg)
         self.width = F + isz
         self.buf = torch.zeros(capacity + 1, t, self.width, dtype=torch.int64, device=device)
         self.cur_f = torch.zeros(t, F, dtype=torch.float64, device=device)
         self.cur_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
         self.closed_f = torch.empty(t, F, dtype=torch.float64, device=device)  # the states' closed_f, gathered
         self.prev_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
+        self.fbase = layout.float_base(cfg.nbins)
+        self.prev_b = torch.zeros(t, layout.FLOAT_SLOTS, dtype=torch.int64, device=device) if cfg.float_hist else None
         self.empty_f = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
         # the open step's moments measured before a mon.reset() (which empties the states): the step's
         # record keeps them, the running totals do not; `carrying` says (host side) whether there are any
@@ -46,26 +57,34 @@ class Ring:
             idx = [self.keys.index(k) for k in old.keys]
             sel = torch.tensor(idx, device=device)
             self.prev_i.index_copy_(0, sel, old.prev_i)
+            if self.prev_b is not None:
+                self.prev_b.index_copy_(0, sel, old.prev_b)
             self.carry_f.index_copy_(0, sel, old.carry_f)
             self.carrying = old.carrying
             self.buf[0].index_copy_(0, sel, old.buf[0])
         pinned = device.type == "cuda"
         self.host = [torch.empty(self.buf.shape, dtype=torch.int64, pin_memory=pinned) for _ in range(2 if pinned else 1)]
+        self.host_b = [torch.empty((t, layout.FLOAT_SLOTS), dtype=torch.int64, pin_memory=pinned)
+                       for _ in self.host] if cfg.float_hist else []
         self.which = 0
         self.steps = []  # step number of each filled slot (host side: the step count is host-side)
 
     def nbytes(self):
         dev = sum(t.numel() * t.element_size() for t in (self.buf, self.cur_f, self.cur_i, self.closed_f, self.prev_i,
-                                                           self.carry_f))
-        return dev, sum(h.numel() * h.element_size() for h in self.host)
+                                                           self.carry_f, self.prev_b) if t is not None)
+        return dev, sum(h.numel() * h.element_size() for h in self.host + self.host_b)
 
     def _gather(self):
         """The states' open-step moments into cur_f (exact, whatever came before) and running counts into
         cur_i; returns the fstates."""
         fs = [s.fstate for s in self.states]
         torch.cat(fs, out=self.cur_f.view(-1))
-        torch.cat([s.istate for s in self.states], out=self.cur_i.view(-1))
+        torch.stack([s.istate[: self.cur_i.shape[1]] for s in self.states], out=self.cur_i)
         return fs
+
+    def _buckets(self):
+        """The states' running float buckets [T, FLOAT_SLOTS] (a new tensor: only at flushes and resets)."""
+        return torch.stack([s.istate[self.fbase:] for s in self.states])
 
     def before_reset(self):
         """mon.reset() is about to empty the states: what the open step measured so far moves into the carry
@@ -73,6 +92,8 @@ class Ring:
         self._gather()
         self.carry_f.copy_(chan_merge_rows(self.carry_f, self.cur_f))
         self.prev_i.sub_(self.cur_i)
+        if self.prev_b is not None:
+            self.prev_b.sub_(self._buckets())
         self.carrying = True
 
     def record(self, step, rules):
@@ -97,19 +118,26 @@ class Ring:
         rules.update(self.buf[0], row, step, self.cfg)
         self.steps.append(step)
 
-    def start_copy(self):
-        """Starts the one device-to-host copy of the alert row and the filled slots; returns what
+    def start_copy(self, buckets=False):
+        """Starts the one device-to-host copy of the alert row and the filled slots, and with `buckets` (a
+        flush, float_hist on) of the float buckets' growth since the last flush that took them; returns what
         History._finish() needs."""
         rows = 1 + len(self.steps)
         host = self.host[self.which][:rows]
-        self.which = (self.which + 1) % len(self.host)
+        host_b = None
         cuda = self.device.type == "cuda"
+        if buckets and self.prev_b is not None:
+            now = self._buckets()
+            host_b = self.host_b[self.which]
+            host_b.copy_(now - self.prev_b, non_blocking=cuda)
+            self.prev_b.copy_(now)
+        self.which = (self.which + 1) % len(self.host)
         host.copy_(self.buf[:rows], non_blocking=cuda)
         event = None
         if cuda:
             event = torch.cuda.Event()
             event.record(torch.cuda.current_stream(self.device))
-        pending = (host, list(self.steps), event, list(self.keys))
+        pending = (host, list(self.steps), event, list(self.keys), host_b)
         self.steps.clear()
         return pending
 
@@ -202,18 +230,18 @@ class History:
             self.rings[device] = ring = Ring(device, states, self.capacity, self.cfg, self.rules, old=ring)
         return ring
 
-    def _start_copy(self, ring):
+    def _start_copy(self, ring, buckets=False):
         # a host staging buffer is reused only after what it held went to the sinks
         while sum(p[0] is ring for p in self._pending) >= len(ring.host):
             first = next(i for i, p in enumerate(self._pending) if p[0] is ring)
             self._finish(self._pending.pop(first))
-        self._pending.append((ring, *ring.start_copy()))
+        self._pending.append((ring, *ring.start_copy(buckets)))
 
     def _finish(self, pending):
-        _, host, steps, event, keys = pending
+        _, host, steps, event, keys, host_b = pending
         if event is not None:
             event.synchronize()
-        self._deliver(host, steps, keys)
+        self._deliver(host, steps, keys, host_b)
 
     # ---- flushing ----
     def flush(self, wait=True):
@@ -221,7 +249,7 @@ class History:
         wait=False (the step-end path) leaves an unfinished CUDA copy for a later flush."""
         for ring in self.rings.values():
             if ring.steps:
-                self._start_copy(ring)
+                self._start_copy(ring, buckets=True)
         self._last_flush = self.monitor.step_count
         while self._pending:
             event = self._pending[0][3]
@@ -229,10 +257,11 @@ class History:
                 break  # copies finish in order: the later ones are not done either
             self._finish(self._pending.pop(0))
 
-    def _deliver(self, host, steps, keys):
+    def _deliver(self, host, steps, keys, host_b=None):
         buf = host.numpy()
         slots = buf[1: 1 + len(steps)]
-        cols = step_columns(slots.view(np.float64)[..., :F], slots[..., F:], self.cfg)
+        fs, counts = slots.view(np.float64)[..., :F], slots[..., F:]
+        cols = step_columns(fs, counts, self.cfg)
         present = cols["count"] != 0
         active = np.flatnonzero(present.any(axis=1))  # steps where nothing was measured go nowhere
         if len(active) < len(steps):
@@ -240,7 +269,11 @@ class History:
             cols = select_steps(cols, active)
             present = present[active]
         if steps:
-            self._write_steps(steps, keys, cols, present)
+            # the window's buckets go with its last measured step; the steps before it carry none
+            last = active[-1]
+            self._write_steps(steps[:-1], keys, no_bucket_columns(cols, len(steps) - 1, self.cfg), present[:-1])
+            tail = bucket_columns(fs[last], counts[last], None if host_b is None else host_b.numpy(), self.cfg)
+            self._write_steps(steps[-1:], keys, tail, present[-1:])
         new = self.rules.read(buf[0], keys, self._reported, order=self._order)
         if new:
             self.alerts.extend(new)
@@ -251,6 +284,8 @@ class History:
     def _write_steps(self, steps, keys, cols, present):
         """Sinks with write_rows (MemorySink) take the flush as arrays; the others get per step a list of
         records, built only for them."""
+        if not steps:
+            return
         by_rows = [s for s in self.sinks if callable(getattr(s, "write_rows", None))]
         if by_rows:
             key_rows = [key_fields(k) for k in keys]

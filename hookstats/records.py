@@ -1,8 +1,11 @@
 """The records every readout hands out, built in one place: stats() and reduce()'s Reduced.stats() (running
 totals, one record per target id) and the history's per-step records and columns (what sinks get)."""
+import dataclasses
+import functools
+
 import numpy as np
 
-from . import statistics
+from . import layout, statistics
 from .stats import finalize_rows
 
 KEY_FIELDS = ("target", "module", "kind", "leaf")  # what a history record says of its target, first
@@ -34,11 +37,66 @@ def stats_records(keyed, cfg, phase):
 
 def step_columns(fstate, istate, cfg):
     """The statistics of every step slot and target ([S, T] arrays, histograms [S, T, size]) in the keys and
-    order of a history record (statistics.TABLE, scope HISTORY: min/max as running values)."""
+    order of a history record (statistics.TABLE, scope HISTORY: min/max as running values), from the
+    compact counts a history ring keeps per step (istate's slots before the float buckets): the statistics
+    of the float buckets are None here (no_bucket_columns / bucket_columns add them)."""
     f = np.asarray(fstate, dtype=np.float64)
-    i = np.asarray(istate, dtype=np.int64)
+    i = _compact(istate, cfg)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return statistics.derive_rows(f, i, _without_buckets(cfg), statistics.HISTORY)
+
+
+def no_bucket_columns(cols, n, cfg):
+    """step_columns() of the first n step slots, with the statistics of the float buckets (when cfg counts
+    them) as steps without buckets have them: NaN scalars, and histograms as read-only zero-stride rows
+    (no memory), which records hand out as None. With buckets the log2 histogram is theirs too."""
+    cols = select_steps(cols, slice(0, n))
+    for name, (dtype, shape) in _bucket_fields(cfg).items():
+        t = cols["count"].shape[1]
+        cols[name] = np.full((n, t), np.nan) if not shape else np.broadcast_to(np.zeros(shape, dtype), (n, t, *shape))
+    return cols
+
+
+def bucket_columns(fstate, istate, buckets, cfg):
+    """The columns of one step slot ([1, T] arrays): fstate [T, F] and the compact counts istate [T, ...] of
+    step_columns(), and buckets [T, FLOAT_SLOTS], the float buckets counted since the previous flush (their
+    statistics cover those steps), or None: none this time."""
+    f = np.asarray(fstate, dtype=np.float64)[None]
+    if not cfg.float_hist or buckets is None:
+        return no_bucket_columns(step_columns(f, np.asarray(istate)[None], cfg), 1, cfg)
+    i = np.concatenate([_compact(istate, cfg), np.asarray(buckets, dtype=np.int64)], axis=-1)[None]
     with np.errstate(divide="ignore", invalid="ignore"):
         return statistics.derive_rows(f, i, cfg, statistics.HISTORY)
+
+
+def _compact(istate, cfg):
+    """istate's slots before the float buckets (a shorter prefix padded with zeros: slots left empty)."""
+    i = np.asarray(istate, dtype=np.int64)
+    width = layout.float_base(cfg.nbins)
+    if i.shape[-1] >= width:
+        return i[..., :width]
+    return np.concatenate([i, np.zeros(i.shape[:-1] + (width - i.shape[-1],), dtype=np.int64)], axis=-1)
+
+
+@functools.lru_cache(maxsize=None)
+def _without_buckets(cfg):
+    return dataclasses.replace(cfg, float_hist=False) if cfg.float_hist else cfg
+
+
+@functools.lru_cache(maxsize=None)
+def _bucket_fields(cfg):
+    """{name: (dtype, shape of one value)} of the history statistics that come from the float buckets (with
+    cfg.float_hist; the log2 histogram among them), in record order; {} without."""
+    if not cfg.float_hist:
+        return {}
+    empty = np.array([[[0.0, 0.0, 0.0, np.nan, np.nan]]])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        full = statistics.derive_rows(empty, np.zeros((1, 1, cfg.istate_size), dtype=np.int64), cfg, statistics.HISTORY)
+        plain = statistics.derive_rows(empty, np.zeros((1, 1, layout.float_base(cfg.nbins)), dtype=np.int64),
+                                       _without_buckets(cfg), statistics.HISTORY)
+    return {k: (v.dtype, v.shape[2:]) for k, v in full.items()
+            if v is not None and statistics.BY_NAME[k].type != statistics.EDGES
+            and (plain[k] is None or k == "log2_hist")}
 
 
 def select_steps(cols, slots):
@@ -65,5 +123,6 @@ def _row(cols, at, lists=None):
             rec[k] = lists[k][at[0]][at[1]]
         else:
             x = v[at]
-            rec[k] = x.copy() if x.ndim else x.item()
+            none = x.ndim and not x.flags.writeable and not x.any()  # a step without buckets (no_bucket_columns)
+            rec[k] = None if none else x.copy() if x.ndim else x.item()
     return rec

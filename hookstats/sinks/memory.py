@@ -1,6 +1,7 @@
 """MemorySink: the last `max_steps` steps in memory, the source of Monitor.history(). Columnar: per target one
 block of NumPy arrays with a row per step (scalars, the linear histogram, the log2 histogram's used slots),
-about 0.7 KB a record instead of a dict of Python objects (~4.5 KB); nbytes() is exactly what it holds.
+about 0.7 KB a record instead of a dict of Python objects (~4.5 KB); the float buckets only on the rows that
+have them (a flush's last step), as their nonzero slots; nbytes() is exactly what it holds.
 History hands it a whole flush as arrays (write_rows: NumPy work per target, none per record)."""
 import collections
 
@@ -13,6 +14,40 @@ from .base import KEY_FIELDS, SCALARS
 INTS, FLOATS, HISTS, (EDGES,) = (statistics.names(statistics.HISTORY, t) for t in
                                  (statistics.INT, statistics.FLOAT, statistics.COUNTS, statistics.EDGES))
 FIELDS = (*INTS, *FLOATS, *HISTS, EDGES)
+SPARSE = ("float_hist",)  # histograms kept as (slots, counts) on the rows that have any
+
+
+class _Sparse:
+    """One histogram of a target kept only on the rows that have counts, each as its nonzero slots (int16)
+    and their counts (int64): the float buckets (4096 slots, a few hundred used) come once per flush."""
+
+    def __init__(self, size):
+        self.size = size
+        self.at = {}  # physical row -> (slots, counts)
+
+    def arrays(self):
+        return [a for pair in self.at.values() for a in pair]
+
+    def resize(self, cap, order):
+        self.at = {new: self.at[old] for new, old in enumerate(order.tolist()) if old in self.at}
+
+    def put(self, at, h, used):
+        rows = range(at.start, at.stop) if isinstance(at, slice) else at.tolist()
+        for r, p in enumerate(rows):
+            self.at.pop(p, None)
+            if not h.flags.writeable:  # read-only zero rows: steps without buckets (records.no_bucket_columns)
+                continue
+            slots = np.flatnonzero(h[r])
+            if len(slots):
+                self.at[p] = (slots.astype(np.int16), h[r, slots].astype(np.int64))
+
+    def get(self, i):
+        pair = self.at.get(i)
+        if pair is None:
+            return None
+        h = np.zeros(self.size, dtype=np.int64)
+        h[pair[0]] = pair[1]
+        return h
 
 
 class _Span:
@@ -109,7 +144,7 @@ class _Block:
         self.fields = schema.fields()
         self.ints, self.floats, self.none, hists = self.fields
         self.edges = schema.edges
-        self.hists = {k: _Span(size) for k, size in hists}
+        self.hists = {k: (_Sparse if k in SPARSE else _Span)(size) for k, size in hists}
         self.max_rows, self.cap, self.n, self.start = max_rows, 0, 0, 0
         self.steps = np.zeros(0, dtype=np.int64)
         self.i = np.zeros((0, len(self.ints)), dtype=np.int64)
@@ -145,7 +180,7 @@ class _Block:
         if self.max_rows is not None and k > self.max_rows:  # only the last max_rows can stay
             cut = slice(k - self.max_rows, k)
             steps, ints, floats = steps[cut], ints[cut], floats[cut]
-            hists = {n: (h[cut], spans_of(h[cut])) for n, (h, _) in hists.items()}
+            hists = {n: (h[cut], None if n in SPARSE else spans_of(h[cut])) for n, (h, _) in hists.items()}
             k = self.max_rows
         if self.n + k > self.cap and (self.max_rows is None or self.cap < self.max_rows):
             self._grow(self.n + k)
@@ -176,6 +211,14 @@ class _Block:
         return rec
 
 
+def _rows_or_empty(values):
+    """[1, T, size] of a sparse histogram's records, None ones as zero rows; None when every one is None."""
+    known = next((v for v in values if v is not None), None)
+    if known is None:
+        return None
+    return np.array([[np.zeros_like(known) if v is None else v for v in values]])
+
+
 class MemorySink:
     def __init__(self, max_steps=None):
         self.max_steps = max_steps = check_count("max_steps", max_steps, optional=True)
@@ -189,6 +232,9 @@ class MemorySink:
         cols = {}
         for k in FIELDS:
             if k in first:
+                if k in SPARSE and any(r[k] is None for r in records):  # a step without buckets: the first with
+                    cols[k] = _rows_or_empty([r[k] for r in records])
+                    continue
                 cols[k] = None if first[k] is None else (
                     first[k] if k == EDGES else np.array([[r[k] for r in records]]))
         self.write_rows([step], [{k: r[k] for k in KEY_FIELDS} for r in records], cols,
@@ -221,7 +267,7 @@ class MemorySink:
         targets = np.flatnonzero(present.any(axis=0))
         firsts = present.argmax(axis=0).tolist()
         every = present.all(axis=0).tolist()
-        spans = {k: spans_of(h, present) for k, h in hists.items()}
+        spans = {k: None if k in SPARSE else spans_of(h, present) for k, h in hists.items()}
         fields = schema.fields()
         for t in sorted(targets.tolist(), key=lambda t: (firsts[t], t)):  # new targets: in first-seen order
             block = self._blocks.get(keys[t]["target"])
@@ -231,7 +277,7 @@ class MemorySink:
                 raise ValueError(f"the records of {keys[t]['target']!r} changed fields: {block.fields} -> {fields}")
             rows = slice(None) if every[t] else np.flatnonzero(present[:, t])
             block.append(steps[rows], ints[rows, t], floats[rows, t],
-                         {k: (h[rows, t], spans[k][t]) for k, h in hists.items()})
+                         {k: (h[rows, t], spans[k] and spans[k][t]) for k, h in hists.items()})
 
     def write_alerts(self, step, alerts):
         self.alerts.extend(alerts)
