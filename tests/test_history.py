@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from float_oracle import float_counts
 from helpers import no_host_sync, oracle
 from torch import nn
 
@@ -55,6 +56,11 @@ def check_step(rec, tensors, cfg):
     assert (rec["underflow"], rec["overflow"]) == (want["underflow"], want["overflow"])
 
 
+# the per-step histograms of the kernel (the linear bins, its log2 slots): with the default float buckets the
+# log2 histogram comes once per flush instead (test_float_buckets_once_per_flush_window)
+PER_STEP = dict(linear_hist=True, float_hist=False)
+
+
 def by_step(mon):
     return {(step, rec["target"]): rec for step, rec in mon.history_sink.items()}
 
@@ -62,7 +68,10 @@ def by_step(mon):
 @pytest.mark.parametrize("log_every, capacity", [(3, None), (10, 4), (1, None)])
 def test_each_step_matches_the_oracle_of_that_steps_tensors(log_every, capacity):
     model = Recorder()
-    mon = hookstats.attach(model, history=capacity or True, log_every=log_every, nbins=8, lo=-2, hi=2)
+    # the kernel's own log2 slots, counted per step (float_hist=False): with float buckets the log2 histogram
+    # comes with the buckets, once per flush (test_float_buckets_once_per_flush_window)
+    mon = hookstats.attach(model, history=capacity or True, log_every=log_every, nbins=8, lo=-2, hi=2,
+                           float_hist=False)
     run(model, mon, 11)
     mon.remove()  # records the open last step
     got = by_step(mon)
@@ -77,7 +86,7 @@ def test_each_step_matches_the_oracle_of_that_steps_tensors(log_every, capacity)
 
 def test_every_n_records_only_sampled_steps_and_manual_steps_work():
     model = Recorder()
-    mon = hookstats.attach(model, history=True, log_every=4, every=3, steps="manual")
+    mon = hookstats.attach(model, history=True, log_every=4, every=3, steps="manual", **PER_STEP)
     run(model, mon, 10, manual=True)
     mon.remove()
     got = by_step(mon)
@@ -88,7 +97,7 @@ def test_every_n_records_only_sampled_steps_and_manual_steps_work():
 
 def test_reset_between_steps_starts_the_next_step_afresh():
     model = Recorder()
-    mon = hookstats.attach(model, history=True, log_every=2, steps="manual")
+    mon = hookstats.attach(model, history=True, log_every=2, steps="manual", **PER_STEP)
     run(model, mon, 3, manual=True)
     mon.reset()
     run(model, mon, 2, manual=True)
@@ -104,7 +113,8 @@ def test_reset_mid_step_restarts_the_totals_not_the_open_steps_record(steps):
     # The steps after it measure far more than everything before: subtracting stale running counts gave
     # negative histogram counts there.
     model = Recorder()
-    mon = hookstats.attach(model, history=True, log_every=2, steps=steps, nbins=8, lo=-2, hi=2, alerts=False)
+    mon = hookstats.attach(model, history=True, log_every=2, steps=steps, nbins=8, lo=-2, hi=2, alerts=False,
+                           float_hist=False)
     sizes = {0: [4], 1: [4], 2: [4, 200], 3: [300], 4: [4]}  # the reset comes inside step 2
     for step, batch in sizes.items():
         for k, n in enumerate(batch):
@@ -135,6 +145,57 @@ def test_reset_mid_step_restarts_the_totals_not_the_open_steps_record(steps):
     np.testing.assert_array_equal(total["hist"], want["hist"])
 
 
+@pytest.mark.parametrize("capacity", [None, 2])
+def test_float_buckets_once_per_flush_window(capacity):
+    """Defaults (float buckets on): every step's record has its own moments and counts; the float buckets,
+    and the log2 histogram and quantiles read from them, come once per flush on the window's last step and
+    count every value of the window's steps, exactly (a mon.reset() inside a window, a ring that fills
+    before the flush, included); the other steps carry float_hist None."""
+    model = Recorder()
+    mon = hookstats.attach(model, history=capacity or True, log_every=3, alerts=False)
+    assert mon.cfg.float_hist and not mon.cfg.linear_hist
+    for step in range(8):
+        model(torch.randn(4, 6) * 10.0 ** (step - 4)).square().mean().backward()
+        if step == 4:
+            mon.reset()
+    mon.remove()
+    got = by_step(mon)
+    assert sorted({s for s, _ in got}) == list(range(8))
+    windows = {2: range(0, 3), 5: range(3, 6), 7: range(6, 8)}
+    for step in range(8):
+        for target in ("a:output", "b:output"):
+            rec, t = got[(step, target)], model.seen[step][target]
+            f, i = oracle(t, mon.cfg)
+            want = finalize(f, i, mon.cfg)
+            assert rec["count"] == want["count"] and rec["near_zero_count"] == want["near_zero_count"]
+            np.testing.assert_allclose(rec["mean"], want["mean"], rtol=1e-6, atol=1e-12)
+            np.testing.assert_allclose(rec["std"], want["std"], rtol=1e-6)
+            if step not in windows:
+                assert rec["float_hist"] is None and math.isnan(rec["p50"]), (step, target)
+                continue
+            window = torch.cat([model.seen[s][target].reshape(-1) for s in windows[step]])
+            np.testing.assert_array_equal(rec["float_hist"], float_counts(window))
+            whole = finalize(*oracle(window, mon.cfg), mon.cfg)
+            np.testing.assert_array_equal(rec["log2_hist"], whole["log2_hist"])
+            assert rec["float_hist"].sum() == window.numel() == 4 * t.shape[1] * len(windows[step])
+
+
+def test_history_device_memory_does_not_grow_with_steps_and_host_memory_stops_at_keep():
+    model = Recorder()
+    mon = hookstats.attach(model, history=True, log_every=5, keep=20)
+    run(model, mon, 10)
+    mon.flush()
+    after_10 = mon.memory()
+    run(model, mon, 190)
+    mon.flush()
+    after_200 = mon.memory()
+    host = after_200.pop("host_history_bytes")
+    assert {k: v for k, v in after_10.items() if k != "host_history_bytes"} == after_200
+    # per target and kept step: the scalars and the span of log2 slots; the float buckets on one step in 5
+    assert after_10["host_history_bytes"] <= host < 2 * 20 * (2_000 + 4096 * 10 // 5)
+    assert len(mon.history_sink.steps) == 20
+
+
 def test_several_forwards_in_one_step_and_a_target_that_appears_later():
     class Late(nn.Module):
         def __init__(self):
@@ -148,7 +209,7 @@ def test_several_forwards_in_one_step_and_a_target_that_appears_later():
             return self.late(h) if self.use_late else h
 
     model = Late()
-    mon = hookstats.attach(model, history=True, log_every=3, steps="manual", modules=["a", "late"])
+    mon = hookstats.attach(model, history=True, log_every=3, steps="manual", modules=["a", "late"], **PER_STEP)
     # `late` has parameters, so its state exists from the start; measure a leaf target added later
     outs = {}
     for step in range(6):
@@ -184,7 +245,7 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     from hookstats import history as hist_mod
     copies = []
     orig = hist_mod.Ring.start_copy
-    monkeypatch.setattr(hist_mod.Ring, "start_copy", lambda self: copies.append(1) or orig(self))
+    monkeypatch.setattr(hist_mod.Ring, "start_copy", lambda self, buckets=False: copies.append(1) or orig(self, buckets))
     model = Recorder()
     mon = hookstats.attach(model, history=True, log_every=5)
     run(model, mon, 6)
@@ -193,14 +254,17 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     device = ("state_bytes", "history_bytes", "host_staging_bytes", "device_bytes")
     assert {k: mon.memory()[k] for k in device} == {k: first[k] for k in device}
     # the byte counts from the layout alone: per state 5 float64 + istate int64 (no scratch on CPU), one
-    # flag byte per device; the ring: (log_every + 1) slots of [T, 5 + istate] int64, plus [T, 5] float64
-    # (the open step, the closed steps, the carry over a reset) and [T, istate] int64 (current, previous); the
-    # host staging buffer is one ring copy
+    # flag byte per device; the ring: (log_every + 1) slots of [T, 5 + c] int64 with c the compact counts
+    # (count, near-zero, the 40 + 5 linear slots: no log2 slots, no float buckets), plus [T, 5] float64 (the
+    # open step, the closed steps, the carry over a reset), [T, c] int64 (current, previous) and [T, 4096]
+    # int64 (the float buckets at the last flush); the host staging: one ring copy and one of the buckets
     isz, t_states, t_ring = mon.cfg.istate_size, len(mon.states(reached_only=False)), len(next(iter(mon.recorder.rings.values())).states)
+    assert isz == 2 + 45 + 256 + 4096
     assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_ring * 5 * 8 + 1  # + closed steps, + the CPU's flag
-    ring = (5 + 1) * t_ring * (5 + isz) * 8
-    assert first["history_bytes"] == ring + 2 * t_ring * (5 + isz) * 8 + t_ring * 5 * 8
-    assert first["host_staging_bytes"] == ring
+    c = 2 + 45
+    ring = (5 + 1) * t_ring * (5 + c) * 8
+    assert first["history_bytes"] == ring + 2 * t_ring * (5 + c) * 8 + t_ring * 5 * 8 + t_ring * 4096 * 8
+    assert first["host_staging_bytes"] == ring + t_ring * 4096 * 8
     assert len(copies) == 9  # steps 0..44 ended: flushes after steps 4, 9, ..., 44
     mon.remove()
 
@@ -339,7 +403,10 @@ def same_value(got, want):
     return type(got) is type(want) and got == want
 
 
-CONFIGS = [{}, {"nbins": 7, "log_hist": False}, {"nbins": 3, "linear_hist": False}]
+# the kernel's own histograms (float buckets off), then the defaults (float buckets, no linear bins)
+KERNEL_CONFIGS = [{"linear_hist": True, "float_hist": False}, {"nbins": 7, "log_hist": False, "float_hist": False},
+                  {"nbins": 3, "linear_hist": False, "float_hist": False}]
+CONFIGS = KERNEL_CONFIGS + [{}]
 
 
 def known_tensor(rng, case, cfg):
@@ -440,14 +507,14 @@ def test_finalize_rows_of_odd_states_against_float64_formulas(config):
     cfg = StatsConfig(**config)
     f, i = random_states(np.random.default_rng(len(config)), (40, 50), cfg)
     rows = finalize_rows(f, i, cfg)
-    lin, log2 = i[..., 2: 2 + cfg.nbins + 5], i[..., 2 + cfg.nbins + 5:]
+    lin, log2 = i[..., 2: 2 + cfg.nbins + 5], i[..., 2 + cfg.nbins + 5: 2 + cfg.nbins + 5 + 256]
     for s in range(40):
         for t in range(50):
             for k, w in state_statistics(f[s, t], i[s, t], cfg).items():
                 assert same_value(rows[k][s, t].item(), w), (s, t, k, rows[k][s, t], w)
     if cfg.linear_hist:
         assert np.array_equal(rows["hist"], lin[..., 1: cfg.nbins + 1])
-    if cfg.log_hist:
+    if cfg.log_hist and not cfg.float_hist:  # with float buckets: summed from them (tests/test_buckets.py)
         assert np.array_equal(rows["log2_hist"], log2)
 
 
@@ -467,7 +534,7 @@ def test_alerts_device_statistics_against_float64_formulas():
             np.testing.assert_allclose(got[k][t].item(), want[k], rtol=1e-15, err_msg=f"{t} {k}")
 
 
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", KERNEL_CONFIGS)  # with float buckets: test_float_buckets_once_per_flush_window
 def test_records_handed_to_sinks_are_finalize_per_target(config):
     from hookstats.config import StatsConfig
     from hookstats.records import step_columns, step_records
