@@ -11,7 +11,7 @@ import hookstats
 from hookstats import layout, reference
 from hookstats.config import StatsConfig
 
-CFG = StatsConfig()
+CFG = StatsConfig(linear_hist=True, float_hist=False)  # the kernel's linear bins and log2 slots (buckets: test_float_hist.py)
 ON = torch.tensor([True])
 
 
@@ -187,10 +187,13 @@ def test_non_contiguous_views(op, kind, layout_name, dtype):
 
 
 @pytest.mark.parametrize("cfg", [
-    StatsConfig(linear_hist=False), StatsConfig(log_hist=False), StatsConfig(linear_hist=False, log_hist=False),
-    StatsConfig(near_zero="le", eps=0.05, lo=0.0, hi=10.0, nbins=40), StatsConfig(nbins=1), StatsConfig(nbins=256),
-    StatsConfig(nbins=7, lo=-1e-3, hi=3e-3, eps=0.0),
-], ids=lambda c: f"nb{c.nbins}-{c.near_zero}-lin{int(c.linear_hist)}-log{int(c.log_hist)}")
+    StatsConfig(linear_hist=False, float_hist=False), StatsConfig(linear_hist=True, log_hist=False, float_hist=False),
+    StatsConfig(linear_hist=False, log_hist=False, float_hist=False),
+    StatsConfig(near_zero="le", eps=0.05, lo=0.0, hi=10.0, nbins=40, float_hist=False),
+    StatsConfig(nbins=1, float_hist=False), StatsConfig(nbins=256, float_hist=False),
+    StatsConfig(nbins=7, lo=-1e-3, hi=3e-3, eps=0.0, float_hist=False),
+    StatsConfig(), StatsConfig(nbins=7, lo=-1.0, hi=3.0),  # the defaults (float buckets, no log2 slots), + linear
+], ids=lambda c: f"nb{c.nbins}-{c.near_zero}-lin{int(c.linear_hist)}-log{int(c.log_hist)}-flt{int(c.float_hist)}")
 def test_configurations(op, cfg):
     x = make("nonfinite", 20011, torch.float32, seed=6)
     assert_matches(run(op, [x], cfg), oracle(x, cfg), torch.float32, exact_floats=op is reference.accumulate_)

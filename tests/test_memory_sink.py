@@ -71,7 +71,8 @@ def same(a, b):
     return a == b and type(a) is type(b)
 
 
-@pytest.mark.parametrize("config", [{}, {"linear_hist": False}, {"log_hist": False, "nbins": 7}])
+@pytest.mark.parametrize("config", [{}, {"linear_hist": True, "float_hist": False}, {"linear_hist": False, "float_hist": False},
+                                    {"log_hist": False, "nbins": 7}])
 @pytest.mark.parametrize("keep", [4, 1000, None])
 def test_gives_back_exactly_the_kept_records(keep, config):
     mon, oracle, mine = run(keep, **config)

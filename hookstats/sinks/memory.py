@@ -38,8 +38,7 @@ class _Sparse:
             if not h.flags.writeable:  # read-only zero rows: steps without buckets (records.no_bucket_columns)
                 continue
             slots = np.flatnonzero(h[r])
-            if len(slots):
-                self.at[p] = (slots.astype(np.int16), h[r, slots].astype(np.int64))
+            self.at[p] = (slots.astype(np.int16), h[r, slots].astype(np.int64))
 
     def get(self, i):
         pair = self.at.get(i)
@@ -53,7 +52,9 @@ class _Sparse:
 class _Span:
     """One histogram of a target over its rows: slot 0 in a column of its own (exact zeros in the log2
     histogram, frequent after a ReLU) and of the others only slots lo..hi-1, the span the records have used
-    so far (a few dozen of the log2 histogram's 256). Widened, with a copy, when a record reaches further."""
+    so far (a few dozen of the log2 histogram's 256). Widened, with a copy, when a record reaches further.
+    A row put from read-only zero rows (a step without float buckets: records.no_bucket_columns) has none:
+    slot 0 holds -1 there (counts are never negative) and get() gives None."""
 
     def __init__(self, size):
         self.size, self.lo, self.hi = size, 1, 1
@@ -79,10 +80,12 @@ class _Span:
             rows = np.zeros((len(self.rows), hi - lo), dtype=np.int64)
             rows[:, self.lo - lo: self.hi - lo] = self.rows
             self.rows, self.lo, self.hi = rows, lo, hi
-        self.first[at] = h[:, 0]
+        self.first[at] = h[:, 0] if h.flags.writeable else -1
         self.rows[at] = h[:, self.lo: self.hi]
 
     def get(self, i):
+        if self.first[i] < 0:
+            return None
         h = np.zeros(self.size, dtype=np.int64)
         h[0] = self.first[i]
         h[self.lo: self.hi] = self.rows[i]
