@@ -25,7 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from . import accumulate, layout, op_speed
 from .config import check_arg
 from .monitor import attach, attached_monitor
-from .records import step_columns
+from .records import bucket_columns
 from .sinks.memory import held_bytes
 from .summary import format_table
 from .tensors import tensor_leaves
@@ -233,7 +233,8 @@ def host_history(cfg, targets, keep):
     """(fixed, widest): the bytes mon.history() holds on the host once it keeps `keep` measured steps of
     `targets` targets (MemorySink's columns, sinks.memory.held_bytes): the fixed part is exact, the
     histograms' spans (the slots the records use, data-dependent) are counted at their widest."""
-    cols = step_columns(np.zeros((1, 1, layout.FSTATE_SIZE)), np.zeros((1, 1, cfg.istate_size), dtype=np.int64), cfg)
+    buckets = np.zeros((1, layout.FLOAT_SLOTS), dtype=np.int64) if cfg.float_hist else None
+    cols = bucket_columns(np.zeros((1, layout.FSTATE_SIZE)), np.zeros((1, cfg.istate_size), dtype=np.int64), buckets, cfg)
     return held_bytes(cols, targets, keep)
 
 

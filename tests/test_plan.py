@@ -115,12 +115,16 @@ def test_memory_equals_mon_memory(kwargs):
         {k: v for k, v in memory.items() if k not in host_history}
 
 
-@pytest.mark.parametrize("kwargs", [{"linear_hist": False, "log_hist": False}, {},
-                                    {"nbins": 8, "param_grads": True, "log_hist": False}, {"every": 2}])
+@pytest.mark.parametrize("kwargs", [{"linear_hist": False, "log_hist": False, "float_hist": False},
+                                    {"linear_hist": True, "float_hist": False},
+                                    {"nbins": 8, "param_grads": True, "log_hist": False, "float_hist": False},
+                                    {"every": 2, "linear_hist": True, "float_hist": False}, {}, {"every": 2}])
 def test_host_history_at_keep_steps_against_a_real_run(kwargs):
     """Once mon.history() keeps `keep` steps the host holds per target and step the step, 8 int64 and 6
-    float64 scalars (6 ints without the linear histogram), slot 0 of each histogram, and the span of slots
-    the records used: the planned fixed part is exact, the span at most the whole histogram."""
+    float64 scalars (6 ints without the linear histogram; 12 more floats with the float buckets: near_zero_rel,
+    its threshold, 2 x 5 quantiles), slot 0 of each dense histogram, and the span of slots the records used;
+    the float buckets only on a flush's last step, as (int16 slot, int64 count) pairs: the planned fixed
+    part is exact, the spans at most the whole histograms, the buckets at most every slot on every step."""
     torch.manual_seed(0)
     model, x, keep = nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 6)), torch.randn(4, 6), 12
     p = plan(model, x, speed=False, history=True, log_every=5, keep=keep, **kwargs)
@@ -133,10 +137,12 @@ def test_host_history_at_keep_steps_against_a_real_run(kwargs):
     mon.flush()
     real = mon.memory()["host_history_bytes"]
     mon.remove()
-    linear, log2 = kwargs.get("linear_hist", True), kwargs.get("log_hist", True)
+    linear, log2 = kwargs.get("linear_hist", "nbins" in kwargs), kwargs.get("log_hist", True)
+    buckets = kwargs.get("float_hist", True)
     nbins, targets = kwargs.get("nbins", 40), 4 + 4 * bool(kwargs.get("param_grads"))
-    fixed = targets * keep * 8 * (1 + 6 + 2 * linear + 6 + linear + log2) + linear * 8 * (nbins + 1)
-    widest = fixed + targets * keep * 8 * (linear * (nbins - 1) + log2 * 255) + linear * (targets - 1) * 8 * (nbins + 1)
+    fixed = targets * keep * 8 * (1 + 6 + 2 * linear + 6 + 12 * buckets + linear + log2) + linear * 8 * (nbins + 1)
+    widest = fixed + targets * keep * 8 * (linear * (nbins - 1) + log2 * 255) + linear * (targets - 1) * 8 * (nbins + 1) \
+        + buckets * targets * keep * 10 * 4096
     assert len(p.targets) == targets
     assert p.memory["host_history_bytes"] == fixed and p.memory["host_history_max_bytes"] == widest
     assert fixed <= real <= widest

@@ -126,17 +126,19 @@ class _Schema:
 def held_bytes(cols, targets, rows):
     """(fixed, widest): the bytes a MemorySink holds once each of `targets` targets keeps `rows` rows of
     records shaped like `cols` (write_rows()'s columns). fixed, exact: per row the step, the int and float
-    scalars and slot 0 of each histogram, plus one hist_edges array (the targets of one write share it).
-    widest, an upper bound: as if every histogram span covered all its other slots and every target had
-    its own edges (targets first seen in different writes)."""
+    scalars and slot 0 of each (dense) histogram, plus one hist_edges array (the targets of one write share
+    it). widest, an upper bound: as if every histogram span covered all its other slots, every row had
+    every float bucket, and every target had its own edges (targets first seen in different writes)."""
     if not targets or not rows:
         return 0, 0
     schema = _Schema(cols)
-    per_row = 8 * (1 + len(schema.ints) + len(schema.floats) + len(schema.hists))
+    dense = [(k, size) for k, size in schema.hists if k not in SPARSE]
+    per_row = 8 * (1 + len(schema.ints) + len(schema.floats) + len(dense))
     edges = schema.edges.nbytes if schema.edges is not None else 0
     fixed = targets * rows * per_row + edges
-    spans = targets * rows * 8 * sum(size - 1 for _, size in schema.hists)
-    return fixed, fixed + spans + (targets - 1) * edges
+    spans = targets * rows * 8 * sum(size - 1 for _, size in dense)
+    sparse = targets * rows * (2 + 8) * sum(size for k, size in schema.hists if k in SPARSE)  # every slot of every row
+    return fixed, fixed + spans + sparse + (targets - 1) * edges
 
 
 class _Block:
