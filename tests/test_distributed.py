@@ -19,6 +19,7 @@ from hookstats import layout
 from hookstats.distributed import Reduced, reduce
 from hookstats import TargetKey
 from hookstats.stats import merge_states
+from float_oracle import float_counts
 from helpers import exit_without_finalizing, oracle
 
 CFG = dict(nbins=16, lo=-2.0, hi=2.0, eps=0.05)
@@ -338,6 +339,10 @@ def test_reduce_equals_oracle_over_union_of_ranks(ranks):
             parts = [t for r in res for t in r["seen"][name][:2]] if phase == "train" else [res[0]["seen"][name][2]]
             data = torch.cat([t.reshape(-1) for t in parts])
             assert_state_matches_oracle(*reduced[(phase, f"{name}:output")], data, cfg)
+            # the float buckets (on by default) summed over the ranks: those of the concatenated data
+            buckets = reduced[(phase, f"{name}:output")][1][layout.float_base(cfg.nbins):]
+            np.testing.assert_array_equal(buckets, float_counts(data))
+            assert buckets.sum() == np.isfinite(data.numpy()).sum()
     assert_state_matches_oracle(*reduced[("train", "extra:output")], res[-1]["extra"], cfg)
     assert reduced[("train", "1:output")][1][layout.nan_slot(cfg.nbins)] > 0  # rank 1's NaN got through
     assert all(r["world"] == len(ranks) for r in res)

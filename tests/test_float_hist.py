@@ -15,7 +15,8 @@ from hookstats.config import StatsConfig
 ON = torch.tensor([True])
 pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
                                         "ignore:invalid value encountered:RuntimeWarning")
-FLOAT_ONLY = StatsConfig(linear_hist=False, log_hist=False)
+# the configs here describe the other slots; state() adds the FLOAT_HIST flag to the op's flags itself
+FLOAT_ONLY = StatsConfig(linear_hist=False, log_hist=False, float_hist=False)
 F32_MAX = float(np.finfo(np.float32).max)
 below = lambda v: float(np.nextafter(v, 0.0))  # noqa: E731  the float64 just below v in magnitude
 
@@ -125,7 +126,8 @@ def test_calls_merge_exactly(op, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
 def test_every_flag_combination(op, flags, dtype):
     cfg = StatsConfig(linear_hist=bool(flags & layout.LINEAR_HIST), log_hist=bool(flags & layout.LOG_HIST),
-                      near_zero="le" if flags & layout.SIGNED_NEAR_ZERO else "abs", eps=1e-3, nbins=7, lo=-2, hi=5)
+                      near_zero="le" if flags & layout.SIGNED_NEAR_ZERO else "abs", eps=1e-3, nbins=7, lo=-2, hi=5,
+                      float_hist=False)
     x = make("special", 30011, dtype, seed=flags)
     assert_state(run(op, [x], cfg), x, cfg, exact_floats=op is reference.accumulate_)
 
