@@ -20,7 +20,8 @@ def series():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    mon = hookstats.attach(model, history=True, log_every=5)
+    # the kernel's per-step histograms (linear, log2 slots); charts with float buckets: tests/test_float_plots.py
+    mon = hookstats.attach(model, history=True, log_every=5, linear_hist=True, float_hist=False)
     for _ in range(12):
         model(torch.randn(16, 8)).square().mean().backward()
         opt.step()
@@ -68,7 +69,7 @@ def test_range_shares_against_numpy_counts_over_the_values():
     rng = np.random.default_rng(0)
     x = np.concatenate([np.sign(rng.normal(size=4000)) * np.exp2(rng.uniform(-40, 30, 4000)),
                         np.zeros(50), [1e-40, -3e-39]])  # float32 subnormals land in slot 1
-    cfg = StatsConfig()
+    cfg = StatsConfig(float_hist=False)  # the kernel's log2 slots
     t = torch.tensor(x, dtype=torch.float32)
     log2 = oracle(t, cfg)[1][log_base(cfg.nbins):]
     v = np.abs(t.double().numpy())
@@ -123,7 +124,7 @@ def many():
     """30 Linear layers: more targets of one kind than any chart showed before (heatmap 9, lines 16, range 24)."""
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(30)])
-    mon = hookstats.attach(model, history=True, log_every=3)
+    mon = hookstats.attach(model, history=True, log_every=3, linear_hist=True, float_hist=False)
     for _ in range(3):
         model(torch.randn(8, 4)).square().mean().backward()
     mon.remove()

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.filterwarnings("error::hookstats.history.HistoryWarning
 def train(sinks, steps=5, nan_at=None, log_every=2):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
-    mon = hookstats.attach(model, steps="manual", sinks=sinks, log_every=log_every, nbins=10, lo=-3, hi=3)
+    # the kernel's per-step histograms (linear, log2 slots); the sinks with float buckets: tests/test_float_sinks.py
+    mon = hookstats.attach(model, steps="manual", sinks=sinks, log_every=log_every, nbins=10, lo=-3, hi=3,
+                           float_hist=False)
     outs = []
     for s in range(steps):
         x = torch.randn(6, 5) * (1 + s)
