@@ -81,7 +81,8 @@ def test_hf_callback_in_callbacks_list_logs_windows_to_log_history(tmp_path, cap
 def test_hf_add_to_reports_through_tensorboard(tmp_path, capsys):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    trainer, cb, seen = train(tmp_path, ["tensorboard"], "add_to", stats=("mean", "std", "min", "max"))
+    trainer, cb, seen = train(tmp_path, ["tensorboard"], "add_to", stats=("mean", "std", "min", "max"),
+                           linear_hist=True)  # the exact linear bins, asked for
     check_windows(trainer.state.log_history, seen)
     assert "hookstats/" not in capsys.readouterr().out
     event_dirs = {os.path.dirname(os.path.join(d, f)) for d, _, fs in os.walk(tmp_path) for f in fs
@@ -104,7 +105,7 @@ def test_hf_add_to_reports_through_tensorboard(tmp_path, capsys):
     acc.Reload()
     hists, logs = acc.Histograms(f"{base}/hist"), acc.Histograms(f"{base}/log2_abs")
     assert [e.step for e in hists] == [e.step for e in logs] == sorted(logged)
-    for h, lg, want in zip(hists, logs, window_records(seen[HOOKED[0]], StatsConfig())):
+    for h, lg, want in zip(hists, logs, window_records(seen[HOOKED[0]], StatsConfig(linear_hist=True))):
         assert list(h.histogram_value.bucket) == [want["underflow"], *want["hist"], want["overflow"]]
         nz = np.flatnonzero(want["log2_hist"][1:])
         assert list(lg.histogram_value.bucket) == list(want["log2_hist"][1:][nz[0]: nz[-1] + 1])
@@ -130,7 +131,7 @@ def test_hf_add_to_reports_histograms_through_wandb(tmp_path, monkeypatch):
     # the run it makes; offline and in tmp_path even where an earlier test fixed wandb's settings in this process
     monkeypatch.setattr(wandb, "init", lambda *a, init=wandb.init, **k: runs.append(
         init(*a, **{**k, "mode": "offline", "dir": str(tmp_path)})) or runs[-1])
-    trainer, cb, seen = train(tmp_path, ["wandb"], "add_to", stats=("mean",))
+    trainer, cb, seen = train(tmp_path, ["wandb"], "add_to", stats=("mean",), linear_hist=True)
     (run,) = runs
     run.finish()
     rows = offline_history(run, min_rows=STEPS // LOG_EVERY)
@@ -138,7 +139,7 @@ def test_hf_add_to_reports_histograms_through_wandb(tmp_path, monkeypatch):
     scalar_steps = [r["train/global_step"] for r in rows if f"{base}/mean" in r]
     hist_rows = [r for r in rows if f"{base}/hist/values" in r]
     assert scalar_steps == [r["train/global_step"] for r in hist_rows] == list(range(LOG_EVERY, STEPS + 1, LOG_EVERY))
-    for r, want in zip(hist_rows, window_records(seen[HOOKED[0]], StatsConfig())):
+    for r, want in zip(hist_rows, window_records(seen[HOOKED[0]], StatsConfig(linear_hist=True))):
         assert r[f"{base}/hist/values"] == [want["underflow"], *map(int, want["hist"]), want["overflow"]]
         nz = np.flatnonzero(want["log2_hist"][1:])
         assert r[f"{base}/log2_abs/values"] == list(want["log2_hist"][1:][nz[0]: nz[-1] + 1])

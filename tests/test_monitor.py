@@ -172,7 +172,7 @@ def test_eval_is_not_measured_by_default_and_kept_apart_when_asked():
 
 def test_pause_resume_and_reset():
     model, x = mlp(), torch.randn(4, 8)
-    mon = hookstats.attach(model)
+    mon = hookstats.attach(model, linear_hist=True)
     model(x)
     mon.pause()
     model(x)
@@ -181,7 +181,7 @@ def test_pause_resume_and_reset():
     assert mon.stats()["0:output"]["count"] == 2 * 64
     mon.reset()
     rec = mon.stats()["0:output"]
-    assert rec["count"] == 0 and np.isnan(rec["min"]) and rec["hist"].sum() == 0
+    assert rec["count"] == 0 and np.isnan(rec["min"]) and rec["hist"].sum() == 0 and rec["float_hist"].sum() == 0
     model(x)
     assert mon.stats()["0:output"]["count"] == 64
     mon.remove()

@@ -253,6 +253,9 @@ def monitored(arch, model, tmp_path, every, manual=False, eval=False, input_grad
     kw = dict(every=every, eval=eval, inputs=True, param_grads=param_grads, input_grads=input_grads,
               steps="manual" if manual else "forward", history=True, log_every=2, sinks=[memory, CSVSink(csv_path)],
               alerts=False, **arch.attach)
+    # the oracle checks the kernel's per-step linear bins and log2 slots (the float buckets: test_float_hist.py,
+    # test_history.py)
+    kw.update(linear_hist=True, float_hist=False)
     mon = hookstats.attach(model, **kw)
     orc = None
     if oracle:
