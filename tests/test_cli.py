@@ -246,9 +246,11 @@ def test_report_from_csv_only_and_from_a_broken_jsonl(demo_dir, tmp_path, capsys
     (run / "history.jsonl").write_text("{not json\n")
     code, _, err = run_main(capsys, "report", str(run))
     assert code == 2 and "history.jsonl:1: not JSON" in err and len(err.strip().splitlines()) == 1
-    good = (demo_dir / "cnn" / "history.jsonl").read_text().splitlines()[0]
-    for broken in (good.replace('"step": 0', '"step": "zero"'), good.replace('"log2_hist": {"', '"log2_hist": {"9999": 1, "'),
-                   good.replace('"hist_range"', '"no_range"')):
+    # a record of a flush's last step: the one with the float buckets (a slot past their 4096: malformed)
+    good = next(ln for ln in (demo_dir / "cnn" / "history.jsonl").read_text().splitlines() if '"float_hist": {"' in ln)
+    for broken in (re.sub(r'"step": \d+', '"step": "zero"', good, count=1),
+                   good.replace('"float_hist": {"', '"float_hist": {"99999": 1, "'),
+                   good.replace('"float_hist": {"', '"float_hist": {"5": "x", "')):  # the demo has no linear bins
         assert broken != good
         (run / "history.jsonl").write_text(good + "\n" + broken + "\n")
         code, _, err = run_main(capsys, "report", str(run))

@@ -55,8 +55,8 @@ def fresh_dynamo():
 def test_compiled_model_matches_eager_with_no_graph_break_and_no_recompile(fresh_dynamo, backend):
     model, ref = twins()
     xs = [torch.randn(16, 8) for _ in range(5)]
-    mon = hookstats.attach(model, every=2, steps="manual", param_grads=True)
-    eager = hookstats.attach(ref, every=2, steps="manual", param_grads=True)
+    mon = hookstats.attach(model, every=2, steps="manual", param_grads=True, linear_hist=True)
+    eager = hookstats.attach(ref, every=2, steps="manual", param_grads=True, linear_hist=True)
     train(torch.compile(model, fullgraph=True, backend=backend), mon, xs)  # steps 0..4: 0, 2 and 4 measured
     train(ref, eager, xs)
     assert dict(counters["graph_break"]) == {}
@@ -74,11 +74,12 @@ def test_compiled_model_matches_eager_with_no_graph_break_and_no_recompile(fresh
         if backend == "aot_eager":
             np.testing.assert_array_equal(g["hist"], rec["hist"])
             np.testing.assert_array_equal(g["log2_hist"], rec["log2_hist"])
+            np.testing.assert_array_equal(g["float_hist"], rec["float_hist"])
             assert (g["min"], g["max"], g["near_zero_count"]) == (rec["min"], rec["max"], rec["near_zero_count"])
             assert g["mean"] == pytest.approx(rec["mean"], rel=1e-12, abs=1e-12 * rec["std"])
             assert g["std"] == pytest.approx(rec["std"], rel=1e-12)
         else:
-            for h in ("hist", "log2_hist"):
+            for h in ("hist", "log2_hist"):  # inductor rounds differently: values move to a neighbouring bin
                 assert np.abs(g[h] - rec[h]).sum() <= 0.01 * rec["count"], (tid, h)
             assert g["mean"] == pytest.approx(rec["mean"], abs=1e-4 * rec["std"]), tid
             assert g["std"] == pytest.approx(rec["std"], rel=1e-4), tid
