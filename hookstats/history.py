@@ -357,9 +357,11 @@ def check_sinks(sinks):
 
 
 def histogram(monitor, target, phase="train"):
-    """The running histograms of one target: linear (edges, counts, under/overflow) and log2."""
+    """The running histograms of one target: linear (edges, counts, under/overflow; None unless configured),
+    log2 and the float buckets (None with float_hist=False)."""
     stats = monitor.stats(phase=phase)
     if target not in stats:
         raise KeyError(f"no target {target!r}; targets are {sorted(stats)[:10]}")
     r = stats[target]
-    return {k: r[k] for k in ("hist", "hist_edges", "underflow", "overflow", "log2_hist", "nan", "posinf", "neginf")}
+    return {k: r[k] for k in ("hist", "hist_edges", "underflow", "overflow", "log2_hist", "float_hist", "nan", "posinf",
+                              "neginf")}

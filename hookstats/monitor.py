@@ -152,7 +152,7 @@ class Monitor:
         return self.recorder.frame()
 
     def histogram(self, target, phase="train"):
-        """The running linear and log2 histograms of one target id."""
+        """The running histograms of one target id: linear (when configured), log2 and the float buckets."""
         from .history import histogram
         return histogram(self, target, phase)
 
@@ -224,7 +224,8 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     outputs, graph breaks under torch.compile); param_grads=True each parameter's gradient once per
     optimizer step; separate_calls=True keeps each call of a module in a step apart ("fc:output@1").
     config (a StatsConfig) or its fields as keywords (nbins, lo, hi,
-    eps, near_zero, linear_hist, log_hist) set what is measured.
+    eps, near_zero, linear_hist, log_hist, float_hist) set what is measured: by default the range-free float
+    buckets; the fixed-range linear histogram when linear_hist=True or any of nbins/lo/hi is given.
     history=True (or an int: the device ring's capacity in steps) keeps per-step statistics, drained
     every log_every steps to mon.history() (the last `keep` steps) and to `sinks` (every step); alerts (True,
     False or hookstats.AlertRules).

@@ -356,12 +356,14 @@ def test_a_failing_sink_is_dropped_with_a_warning_and_training_goes_on():
 
 def test_histogram_and_bad_arguments():
     model = Recorder()
-    mon = hookstats.attach(model)
+    mon = hookstats.attach(model, linear_hist=True)
     run(model, mon, 2)
     h = mon.histogram("a:output")
     want = finalize(*merge_states([oracle(s["a:output"], mon.cfg) for s in model.seen]), mon.cfg)
+    assert h["hist"] is not None and h["float_hist"] is not None
     np.testing.assert_array_equal(h["hist"], want["hist"])
     np.testing.assert_array_equal(h["log2_hist"], want["log2_hist"])
+    np.testing.assert_array_equal(h["float_hist"], float_counts(torch.cat([s["a:output"].reshape(-1) for s in model.seen])))
     with pytest.raises(KeyError, match="no target 'nope'"):
         mon.histogram("nope")
     with pytest.raises(RuntimeError, match="history=True"):
