@@ -60,6 +60,7 @@ def test_reference_and_compiled_monitors_agree(monkeypatch):
         for stat in ("count", "finite", "near_zero_count", "nan", "min", "max"):
             assert a[k][stat] == b[k][stat], (k, stat)
         np.testing.assert_array_equal(a[k]["hist"], b[k]["hist"])
+        np.testing.assert_array_equal(a[k]["float_hist"], b[k]["float_hist"])  # the default histogram
         np.testing.assert_array_equal(a[k]["log2_hist"], b[k]["log2_hist"])
         assert a[k]["mean"] == np.float64(b[k]["mean"]) or abs(a[k]["mean"] - b[k]["mean"]) < 1e-7 * b[k]["std"]
         assert abs(a[k]["std"] - b[k]["std"]) < 1e-6 * b[k]["std"]

@@ -131,7 +131,8 @@ def expected(oracle):
     return out
 
 
-COUNTS = ("count", "finite", "near_zero_count", "nan", "posinf", "neginf", "underflow", "overflow", "hist", "log2_hist")
+COUNTS = ("count", "finite", "near_zero_count", "nan", "posinf", "neginf", "underflow", "overflow", "hist", "log2_hist",
+          "float_hist")
 
 
 def check(items, want, what):

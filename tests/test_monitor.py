@@ -116,6 +116,7 @@ def test_statistics_match_the_oracle_on_the_captured_outputs():
         rec, exp = got[f"{name}:output"], finalize(f, i, mon.cfg)
         assert rec["count"] == exp["count"] == t.numel()
         np.testing.assert_array_equal(rec["hist"], exp["hist"])
+        np.testing.assert_array_equal(rec["float_hist"], exp["float_hist"])  # the default histogram
         np.testing.assert_array_equal(rec["log2_hist"], exp["log2_hist"])
         assert rec["near_zero_count"] == exp["near_zero_count"]
         assert rec["min"] == exp["min"] and rec["max"] == exp["max"]
@@ -269,6 +270,7 @@ def test_low_and_high_precision_models(dtype):
     rec = mon.stats()["Linear:output"]
     assert rec["count"] == 128 and rec["max"] == f[4]
     np.testing.assert_array_equal(rec["hist"], finalize(f, i, mon.cfg)["hist"])
+    np.testing.assert_array_equal(rec["float_hist"], finalize(f, i, mon.cfg)["float_hist"])  # the default histogram
 
 
 @pytest.mark.parametrize("backend", ["compiled", "reference"])

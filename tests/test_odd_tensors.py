@@ -18,6 +18,7 @@ def assert_matches(rec, values, cfg):
     want = finalize(*oracle(values.detach().double().reshape(-1), cfg), cfg)
     assert rec["count"] == want["count"] == values.numel()
     np.testing.assert_array_equal(rec["hist"], want["hist"])
+    np.testing.assert_array_equal(rec["float_hist"], want["float_hist"])  # the default histogram
     assert rec["mean"] == pytest.approx(want["mean"], rel=1e-6, abs=1e-7)
     assert (rec["min"], rec["max"]) == pytest.approx((want["min"], want["max"]), rel=1e-6)
 

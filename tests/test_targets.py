@@ -26,6 +26,7 @@ def assert_matches(rec, t, cfg):
     exp = finalize(*oracle(t.detach().reshape(-1), cfg), cfg)
     assert rec["count"] == exp["count"] == t.numel()
     np.testing.assert_array_equal(rec["hist"], exp["hist"])
+    np.testing.assert_array_equal(rec["float_hist"], exp["float_hist"])  # the default histogram
     np.testing.assert_array_equal(rec["log2_hist"], exp["log2_hist"])
     assert rec["near_zero_count"] == exp["near_zero_count"]
     assert (rec["min"], rec["max"]) == (exp["min"], exp["max"])
@@ -562,6 +563,7 @@ def test_activation_checkpointing_is_not_counted_twice(reentrant):
     for tid, rec in a.items():
         assert b[tid]["count"] == rec["count"], tid
         np.testing.assert_array_equal(b[tid]["hist"], rec["hist"])
+        np.testing.assert_array_equal(b[tid]["float_hist"], rec["float_hist"])  # the default histogram
         assert b[tid]["mean"] == pytest.approx(rec["mean"], rel=1e-6, abs=1e-9)
 
 
@@ -579,6 +581,7 @@ def test_checkpointing_with_separate_calls_never_misattributes_gradients(reentra
     for tid, rec in b.items():  # whatever is measured equals the plain model's numbers
         assert rec["count"] == a[tid]["count"], tid
         np.testing.assert_array_equal(rec["hist"], a[tid]["hist"])
+        np.testing.assert_array_equal(rec["float_hist"], a[tid]["float_hist"])  # the default histogram
     if reentrant:  # its gradients exist only in the recomputed graph: left out, and said once
         assert "inner.0:grad_output@0" not in b and "inner.0:grad_input@0" not in b and len(told) == 1
         assert "head:grad_input@0" in b
@@ -817,6 +820,7 @@ def test_param_grads_of_fsdp2_sharded_parameters(tmp_path):
         exp = finalize(*oracle(cat(gs), hookstats.StatsConfig()), hookstats.StatsConfig())
         assert rec["count"] == exp["count"]
         np.testing.assert_array_equal(rec["hist"], exp["hist"])
+        np.testing.assert_array_equal(rec["float_hist"], exp["float_hist"])  # the default histogram
         assert rec["mean"] == pytest.approx(exp["mean"], rel=1e-5, abs=1e-6 * exp["std"])
 
 

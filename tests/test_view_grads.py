@@ -107,6 +107,7 @@ def assert_matches(rec, g, cfg):
     want = finalize(*oracle(g.detach().double().reshape(-1), cfg), cfg)
     assert rec["count"] == want["count"]
     np.testing.assert_array_equal(rec["hist"], want["hist"])
+    np.testing.assert_array_equal(rec["float_hist"], want["float_hist"])  # the default histogram
     np.testing.assert_array_equal(rec["log2_hist"], want["log2_hist"])
     assert rec["mean"] == pytest.approx(want["mean"], rel=1e-5, abs=1e-7)
     assert rec["std"] == pytest.approx(want["std"], rel=1e-5)
