@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import DTYPES
-from helpers import float_buckets, on_thread_counts, oracle, rerun_with_portable_kernel
+from helpers import float_buckets, no_host_sync, on_thread_counts, oracle, rerun_with_portable_kernel
 from test_accumulate import LAYOUTS, assert_matches
 
 from hookstats import layout, reference
@@ -155,6 +155,17 @@ def test_disabled_calls_leave_the_state_untouched(op):
     f0, i0, _, _ = state()
     np.testing.assert_array_equal(i, i0.numpy())
     np.testing.assert_array_equal(f, f0.numpy())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_reference_counts_on_the_device_without_a_host_sync(dtype):
+    """What the fallback runs on a GPU: index_add_ into the slots, no .item(), bincount or histc."""
+    x = make("special", 3000, dtype)
+    f, i, s, args = state()
+    with no_host_sync() as ops:
+        reference.accumulate_(x, f, i, s, ON, *args)
+    assert not any("bincount" in o or "histc" in o for o in ops)
+    assert_state((f.numpy(), i.numpy()), x, exact_floats=True)
 
 
 def test_opcheck_with_float_buckets():
