@@ -5,7 +5,7 @@ import weakref
 
 import torch
 
-from .config import check_arg
+from .config import check_arg, check_count
 
 
 def in_recompute():
@@ -49,7 +49,7 @@ class StepClock:
 
     def __init__(self, model, every=1, track_eval=False, steps="forward", on_sampling=None):
         self.model, self.track_eval = model, track_eval
-        self.every = check_arg("every", every, int, lo=1)
+        self.every = check_count("every", every)
         # a root forward in training mode is a step; step() ends one
         self.manual = check_arg("steps", steps, ("forward", "manual")) == "manual"
         self.step_count = 0  # the step being run now
