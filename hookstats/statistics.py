@@ -91,8 +91,9 @@ class Statistic:
     HISTORY (per-step records), BOTH, or SINKS (not in records: derived by the sinks from the record's
     `inputs`); scalar: written by the sinks (CSV, JSONL, the MemorySink frame), and a dashboard choice;
     dashboard: "default" (TensorBoard/W&B log it unless told otherwise), "choice" (they may), or None; alerts: the alert rules
-    read it on the device; plot: a Plot, or None; needs: a StatsConfig switch (linear_hist, log_hist)
-    without which the statistic is None."""
+    read it on the device; plot: a Plot, or None; needs: a StatsConfig switch (linear_hist, log_hist,
+    float_hist), or a tuple of them of which one must be on, without which the statistic is None. Type and
+    scope INTERNAL: a value several rows derive from (s[name]), in no record."""
     name: str
     derive: Callable[[Rows], object]
     type: str
