@@ -122,7 +122,8 @@ def write_reports(name, run_dir, mon, model, example, seconds, log=print, progre
         alerts_file.unlink(missing_ok=True)  # an earlier run's alerts into the same folder are not this run's
     alerts = brief(mon.alerts)
     series = plots.collect(mon.history_sink.items())
-    totals = {k: v["log2_hist"] for k, v in mon.stats().items() if v["log2_hist"] is not None}
+    totals = {k: v["float_hist"] if v.get("float_hist") is not None else v["log2_hist"]
+              for k, v in mon.stats().items() if v.get("float_hist") is not None or v["log2_hist"] is not None}
     charts = plots.save_all(series, run_dir / "charts", run_totals=totals, progress=lambda todo: show(
         todo, desc=f"{name} charts", unit="chart", enabled=progress))
     log(f"\n== {name}: {mon.step_count} steps in {seconds:.1f} s, {len(mon.stats())} targets, monitor memory "

@@ -1,13 +1,18 @@
 """Charts of the history with matplotlib (no pyplot state touched): layer stats over steps (fastai's
-plot_layer_stats), histogram heatmaps over steps (fastai's color_dim) for the linear and log2 bins, and a
-dynamic-range chart with the fp16/bf16/fp8 ranges and the share of values each would under/overflow."""
+plot_layer_stats), histogram heatmaps over steps (fastai's color_dim) for the linear bins (configured ones, or
+a view of the float buckets over one span for all steps shown) and the log2 bins, and a dynamic-range chart
+with the fp16/bf16/fp8 ranges and the share of values each would under/overflow (from the float buckets when
+the run has them, else from the log2 bins of a run saved without them)."""
 import math
 import re
 
 import numpy as np
 import torch
 
-from . import layout, statistics
+from . import buckets, layout, statistics
+
+HEATMAP_BINS = 64
+HEATMAP_SPAN_Q = (0.001, 0.999)  # each step's p0.1 .. p99.9: the span is the widest of the steps shown
 
 FORMATS = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8 e4m3": torch.float8_e4m3fn,
            "fp8 e5m2": torch.float8_e5m2}
@@ -25,11 +30,13 @@ def _figure(**kw):
 # ---- data ----
 def collect(source):
     """-> {target: series}, where a series holds NumPy arrays over steps: steps, the plotted statistics
-    (statistics.PLOTTED: mean, std, near_zero), and
-    hist / log2_hist ([steps, bins], None when the records have none), plus kind and hist_edges. Targets
-    keep their first-seen order. source: a MemorySink (or anything with items() giving (step, record)
-    pairs), a saved history.jsonl / history.csv or the run folder holding one, or (step, record) pairs
-    (read_jsonl(path)[0], read_csv(path)[0])."""
+    (statistics.PLOTTED: mean, std, near_zero, near_zero_rel; NaN where a record lacks one), and per
+    histogram hist / log2_hist / float_view ([k, bins] of the k records that have it, None when none does)
+    with `<name>_steps` (those records' steps); float_view is the linear view of the float buckets over one
+    span for all of the target's steps (float_view_edges), float_total the buckets summed over the steps.
+    Plus kind and hist_edges. Targets keep their first-seen order. source: a MemorySink (or anything with
+    items() giving (step, record) pairs), a saved history.jsonl / history.csv or the run folder holding one,
+    or (step, record) pairs (read_jsonl(path)[0], read_csv(path)[0])."""
     items = _items(source)
     rows = {}
     for step, rec in items:
@@ -39,13 +46,34 @@ def collect(source):
         recs.sort(key=lambda p: p[0])
         s = {"target": target, "kind": recs[0][1].get("kind", ""), "steps": np.array([p[0] for p in recs])}
         for stat in (st.name for st in statistics.PLOTTED):
-            s[stat] = np.array([float(r.get(stat, math.nan)) for _, r in recs])
-        for h in ("hist", "log2_hist"):
-            ok = all(r.get(h) is not None for _, r in recs)
-            s[h] = np.stack([np.asarray(r[h], dtype=np.int64) for _, r in recs]) if ok else None
+            s[stat] = np.array([math.nan if r.get(stat) is None else float(r[stat]) for _, r in recs])
+        for h in ("hist", "log2_hist", "float_hist"):
+            have = [(step, r[h]) for step, r in recs if r.get(h) is not None]
+            s[h + "_steps"] = np.array([step for step, _ in have], dtype=np.int64)
+            s[h] = np.stack([np.asarray(v, dtype=np.int64) for _, v in have]) if have else None
         s["hist_edges"] = recs[0][1].get("hist_edges")
+        _float_view(s)
         out[target] = s
     return out
+
+
+def _float_view(s):
+    """Replaces the series' float buckets ([k, 4096] each, large) by their linear view over one span (the
+    lowest p0.1 to the highest p99.9 of the steps) and their sum over the steps."""
+    fh = s.pop("float_hist")
+    s["float_view_steps"] = s.pop("float_hist_steps")
+    s["float_view"] = s["float_view_edges"] = s["float_total"] = None
+    if fh is None:
+        return
+    s["float_total"] = fh.sum(axis=0)
+    with np.errstate(all="ignore"):
+        q = buckets.quantiles(fh, HEATMAP_SPAN_Q)
+    lo, hi = np.nanmin(q[:, 0], initial=np.inf), np.nanmax(q[:, 1], initial=-np.inf)
+    if not lo < hi:  # one value (or none) throughout: +-1/8 around it, +-1 around zero
+        w = abs(lo) / 8 if math.isfinite(lo) and lo != 0 else 1.0
+        lo, hi = (lo - w, lo + w) if math.isfinite(lo) else (-1.0, 1.0)
+    view = buckets.linear_view(fh, HEATMAP_BINS, span=(lo, hi))
+    s["float_view"], s["float_view_edges"] = view["counts"], view["edges"][0]
 
 
 def _items(source):
@@ -69,8 +97,15 @@ def _items(source):
 
 
 def totals(series):
-    """{target: log2 histogram summed over the recorded steps}."""
-    return {t: s["log2_hist"].sum(0) for t, s in series.items() if s["log2_hist"] is not None}
+    """{target: float buckets summed over the recorded steps}, or for a target without them (a run saved
+    without float buckets) its log2 histogram summed over the steps."""
+    out = {}
+    for t, s in series.items():
+        if s.get("float_total") is not None:
+            out[t] = s["float_total"]
+        elif s["log2_hist"] is not None:
+            out[t] = s["log2_hist"].sum(0)
+    return out
 
 
 def _pick(series, targets, kind, max_targets):
@@ -108,14 +143,17 @@ def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets
     height = max(4.6, 1.4 + 0.13 * len(targets))  # the legend holds one line per target
     fig = _figure(figsize=(15, height))
     fig.subplots_adjust(left=0.05, right=0.8, top=1 - 0.64 / height, bottom=0.55 / height, wspace=0.25)
-    plotted = statistics.PLOTTED
+    plotted = _panels(series, targets)
     axes = fig.subplots(1, len(plotted))
     cmap = _cmap("viridis")
     for k, t in enumerate(targets):
         s = series[t]
         color = cmap(k / max(1, len(targets) - 1))
         for n, (ax, st) in enumerate(zip(axes, plotted)):
-            ax.plot(s["steps"], st.plot.scale * s[st.name], color=color, lw=1.2, **({"label": t} if n == 0 else {}))
+            y = s[st.name]
+            have = np.isfinite(y) if st.plot.instead_of else slice(None)  # measured at the flush steps only
+            ax.plot(s["steps"][have], st.plot.scale * y[have], color=color, lw=1.2,
+                    **({"label": t} if n == 0 else {}))
     for ax, st in zip(axes, plotted):
         ax.set_title(st.plot.label)
         ax.set_xlabel("step")
@@ -132,18 +170,33 @@ def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets
     return _save(fig, path, whole_legend=True)
 
 
+def _panels(series, targets):
+    """The statistics of the layer-stats panels: statistics.PLOTTED, a statistic with Plot.instead_of drawn
+    in that one's panel when some target has values of it (near_zero_rel for near_zero)."""
+    instead = {st.plot.instead_of: st for st in statistics.PLOTTED if st.plot.instead_of}
+    out = []
+    for st in statistics.PLOTTED:
+        if st.plot.instead_of:
+            continue
+        alt = instead.get(st.name)
+        has = alt is not None and any(np.isfinite(series[t][alt.name]).any() for t in targets)
+        out.append(alt if has else st)
+    return out
+
+
 # ---- histogram heatmaps ----
 def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="output", max_targets=None, ncols=3):
     """Per target, the histogram of each step as one column of log(1 + count) (fastai's color_dim), each
     panel on its own color scale, in a grid that grows with the targets (max_targets: the first ones, and
     the title says how many of how many; targets without histograms are named in the title).
-    hist="linear": the value bins; hist="log2": log2 |x| (zeros and values below 2**-126 in the bottom row)."""
+    hist="linear": the value bins (the configured linear histogram, else the view of the float buckets over one
+    span for the steps shown); hist="log2": log2 |x| (zeros and values below 2**-126 in the bottom row).
+    A column per step that has the histogram."""
     if hist not in ("linear", "log2"):
         raise ValueError(f"hist must be 'linear' or 'log2', got {hist!r}")
-    key = "hist" if hist == "linear" else "log2_hist"
     if targets is None:
         targets = [t for t, s in series.items() if kind is None or s["kind"] == kind]
-    without = [t for t in targets if t in series and series[t][key] is None]
+    without = [t for t in targets if t in series and _hist_key(series[t], hist) is None]
     targets, total = _pick(series, [t for t in targets if t not in without], None, max_targets)
     nrows = max(1, math.ceil(len(targets) / ncols))
     head = 0.8 + 0.2 * bool(without)  # inches above the panels for the title, whatever the grid's height
@@ -155,11 +208,12 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="outp
         ax.set_visible(False)
     for ax, t in zip(axes, targets):
         s = series[t]
+        key = _hist_key(s, hist)
         counts = s[key].astype(np.float64)
-        steps = s["steps"]
+        steps = s[key + "_steps"]
         x0, x1 = steps[0] - 0.5, steps[-1] + 0.5
         if hist == "linear":
-            edges = s["hist_edges"]
+            edges = s["hist_edges"] if key == "hist" else s["float_view_edges"]
             y0, y1, ylabel = edges[0], edges[-1], "value"
         else:
             used = np.flatnonzero(counts[:, 2:].sum(0))
@@ -181,6 +235,13 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="outp
         title += f"\nno histogram: {', '.join(without[:5])}{more}"
     fig.suptitle(title, y=1 - 0.15 / height, va="top")
     return _save(fig, path)
+
+
+def _hist_key(s, hist):
+    """The series' histogram for a heatmap of kind `hist`, or None: the configured linear bins before the view
+    of the float buckets."""
+    keys = ("hist", "float_view") if hist == "linear" else ("log2_hist",)
+    return next((k for k in keys if s.get(k) is not None), None)
 
 
 # ---- dynamic range ----
@@ -217,12 +278,28 @@ def range_shares(log2_hist):
     return out
 
 
-def plot_dynamic_range(log2_by_target, path=None, max_targets=None):
+def shares_of(hist):
+    """{format: {underflow, subnormal, overflow}} of a histogram: float buckets (buckets.dtype_shares: exact
+    or lower bounds, see there) or, from a run saved without them, log2 bins (range_shares)."""
+    h = np.asarray(hist)
+    if h.shape[-1] != layout.FLOAT_SLOTS:
+        return range_shares(h)
+    got = buckets.dtype_shares(h.astype(np.int64))
+    return {f: {k: float(got[f][k]) for k in ("underflow", "subnormal", "overflow")} for f in FORMATS}
+
+
+def _log2_of(hist):
+    h = np.asarray(hist)
+    return buckets.log2_hist(h.astype(np.int64)) if h.shape[-1] == layout.FLOAT_SLOTS else h
+
+
+def plot_dynamic_range(by_target, path=None, max_targets=None):
     """Left: each target's log2 |x| distribution (one row per target, forward order; max_targets: the first
     ones, and the title says how many of how many) with each format's range marked (solid: smallest
-    subnormal and max; dashed: smallest normal). Right: under/overflow % per format."""
-    targets, total = _cap(log2_by_target, max_targets)
-    hists = np.stack([np.asarray(log2_by_target[t], dtype=np.float64) for t in targets]) if targets \
+    subnormal and max; dashed: smallest normal). Right: under/overflow % per format. by_target: {target:
+    float buckets [4096]} (totals()), or log2 histograms [256] of a run saved without float buckets."""
+    targets, total = _cap(by_target, max_targets)
+    hists = np.stack([np.asarray(_log2_of(by_target[t]), dtype=np.float64) for t in targets]) if targets \
         else np.zeros((0, layout.LOG_SLOTS))
     used = np.flatnonzero(hists[:, 2:].sum(0)) if len(targets) else np.array([], dtype=int)
     lo = min((used[0] if used.size else 100) + layout.LOG_EXP_MIN, -26) - 2
@@ -254,7 +331,7 @@ def plot_dynamic_range(log2_by_target, path=None, max_targets=None):
                 title="representable range", title_fontsize=8, frameon=False)
     left.set_title(f"dynamic range per target ({_count(n, total)})")
 
-    shares = [range_shares(log2_by_target[t]) for t in targets]
+    shares = [shares_of(by_target[t]) for t in targets]
     cols = [(f, k) for f in FORMATS for k in ("underflow", "overflow")]
     mat = np.array([[s[f][k] for f, k in cols] for s in shares]) * 100 if shares else np.zeros((0, len(cols)))
     right.imshow(np.nan_to_num(mat), aspect="auto", cmap="Reds", vmin=0, vmax=max(1.0, np.nanmax(mat, initial=0)))
@@ -266,7 +343,9 @@ def plot_dynamic_range(log2_by_target, path=None, max_targets=None):
     right.set_xticks(range(len(cols)), [f"{f}\n{'under' if k == 'underflow' else 'over'}" for f, k in cols],
                      fontsize=7)
     right.set_yticks(range(n), [""] * n)
-    right.set_title("% of values out of range (overflow and bf16 underflow: at least)")
+    exact = all(np.asarray(by_target[t]).shape[-1] == layout.FLOAT_SLOTS for t in targets)
+    right.set_title("% of values out of range" + (" (fp16 overflow, bf16: at least)" if exact
+                                                    else " (overflow and bf16 underflow: at least)"))
     return _save(fig, path)
 
 
@@ -285,8 +364,8 @@ def kind_of(target_id):
 
 
 def save_all(series, out_dir, run_totals=None, progress=None):
-    """Every chart of a run as PNG files in out_dir; returns their paths. run_totals: {target: log2 hist}
-    of the whole run (default: summed from the recorded steps). progress: wraps the list of charts to draw
+    """Every chart of a run as PNG files in out_dir; returns their paths. run_totals: {target: float buckets
+    (or log2 hist)} of the whole run (default: totals(), summed from the recorded steps). progress: wraps the list of charts to draw
     (e.g. hookstats.progress.progress, a bar)."""
     from functools import partial
     from pathlib import Path
@@ -297,8 +376,7 @@ def save_all(series, out_dir, run_totals=None, progress=None):
     for kind in kinds:
         charts.append((f"layer_stats_{kind}.png", partial(plot_layer_stats, series, kind=kind)))
         for hist in ("linear", "log2"):
-            if any(s["kind"] == kind and s["hist" if hist == "linear" else "log2_hist"] is not None
-                   for s in series.values()):
+            if any(s["kind"] == kind and _hist_key(s, hist) is not None for s in series.values()):
                 charts.append((f"hist_{hist}_{kind}.png", partial(plot_hist_heatmap, series, hist=hist, kind=kind)))
     log2 = run_totals if run_totals is not None else totals(series)
     # one chart per kind: "dynamic_range.png" holds the forward outputs, the activations a lower precision

@@ -1,8 +1,8 @@
 """The table of statistics: per statistic its name, how it is derived from the state, its type, which
 readouts have it and who gets it (sinks, dashboards, alerts, plots). finalize_rows, the record builder,
 the sinks, the alerts and the plots read this table: a statistic derived from the state is one row.
-An array-valued one (a histogram derived from other slots) is a COUNTS row; float arrays (quantiles) would
-be a new type, which MemorySink's columns and the JSONL sink then learn to store."""
+An array-valued one (a histogram derived from other slots) is a COUNTS row. What several rows share (the
+quantiles of the float buckets, derived at once for all of them) is an INTERNAL row, in no record."""
 import dataclasses
 import math
 from typing import Callable, Optional
@@ -10,10 +10,10 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from . import layout
+from . import buckets, layout
 
 INT, FLOAT, COUNTS, EDGES = "int", "float", "counts", "edges"  # COUNTS: int64 array per target; EDGES: one array
-STATS, HISTORY, BOTH, SINKS = "stats", "history", "both", "sinks"
+STATS, HISTORY, BOTH, SINKS, INTERNAL = "stats", "history", "both", "sinks", "internal"
 
 
 class Rows:
@@ -21,8 +21,8 @@ class Rows:
     on the host, torch on the device for the alerts), their StatsConfig `cfg`, and s[name], another
     statistic of the table. The helpers work on both; divisions are float64."""
 
-    def __init__(self, fstate, istate, cfg):
-        self.f, self.i, self.cfg, self.nbins = fstate, istate, cfg, cfg.nbins
+    def __init__(self, fstate, istate, cfg, scope=None):
+        self.f, self.i, self.cfg, self.nbins, self.scope = fstate, istate, cfg, cfg.nbins, scope
         self._torch = isinstance(fstate, torch.Tensor)
         self._done = {}
 
@@ -49,6 +49,13 @@ class Rows:
         base = layout.float_base(self.nbins)
         return self.i[..., base: base + layout.FLOAT_SLOTS]
 
+    def exact_range(self):
+        """(min, max) that bound these rows' values exactly: stats() records' own (NaN while empty); None, None
+        for the history's per-step rows, whose min/max are running values (a step's own are not kept)."""
+        if self.scope != STATS:
+            return None, None
+        return self.fcol(layout.MIN), self.fcol(layout.MAX)
+
     def where(self, cond, a, b):
         return torch.where(cond, a, b) if self._torch else np.where(cond, a, b)
 
@@ -74,6 +81,7 @@ class Plot:
     scale: float = 1.0
     log: bool = False
     ylim: Optional[tuple] = None
+    instead_of: Optional[str] = None  # drawn in that statistic's panel, when the records have it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +91,9 @@ class Statistic:
     HISTORY (per-step records), BOTH, or SINKS (not in records: derived by the sinks from the record's
     `inputs`); scalar: written by the sinks (CSV, JSONL, the MemorySink frame), and a dashboard choice;
     dashboard: "default" (TensorBoard/W&B log it unless told otherwise), "choice" (they may), or None; alerts: the alert rules
-    read it on the device; plot: a Plot, or None; needs: a StatsConfig switch (linear_hist, log_hist)
-    without which the statistic is None."""
+    read it on the device; plot: a Plot, or None; needs: a StatsConfig switch (linear_hist, log_hist,
+    float_hist), or a tuple of them of which one must be on, without which the statistic is None. Type and
+    scope INTERNAL: a value several rows derive from (s[name]), in no record."""
     name: str
     derive: Callable[[Rows], object]
     type: str
@@ -93,11 +102,13 @@ class Statistic:
     dashboard: Optional[str] = None
     alerts: bool = False
     plot: Optional[Plot] = None
-    needs: Optional[str] = None
+    needs: object = None
     inputs: tuple = ()
 
     def present(self, cfg):
-        return self.needs is None or getattr(cfg, self.needs)
+        """needs: None, a StatsConfig switch, or a tuple of switches of which one must be on."""
+        needs = (self.needs,) if isinstance(self.needs, str) else self.needs or ()
+        return not needs or any(getattr(cfg, n) for n in needs)
 
     def in_records(self, scope):
         return self.scope in (scope, BOTH)
@@ -106,6 +117,58 @@ class Statistic:
 def _var(s):
     n = s.fcol(layout.N_FINITE)
     return s.where(n > 1, s.div(s.fcol(layout.M2), n - 1), math.nan)
+
+
+def _log2(s):
+    """The log2 histogram: summed from the float buckets when the config counts them (the kernel's log2 slots
+    then stay empty where it skips them), else the kernel's own."""
+    if not s.cfg.float_hist:
+        return s.log2()
+    return _on_occupied(s, lambda c, _: {"h": buckets.log2_hist(c)}, fill=0, dtype=np.int64)["h"]
+
+
+def _occupied(s):
+    """(rows holding float buckets, as a boolean mask over the leading dimensions; their counts [k, slots],
+    buckets.prepare()d once for the derivations): only these are read (a step whose buckets the history does
+    not carry has none)."""
+    c = s.floats()
+    has = c.max(axis=-1, initial=0) > 0  # counts are >= 0: the fastest reduction over them
+    return has, buckets.prepare(c.reshape(-1, c.shape[-1]) if has.all() else c[has])
+
+
+def _on_occupied(s, fn, fill=math.nan, dtype=np.float64):
+    """fn(counts [k, slots], mask) -> {key: [k, ...]} spread back over the leading dimensions, `fill` elsewhere."""
+    has, c = s["_occupied"]
+    out = {}
+    for key, v in fn(c, has).items():
+        full = np.full(has.shape + v.shape[1:], fill, dtype=dtype)
+        full[has] = v
+        out[key] = full
+    return out
+
+
+def _quantiles(s):
+    lo, hi = s.exact_range()
+
+    def both(c, has):
+        pick = (lambda v: None) if lo is None else (lambda v: v[has])
+        return {absolute: buckets.quantiles(c, QUANTILES, absolute=absolute, minimum=pick(lo), maximum=pick(hi))
+                for absolute in (False, True)}
+    return _on_occupied(s, both)
+
+
+# the quantile scalars: pXX of x, abs_pXX of |x| (dots in names would nest in W&B and pandas)
+QUANTILES = buckets.DEFAULT_QUANTILES
+QUANTILE_NAMES = tuple("p" + f"{100 * q:g}".replace(".", "_") for q in QUANTILES)
+
+
+def _quantile_rows():
+    rows = []
+    for prefix, absolute in (("", False), ("abs_", True)):
+        for k, name in enumerate(QUANTILE_NAMES):
+            rows.append(Statistic(prefix + name, lambda s, absolute=absolute, k=k: s["_quantiles"][absolute][..., k],
+                                  FLOAT, scalar=True, dashboard="choice", needs="float_hist"))
+    return tuple(rows)
 
 
 TABLE = (
@@ -121,6 +184,18 @@ TABLE = (
     # near_zero_count <= count: 0 / 0 = NaN while empty
     Statistic("near_zero", lambda s: s.div(s["near_zero_count"], s["count"]), FLOAT, scalar=True, dashboard="default", alerts=True, plot=Plot("near zero (%)", 100, ylim=(-2, 102))),
     Statistic("near_zero_count", lambda s: s.icol(layout.NEAR_ZERO), INT),
+    # the default near-zero figure with float buckets: share of |x| < 2**(E - 10), E = floor(log2 p99 |x|)
+    # (why: hookstats/buckets.py); the eps one above stays, and is what the alerts read
+    Statistic("near_zero_rel", lambda s: s["_near_zero_rel"]["share"], FLOAT, scalar=True, dashboard="default",
+              plot=Plot("near zero (%): |x| < 2^-10 of its p99", 100, ylim=(-2, 102), instead_of="near_zero"),
+              needs="float_hist"),
+    Statistic("near_zero_rel_threshold", lambda s: s["_near_zero_rel"]["threshold"], FLOAT, scalar=True,
+              needs="float_hist"),
+    Statistic("_occupied", _occupied, INTERNAL, scope=INTERNAL),
+    Statistic("_near_zero_rel", lambda s: _on_occupied(s, lambda c, _: buckets.relative_near_zero(c)), INTERNAL,
+              scope=INTERNAL),
+    Statistic("_quantiles", _quantiles, INTERNAL, scope=INTERNAL),
+    *_quantile_rows(),
     Statistic("nan", lambda s: s.lin(s.nbins + 2), INT, scalar=True),
     Statistic("posinf", lambda s: s.lin(s.nbins + 3), INT, scalar=True),
     Statistic("neginf", lambda s: s.lin(s.nbins + 4), INT, scalar=True),
@@ -128,7 +203,7 @@ TABLE = (
     Statistic("overflow", lambda s: s.lin(s.nbins + 1), INT, scalar=True, needs="linear_hist"),
     Statistic("hist", lambda s: s.lin(1, s.nbins + 1), COUNTS, needs="linear_hist"),
     Statistic("hist_edges", lambda s: s.cfg.edges(), EDGES, needs="linear_hist"),
-    Statistic("log2_hist", lambda s: s.log2(), COUNTS, needs="log_hist"),
+    Statistic("log2_hist", _log2, COUNTS, needs=("log_hist", "float_hist")),
     Statistic("float_hist", lambda s: s.floats(), COUNTS, needs="float_hist"),
     # the history's min/max are running values (since attach or reset()): a step's own minimum is not kept
     Statistic("running_min", lambda s: s.fcol(layout.MIN), FLOAT, scope=HISTORY, scalar=True),
@@ -154,7 +229,7 @@ def names(scope, of_type=None):
 
 def derive_rows(fstate, istate, cfg, scope):
     """{name: values} of every statistic of `scope`'s records (see Statistic), None where switched off."""
-    rows = Rows(fstate, istate, cfg)
+    rows = Rows(fstate, istate, cfg, scope)
     return {st.name: rows[st.name] if st.present(cfg) else None for st in TABLE if st.in_records(scope)}
 
 

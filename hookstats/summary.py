@@ -90,13 +90,13 @@ def summary(model, *example_inputs, monitor=None, **example_kwargs):
         if monitor is not None:
             o, g = _target(stats, name, "output"), _target(stats, name, "grad_output")
             row.update({"mean": o["mean"] if o else None, "std": o["std"] if o else None,
-                        "near zero %": 100 * o["near_zero"] if o else None,
+                        "near zero %": 100 * o["near_zero"] if o else None, **_float_cells(o),
                         "nan/inf": o["nan"] + o["posinf"] + o["neginf"] if o else None,
                         "grad std": g["std"] if g else None})
         rows.append(row)
     columns = ["layer", "type", "output shape", "params", "trainable"]
     if monitor is not None:
-        columns += ["mean", "std", "near zero %", "nan/inf", "grad std"]
+        columns += ["mean", "std", "near zero %", *_float_columns(rows), "nan/inf", "grad std"]
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     title = f"{type(model).__name__}: {total:,} parameters ({trainable:,} trainable)"
@@ -158,14 +158,32 @@ def format_table(rows, columns, title=None):
     return "\n".join(out)
 
 
+# from the float buckets: the relative near-zero figure (hookstats/buckets.py) and quantiles of |x|
+FLOAT_CELLS = {"near 0 rel %": ("near_zero_rel", 100), "p1 |x|": ("abs_p1", 1), "p50 |x|": ("abs_p50", 1),
+               "p99 |x|": ("abs_p99", 1)}
+
+
+def _float_cells(rec):
+    """The FLOAT_CELLS of a record (None where it has no float buckets)."""
+    rec = rec or {}
+    return {c: None if rec.get(k) is None else scale * rec[k] for c, (k, scale) in FLOAT_CELLS.items()}
+
+
+def _float_columns(rows):
+    """FLOAT_CELLS' columns when some row has them (a monitor with float buckets, a run saved with them)."""
+    return list(FLOAT_CELLS) if any(r.get(c) is not None for r in rows for c in FLOAT_CELLS) else []
+
+
 def stats_table(records, title=None):
-    """One line per target from stats() values or history records: mean, std, near-zero %, min, max,
-    non-finite count."""
+    """One line per target from stats() values or history records: mean, std, near-zero % (|x| <= eps), with
+    float buckets the relative near-zero % and the p1/p50/p99 of |x|, then min, max, non-finite count."""
     rows = []
     for rec in records:
         rows.append({"target": rec["target"], "count": rec.get("count"), "mean": rec.get("mean"),
                      "std": rec.get("std"),
                      "near zero %": None if rec.get("near_zero") is None else 100 * rec["near_zero"],
+                     **_float_cells(rec),
                      "min": rec.get("min", rec.get("running_min")), "max": rec.get("max", rec.get("running_max")),
                      "nan/inf": sum(int(rec.get(k) or 0) for k in ("nan", "posinf", "neginf"))})
-    return format_table(rows, ["target", "count", "mean", "std", "near zero %", "min", "max", "nan/inf"], title)
+    return format_table(rows, ["target", "count", "mean", "std", "near zero %", *_float_columns(rows), "min", "max",
+                               "nan/inf"], title)

@@ -54,6 +54,8 @@ def oracle(x, cfg):
         _, e = np.frexp(bf)  # |x| in [2**(e-1), 2**e)
         slots = np.where(bf == 0, 0, np.where(bf < 2.0 ** -126, 1, e - 1 - layout.LOG_EXP_MIN + 2))
         i[layout.log_base(nb):] = np.bincount(slots, minlength=layout.LOG_SLOTS)
+    if cfg.float_hist:
+        i = np.concatenate([i, float_buckets(x)])
     return f, i
 
 

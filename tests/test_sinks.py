@@ -373,15 +373,17 @@ def test_statistics_table_keeps_the_record_and_file_formats():
     new row is a deliberate format change."""
     from hookstats import statistics
     from hookstats.sinks.memory import FLOATS, HISTS, INTS
-    assert statistics.SCALARS == ("count", "finite", "mean", "std", "near_zero", "nan", "posinf", "neginf",
+    floats = ("near_zero_rel", "near_zero_rel_threshold", "p0_1", "p1", "p50", "p99", "p99_9", "abs_p0_1", "abs_p1",
+              "abs_p50", "abs_p99", "abs_p99_9")
+    assert statistics.SCALARS == ("count", "finite", "mean", "std", "near_zero", *floats, "nan", "posinf", "neginf",
                                   "underflow", "overflow", "running_min", "running_max")
-    assert statistics.DASHBOARD_STATS == ("mean", "std", "near_zero", "nonfinite")
+    assert statistics.DASHBOARD_STATS == ("mean", "std", "near_zero", "near_zero_rel", "nonfinite")
     assert statistics.DASHBOARD_CHOICES == statistics.SCALARS + ("nonfinite",)
     assert statistics.names(statistics.STATS) == (
-        "count", "finite", "mean", "std", "var", "min", "max", "near_zero", "near_zero_count", "nan", "posinf",
-        "neginf", "underflow", "overflow", "hist", "hist_edges", "log2_hist", "float_hist")
+        "count", "finite", "mean", "std", "var", "min", "max", "near_zero", "near_zero_count", *floats, "nan",
+        "posinf", "neginf", "underflow", "overflow", "hist", "hist_edges", "log2_hist", "float_hist")
     assert statistics.names(statistics.HISTORY) == tuple(
         k for k in statistics.names(statistics.STATS) if k not in ("min", "max")) + ("running_min", "running_max")
     assert INTS == ("count", "finite", "near_zero_count", "nan", "posinf", "neginf", "underflow", "overflow")
-    assert FLOATS == ("mean", "std", "var", "near_zero", "running_min", "running_max")
+    assert FLOATS == ("mean", "std", "var", "near_zero", *floats, "running_min", "running_max")
     assert HISTS == ("hist", "log2_hist", "float_hist")

@@ -11,8 +11,9 @@ import hookstats
 from hookstats.config import check_count
 from hookstats.selection import module_names
 
-# fastai's numbers: near_zero = mean(o <= 0.05), hist = o.histc(40, 0, 10)
-FASTAI_CONFIG = dict(nbins=40, lo=0.0, hi=10.0, eps=0.05, near_zero="le")
+# fastai's numbers: near_zero = mean(o <= 0.05), hist = o.histc(40, 0, 10): the exact linear bins, asked for by
+# name (not the float buckets' fitted view), whatever the defaults
+FASTAI_CONFIG = dict(nbins=40, lo=0.0, hi=10.0, eps=0.05, near_zero="le", linear_hist=True)
 
 
 class ActivationStats(FastaiActivationStats):

@@ -7,7 +7,7 @@ from ..sinks.tensorboard import add_histograms
 from ..sinks.wandb import histograms
 from ..user_warning import warn_user
 
-DEFAULT_STATS = ("mean", "std", "min", "max", "near_zero", "nan", "posinf", "neginf")
+DEFAULT_STATS = ("mean", "std", "min", "max", "near_zero", "near_zero_rel", "nan", "posinf", "neginf")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/ ]")
 
 
@@ -41,17 +41,13 @@ def measured(stats, prefix="hookstats/"):
 
 def tensorboard_histograms(writer, targets, step):
     """Both histograms of each (name base, record) to a SummaryWriter."""
-    for base, rec in targets:
-        add_histograms(writer, base, rec, step)
+    add_histograms(writer, targets, step)
 
 
 def wandb_histograms(targets):
     """{name: wandb.Histogram} of both histograms of each (name base, record)."""
     import wandb
-    data = {}
-    for base, rec in targets:
-        data.update(histograms(wandb, base, rec))
-    return data
+    return histograms(wandb, targets)
 
 
 def sent(what, fn, *args):

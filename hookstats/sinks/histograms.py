@@ -1,10 +1,15 @@
 """Both histograms of a record as NumPy-style (edges, counts), the form TensorBoard's add_histogram_raw
-(upper edges) and wandb.Histogram(np_histogram=...) take; shared by the sinks and the framework callbacks."""
+(upper edges) and wandb.Histogram(np_histogram=...) take; shared by the sinks and the framework callbacks.
+The value histogram is the exact linear one where the user configured it (lo/hi/nbins), else a linear view
+fitted to each record's float buckets (buckets.linear_view: from its p0.1 to its p99.9), all records of a
+write at once."""
 import math
 
 import numpy as np
 
-from .. import layout
+from .. import buckets, layout
+
+VIEW_BINS = 64  # bins of the fitted view on the dashboards
 
 _LOG2_EDGES = np.arange(layout.LOG_EXP_MIN - 1, layout.LOG_EXP_MIN + layout.LOG_SLOTS - 1, dtype=np.float64)
 
@@ -27,6 +32,20 @@ def linear_buckets(rec):
     top = hi if math.isfinite(hi) and hi > edges[-1] else edges[-1] + width
     counts = np.concatenate([[rec["underflow"]], rec["hist"], [rec["overflow"]]]).astype(np.float64)
     return np.concatenate([[bottom], edges, [top]]), counts
+
+
+def value_histograms(records):
+    """Per record, the (edges, counts) of its value histogram (module docstring), or None without one."""
+    out = [linear_buckets(rec) for rec in records]
+    fit = [k for k, rec in enumerate(records) if out[k] is None and rec.get("float_hist") is not None
+           and rec.get("finite")]
+    if fit:
+        ranges = np.array([value_range(records[k]) for k in fit], dtype=np.float64)
+        view = buckets.linear_view(np.stack([records[k]["float_hist"] for k in fit]), VIEW_BINS,
+                                   minimum=ranges[:, 0], maximum=ranges[:, 1])
+        for row, k in enumerate(fit):
+            out[k] = view["edges"][row], view["counts"][row].astype(np.float64)
+    return out
 
 
 def log2_buckets(rec):

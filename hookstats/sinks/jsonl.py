@@ -1,11 +1,13 @@
-"""JSONLSink: one JSON line per step and target with the scalars and both histograms (log2 slots stored
-sparsely), and one line per alert. read_jsonl() loads it back for `hookstats report`."""
+"""JSONLSink: one JSON line per step and target with the scalars and the histograms (the float buckets and
+the log2 slots as {slot: count} of the occupied slots; the log2 ones also where there are buckets, a few dozen
+entries that keep the files readable by versions without buckets), and one line per alert. read_jsonl()
+loads it back for `hookstats report`; files of versions without float buckets read as before."""
 import json
 from pathlib import Path
 
 import numpy as np
 
-from .. import layout
+from .. import buckets, layout
 from .base import file_lines, json_number, open_parent, scalar_items, warn_skipped
 
 
@@ -29,8 +31,9 @@ class JSONLSink:
                 line["hist"] = [int(c) for c in rec["hist"]]
                 line["hist_range"] = [float(rec["hist_edges"][0]), float(rec["hist_edges"][-1])]
             if rec.get("log2_hist") is not None:
-                nz = np.flatnonzero(rec["log2_hist"])
-                line["log2_hist"] = {str(int(k)): int(rec["log2_hist"][k]) for k in nz}
+                line["log2_hist"] = _sparse(rec["log2_hist"])
+            if rec.get("float_hist") is not None:
+                line["float_hist"] = _sparse(rec["float_hist"])
             f.write(json.dumps(line, allow_nan=False) + "\n")
         f.flush()
 
@@ -45,6 +48,22 @@ class JSONLSink:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _sparse(counts):
+    nz = np.flatnonzero(counts)
+    return {str(int(k)): int(counts[k]) for k in nz}
+
+
+def _dense(sparse, size, what):
+    out = np.zeros(size, dtype=np.int64)
+    for k, c in sparse.items():
+        if not 0 <= int(k) < size:
+            raise IndexError(f"{what} slot {k} outside 0..{size - 1}")
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise ValueError(f"{what} slot {k} holds {c!r}, not a count")
+        out[int(k)] = c
+    return out
 
 
 def read_jsonl(path):
@@ -86,10 +105,9 @@ def _record(obj):
         lo, hi = obj.pop("hist_range")
         obj["hist_edges"] = np.linspace(float(lo), float(hi), len(obj["hist"]) + 1)
     if "log2_hist" in obj:
-        lg = np.zeros(layout.LOG_SLOTS, dtype=np.int64)
-        for k, c in obj["log2_hist"].items():
-            if not 0 <= int(k) < layout.LOG_SLOTS:
-                raise IndexError(f"log2 slot {k} outside 0..{layout.LOG_SLOTS - 1}")
-            lg[int(k)] = c
-        obj["log2_hist"] = lg
+        obj["log2_hist"] = _dense(obj["log2_hist"], layout.LOG_SLOTS, "log2")
+    if "float_hist" in obj:
+        obj["float_hist"] = _dense(obj["float_hist"], layout.FLOAT_SLOTS, "float bucket")
+        if "log2_hist" not in obj:
+            obj["log2_hist"] = buckets.log2_hist(obj["float_hist"])
     return step, obj

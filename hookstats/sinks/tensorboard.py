@@ -1,14 +1,20 @@
 """TensorBoardSink: chosen scalars per target and both histograms, rebuilt from our bins with the real
 SummaryWriter.add_histogram_raw (no tensor is copied to build a histogram). Every tag starts with one
 prefix, so TensorBoard shows one collapsible section: "hookstats/<target>/<stat>", "hookstats/<target>/hist"
-(linear bins, under/overflow as the outer buckets), "hookstats/<target>/log2_abs" (log2 |x|)."""
+(the linear bins with under/overflow as the outer buckets where configured, else the view fitted to the float
+buckets), "hookstats/<target>/log2_abs" (log2 |x|)."""
 from .base import DASHBOARD_STATS, PREFIX, check_prefix, check_stats, chosen_items
-from .histograms import linear_buckets, log2_buckets
+from .histograms import log2_buckets, value_histograms
 
 
-def add_histograms(writer, base, rec, step):
-    """Both histograms of one record to a SummaryWriter as `<base>/hist` and `<base>/log2_abs`."""
-    lin = linear_buckets(rec)
+def add_histograms(writer, pairs, step):
+    """Both histograms of each (base, record) to a SummaryWriter as `<base>/hist` and `<base>/log2_abs`."""
+    pairs = list(pairs)
+    for (base, rec), lin in zip(pairs, value_histograms([rec for _, rec in pairs])):
+        _add(writer, base, rec, lin, step)
+
+
+def _add(writer, base, rec, lin, step):
     if lin is not None:
         edges, counts = lin
         n, mean, std = rec["finite"], rec["mean"], rec["std"]
@@ -49,8 +55,8 @@ class TensorBoardSink:
             base = self.prefix + rec["target"]
             for stat, v in chosen_items(rec, self.stats):
                 w.add_scalar(f"{base}/{stat}", v, step)
-            if self.histograms:
-                add_histograms(w, base, rec, step)
+        if self.histograms:
+            add_histograms(w, ((self.prefix + rec["target"], rec) for rec in records), step)
 
     def write_alerts(self, step, alerts):
         for a in alerts:

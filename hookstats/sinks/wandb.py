@@ -9,16 +9,19 @@ either (or must have an x-axis of their own, from define_metric)."""
 import numpy as np
 
 from .base import DASHBOARD_STATS, PREFIX, check_prefix, check_stats, chosen_items
-from .histograms import linear_buckets, log2_buckets
+from .histograms import log2_buckets, value_histograms
 
 
-def histograms(wandb, base, rec):
-    """{`<base>/hist`: wandb.Histogram, `<base>/log2_abs`: ...} for the histograms the record has."""
+def histograms(wandb, pairs):
+    """{`<base>/hist`: wandb.Histogram, `<base>/log2_abs`: ...} for the histograms each (base, record) has
+    (`hist`: the configured linear bins, else the view fitted to the float buckets)."""
+    pairs = list(pairs)
     out = {}
-    for name, buckets in (("hist", linear_buckets(rec)), ("log2_abs", log2_buckets(rec))):
-        if buckets is not None:
-            edges, counts = buckets
-            out[f"{base}/{name}"] = wandb.Histogram(np_histogram=(counts.astype(np.int64), edges))
+    for (base, rec), lin in zip(pairs, value_histograms([rec for _, rec in pairs])):
+        for name, buckets in (("hist", lin), ("log2_abs", log2_buckets(rec))):
+            if buckets is not None:
+                edges, counts = buckets
+                out[f"{base}/{name}"] = wandb.Histogram(np_histogram=(counts.astype(np.int64), edges))
     return out
 
 
@@ -48,8 +51,8 @@ class WandbSink:
         for rec in records:
             base = self.prefix + rec["target"]
             data.update((f"{base}/{stat}", v) for stat, v in chosen_items(rec, self.stats))
-            if self.histograms:
-                data.update(histograms(self._wandb, base, rec))
+        if self.histograms:
+            data.update(histograms(self._wandb, ((self.prefix + rec["target"], rec) for rec in records)))
         self.run.log(data)
 
     def write_alerts(self, step, alerts):
