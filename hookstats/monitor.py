@@ -122,7 +122,8 @@ class Monitor:
                                "torch.optim optimizer has stepped: call mon.step() after each step (outside the "
                                "compiled function) for every=N and history.")
         chosen = [st for key, _, st in self.states(phase) if kind is None or key.kind == kind]
-        host = self.store.to_host(chosen)
+        with self.store.exclusive():  # not halfway through another thread's step end (open step read twice)
+            host = self.store.to_host(chosen)
         grouped = {}
         for st in chosen:
             grouped.setdefault(st.key, []).append(host[id(st)])
