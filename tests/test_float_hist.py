@@ -180,3 +180,18 @@ def test_opcheck_with_float_buckets():
 def test_portable_cpu_kernel_passes_the_float_bucket_tests():
     failure = rerun_with_portable_kernel(__file__, "compiled and not portable or thread_count")
     assert failure is None, failure
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_millions_of_one_value_overflow_no_counter_at_any_thread_count(dtype):
+    """One value 3 M times (its slot's 16-bit counters flushed many times over), misaligned, from an expanded
+    single element and next to a run of NaN/Inf: each bucket exact under 1 and 2 threads."""
+    op = torch.ops.hookstats.accumulate_.default
+    tiny = {torch.float16: 6e-8, torch.float64: 1e-310}.get(dtype, 1e-40)  # a subnormal of the dtype
+    for v in (0.0, 1.0, -tiny):
+        x = torch.full((3_000_001,), v, dtype=dtype)
+        x[:70_000] = math.nan
+        x[-70_000:] = -math.inf
+        for part in (x[1:], torch.tensor([v], dtype=dtype).expand(2_100_000)):
+            for got in on_thread_counts(lambda: run(op, [part], StatsConfig(near_zero="le", eps=1e-3))):
+                assert_state(got, part, StatsConfig(near_zero="le", eps=1e-3), moments=False)
