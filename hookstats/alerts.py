@@ -8,6 +8,7 @@ import torch
 
 from . import layout, statistics
 from .config import check_arg
+from .state import Kind
 
 F = layout.FSTATE_SIZE
 # columns of the alert row (one row per target); float columns are float64 bits in the int64 buffer
@@ -116,7 +117,7 @@ class AlertRules:
         return {"kind": kind, "target": target, "step": step, "message": msg}
 
 
-FORWARD_KINDS = ("input", "output", "watch")
+FORWARD_KINDS = (Kind.INPUT, Kind.OUTPUT, Kind.WATCH)
 
 
 def step_order(modules, seen=None):

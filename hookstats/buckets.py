@@ -1,7 +1,7 @@
 """What the host reads from the float buckets (layout.FLOAT_*): the log2 histogram, the shares each low-precision
 format cannot hold, quantiles of x and |x|, near-zero shares and a linear histogram view fitted to the data.
-Every function takes counts [..., FLOAT_SLOTS] (int, the state's slot order) and works on all leading dimensions
-at once (targets, steps); NaN/Inf are not in the buckets, so every share is of the finite values, zeros included,
+Every function takes counts [..., FLOAT_SLOTS] (int, the state's slot order; or prepare(counts), checked once for
+several derivations) and works on all leading dimensions at once (targets, steps); NaN/Inf are not in the buckets, so every share is of the finite values, zeros included,
 and an empty row gives NaN.
 
 Buckets by magnitude (each sign alike): exact zero | float64 in (0, 2**-149) | 8 linear sub-buckets of float32's
@@ -87,8 +87,45 @@ _EDGES = np.concatenate([[0.0], _MAG_HI[:-1]])
 _EDGE_POS = np.concatenate([[0], np.arange(2, len(_MAG_HI) + 1)])
 
 
+def _position_tables():
+    """Per slot, its position in the ascending x order (_X_* tables) and in the |x| order (_A_*); the zero
+    slots (and the slots no value reaches) go to the zero bucket."""
+    w = len(_MAG_SLOTS)
+    mag = np.full(_H, -1)
+    mag[_MAG_SLOTS] = np.arange(w)
+    nonzero = mag >= 0
+    pos_x = np.full(layout.FLOAT_SLOTS, w)
+    pos_x[:_H][nonzero], pos_x[_H:][nonzero] = w + 1 + mag[nonzero], w - 1 - mag[nonzero]
+    pos_a = np.zeros(layout.FLOAT_SLOTS, dtype=np.int64)
+    pos_a[:_H][nonzero] = pos_a[_H:][nonzero] = 1 + mag[nonzero]
+    return pos_x, pos_a
+
+
+_POS_X, _POS_A = _position_tables()
+
+
+class Prepared:
+    """Counts checked once, as int64 [rows, FLOAT_SLOTS], with their leading shape and the slots some row
+    occupies (found once): prepare(counts) for several derivations of the same rows (a flush); every function
+    here takes one in place of counts."""
+
+    def __init__(self, counts):
+        self.c, self.lead = _check(counts)
+        self.cols = _occupied_slots(self.c)
+
+
+def prepare(counts):
+    return counts if isinstance(counts, Prepared) else Prepared(counts)
+
+
 def _rows(counts):
     """counts as int64 [rows, FLOAT_SLOTS] and the leading shape."""
+    if isinstance(counts, Prepared):
+        return counts.c, counts.lead
+    return _check(counts)
+
+
+def _check(counts):
     c = np.asarray(counts)
     if c.ndim < 1 or c.shape[-1] != layout.FLOAT_SLOTS:
         raise ValueError(f"counts must have {layout.FLOAT_SLOTS} float buckets in its last dimension, got shape "
@@ -117,13 +154,25 @@ def _half(c, base, out):
     out[:, 0], out[:, 1:-1], out[:, -1] = c[:, base + _BELOW], c[:, base:base + _FINITE], c[:, base + _ABOVE]
 
 
-def _signed(c):
-    w = len(_MAG_SLOTS)
-    out = np.empty((c.shape[0], 2 * w + 1), dtype=np.int64)
-    _half(c, _H, out[:, w - 1::-1])
-    out[:, w] = c[:, _ZERO] + c[:, _H + _ZERO]
-    _half(c, 0, out[:, w + 1:])
-    return out
+def _occupied_slots(c):
+    """The slots some row counts in (counts are >= 0: a max is the fastest reduction over them)."""
+    return np.flatnonzero(c.max(axis=0, initial=0) > 0)
+
+
+def _ordered(p, absolute):
+    """The counts of a Prepared in ascending order of x (or of |x|) at the positions some row occupies, and the
+    tables at those positions: (ordered [rows, k], positions [k] into the full order, (lower, upper, linear)
+    [k]). Rows use a few dozen of the 4096 slots: the work is on those."""
+    pos_table, tables = (_POS_A, (_A_LO, _A_HI, _A_LINEAR)) if absolute else (_POS_X, (_X_LO, _X_HI, _X_LINEAR))
+    c, cols = p.c, p.cols
+    if cols.size == 0:
+        cols = np.array([_ZERO])
+    pos = pos_table[cols]
+    order = np.argsort(pos, kind="stable")
+    keep, start = np.unique(pos[order], return_index=True)
+    ordered = np.add.reduceat(c[:, cols[order]], start, axis=1) if c.shape[0] else np.zeros((0, len(keep)),
+                                                                                             dtype=np.int64)
+    return ordered, keep, tuple(t[keep] for t in tables)
 
 
 def _absolute(c):
@@ -195,15 +244,17 @@ def quantiles(counts, q=DEFAULT_QUANTILES, *, absolute=False, minimum=None, maxi
     """Quantiles [..., len(q)] of x (absolute=False) or of |x|, error bound in the module docstring. minimum /
     maximum: the exact min and max of the finite x (the state's fstate MIN/MAX, NaN while empty), optional,
     broadcast over the leading dimensions; they narrow the end buckets and make the extreme ranks exact."""
-    c, lead = _rows(counts)
+    p = prepare(counts)
+    lead = p.lead
     q = _check_q(q)
     lo, hi = _per_row("minimum", minimum, lead), _per_row("maximum", maximum, lead)
+    ordered, _, tables = _ordered(p, absolute)
     if absolute:
         with np.errstate(invalid="ignore"):
             known_lo = np.where(lo > 0, lo, np.where(hi < 0, -hi, np.nan))
-        est = _estimate(_absolute(c), q, (_A_LO, _A_HI, _A_LINEAR), known_lo, np.fmax(np.abs(lo), np.abs(hi)))
+        est = _estimate(ordered, q, tables, known_lo, np.fmax(np.abs(lo), np.abs(hi)))
     else:
-        est = _estimate(_signed(c), q, (_X_LO, _X_HI, _X_LINEAR), lo, hi)
+        est = _estimate(ordered, q, tables, lo, hi)
     return est.reshape(*lead, len(q))
 
 
@@ -213,14 +264,28 @@ def log2_hist(counts):
     2**(k-125)), float64 >= 2**128 in the last slot. Equal to the kernels' log2 histogram for float32, float16 and
     bfloat16 inputs; a float64 value is binned by its exact magnitude, where the kernels round it to float32 first
     (a value just below a power of two may round up into the next slot there)."""
-    c, lead = _rows(counts)
-    both = c[:, :_H] + c[:, _H:]
-    out = np.empty((c.shape[0], layout.LOG_SLOTS), dtype=np.int64)
-    out[:, 0] = both[:, _ZERO]
-    out[:, 1] = both[:, _BELOW] + both[:, :_SUB].sum(axis=1)
-    out[:, 2:] = both[:, _SUB:_FINITE].reshape(c.shape[0], -1, _SUB).sum(axis=2)
-    out[:, -1] += both[:, _ABOVE]
+    p = prepare(counts)
+    c, lead, cols = p.c, p.lead, p.cols
+    out = np.zeros((c.shape[0], layout.LOG_SLOTS), dtype=np.int64)
+    if cols.size and c.shape[0]:  # the occupied slots only, added per log2 slot
+        log2 = _LOG2_OF_SLOT[cols]
+        order = np.argsort(log2, kind="stable")
+        slots, start = np.unique(log2[order], return_index=True)
+        out[:, slots] = np.add.reduceat(c[:, cols[order]], start, axis=1)
     return out.reshape(*lead, layout.LOG_SLOTS)
+
+
+def _log2_of_slot():
+    """Per float bucket, its log2 slot (log2_hist's docstring); the slots no value reaches go to slot 0 with the
+    zeros (they hold nothing)."""
+    k = np.arange(_H)
+    half = np.where(k < _SUB, 1, 2 + (k - _SUB) // _SUB)
+    half = np.where(k >= _FINITE, 0, half)
+    half[_BELOW], half[_ABOVE] = 1, layout.LOG_SLOTS - 1
+    return np.concatenate([half, half])
+
+
+_LOG2_OF_SLOT = _log2_of_slot()
 
 
 def _below_counts(c):
@@ -255,15 +320,17 @@ def relative_near_zero(counts, below_log2=NEAR_ZERO_BELOW_LOG2, q=NEAR_ZERO_SCAL
     "threshold": 2**(E - below_log2), E = floor(log2) of the q-quantile of |x| (0.0: exact zeros only)}, [...].
     Below float32's normals E is that of the bucket's lower edge and the threshold the largest edge under
     2**(E - below_log2); float64 scales >= 2**128 count as E = 128."""
-    c, lead = _rows(counts)
-    below = _below_counts(c)
+    p = prepare(counts)
+    c, lead = p.c, p.lead
+    ordered, keep, (a_lo, _, _) = _ordered(p, True)
+    below = _before(ordered)
     _, j, n = _rank_buckets(below, _check_q(q)[:1])
-    scale = _A_LO[j[:, 0]]
+    scale = a_lo[j[:, 0]]
     _, e = np.frexp(scale)  # scale in [2**(e-1), 2**e): E = e - 1
     target = np.ldexp(1.0, e - 1 - int(below_log2))
     i = np.searchsorted(_EDGES, target, side="right") - 1
-    pos = np.where(scale > 0, np.maximum(_EDGE_POS[i], 1), 1)
-    share = _share(below[np.arange(c.shape[0]), pos], n)
+    pos = np.where(scale > 0, np.maximum(_EDGE_POS[i], 1), 1)  # in the full order: |x| below it count
+    share = _share(below[np.arange(c.shape[0]), np.searchsorted(keep, pos)], n)
     threshold = np.where(pos > 1, _EDGES[i], 0.0)
     return {"share": share.reshape(lead), "threshold": np.where(n > 0, threshold, np.nan).reshape(lead)}
 
@@ -301,13 +368,13 @@ def dtype_shares(counts):
     return out
 
 
-def _view_range(before, known_lo, known_hi, q):
+def _view_range(before, x_lo, x_hi, known_lo, known_hi, q):
     """[lo, hi] per row: the buckets holding the q ranks, else the occupied buckets, else +-1/8 around the value."""
     _, j, n = _rank_buckets(before, np.concatenate([q, [0.0, 1.0]]))
-    lo, _ = _narrowed(j[:, 0:1], _X_LO, _X_HI, known_lo, known_hi)
-    _, hi = _narrowed(j[:, 1:2], _X_LO, _X_HI, known_lo, known_hi)
-    span_lo, _ = _narrowed(j[:, 2:3], _X_LO, _X_HI, known_lo, known_hi)
-    _, span_hi = _narrowed(j[:, 3:4], _X_LO, _X_HI, known_lo, known_hi)
+    lo, _ = _narrowed(j[:, 0:1], x_lo, x_hi, known_lo, known_hi)
+    _, hi = _narrowed(j[:, 1:2], x_lo, x_hi, known_lo, known_hi)
+    span_lo, _ = _narrowed(j[:, 2:3], x_lo, x_hi, known_lo, known_hi)
+    _, span_hi = _narrowed(j[:, 3:4], x_lo, x_hi, known_lo, known_hi)
     flat = ~(hi > lo)
     lo, hi = np.where(flat, span_lo, lo)[:, 0], np.where(flat, span_hi, hi)[:, 0]
     w = np.where(lo == 0, 1.0, np.abs(lo) / 8)
@@ -328,24 +395,26 @@ def linear_view(counts, nbins=64, *, q=(0.001, 0.999), minimum=None, maximum=Non
     q = _check_q(q)
     if len(q) != 2 or not q[0] <= q[1]:
         raise ValueError(f"q must be two quantiles (low, high) with low <= high, got {q}")
-    c, lead = _rows(counts)
+    p = prepare(counts)
+    c, lead = p.c, p.lead
     known_lo, known_hi = _per_row("minimum", minimum, lead), _per_row("maximum", maximum, lead)
-    ordered = _signed(c)
+    ordered, _, (x_lo, x_hi, _) = _ordered(p, False)
     before = _before(ordered)
     n = before[:, -1]
     if span is None:
-        lo, hi = _view_range(before, known_lo, known_hi, q)
+        lo, hi = _view_range(before, x_lo, x_hi, known_lo, known_hi, q)
     else:
         lo, hi = (_per_row(f"span[{i}]", v, lead) for i, v in enumerate(span))
         if not np.all(np.isfinite(lo) & np.isfinite(hi) & (lo < hi)):
             raise ValueError("span must be (lo, hi) with finite lo < hi")
     edges = lo[:, None] + (hi - lo)[:, None] * (np.arange(nbins + 1) / nbins)
     edges[:, -1] = hi
-    # mass below each edge, each bucket uniform over its span narrowed to [minimum, maximum]
-    k = np.searchsorted(_X_LO, edges, side="left") - 1
+    # mass below each edge, each bucket uniform over its span narrowed to [minimum, maximum]; an edge below
+    # every occupied bucket takes the first (none of it lies below the edge)
+    k = np.maximum(np.searchsorted(x_lo, edges, side="left") - 1, 0)
     rows = np.arange(c.shape[0])[:, None]
-    a = np.fmax(_X_LO[k], known_lo[:, None])
-    b = np.fmin(_X_HI[k], known_hi[:, None])
+    a = np.fmax(x_lo[k], known_lo[:, None])
+    b = np.fmin(x_hi[k], known_hi[:, None])
     a, b = np.where(np.isinf(a), b, a), np.where(np.isinf(b), a, b)
     with np.errstate(invalid="ignore", divide="ignore"):
         frac = np.where(b > a, np.clip((edges - a) / (b - a), 0, 1), edges > a)

@@ -1,11 +1,12 @@
 """The one step clock of a monitor: which step runs, in which phase, whether it is sampled (every=N, pause), what
 ends a step (a train root forward, an optimizer step under compile, mon.step()), and the eager points where
 compiled code's leftovers are settled."""
+import contextlib
 import weakref
 
 import torch
 
-from .config import check_arg
+from .config import check_arg, check_count
 
 
 def in_recompute():
@@ -47,9 +48,10 @@ class StepClock:
     the start of each root forward (not nested; compiled too), eager_listeners() at each eager point;
     on_sampling(sampled) when sampling changes (the device flags follow it)."""
 
-    def __init__(self, model, every=1, track_eval=False, steps="forward", on_sampling=None):
+    def __init__(self, model, every=1, track_eval=False, steps="forward", on_sampling=None,
+                 exclusive=contextlib.nullcontext):
         self.model, self.track_eval = model, track_eval
-        self.every = check_arg("every", every, int, lo=1)
+        self.every = check_count("every", every)
         # a root forward in training mode is a step; step() ends one
         self.manual = check_arg("steps", steps, ("forward", "manual")) == "manual"
         self.step_count = 0  # the step being run now
@@ -66,6 +68,7 @@ class StepClock:
         self.root_running = 0  # root forwards running now (separate_calls numbers calls per root forward)
         self.step_listeners, self.forward_listeners, self.eager_listeners = [], [], []
         self.on_sampling = on_sampling
+        self.exclusive = exclusive  # held while the step listeners run: no state is updated meanwhile
         self._step_has_forward = False  # a train root forward ran in the open step (steps="forward", eager)
         self._eager_stepped = False  # and an optimizer of the model has stepped since
         self._optimizers = weakref.WeakKeyDictionary()  # optimizer -> it steps this model's parameters
@@ -147,8 +150,9 @@ class StepClock:
         finished, sampled = self.step_count, self.step_sampled
         self.step_count += 1
         self.step_sampled = False  # the caller's update_active() decides for the next step
-        for f in self.step_listeners:
-            f(self, finished, sampled)
+        with self.exclusive():
+            for f in self.step_listeners:
+                f(self, finished, sampled)
 
     def update_active(self):
         sampled = not self.paused and self.step_count % self.every == 0

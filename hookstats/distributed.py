@@ -93,11 +93,12 @@ def _local_rows(monitor, device):
     """(phase, TargetKey) -> (fstate, istate) on `device`, one row per target (devices of a rank merged).
     Preallocated states no hook ever reached are left out, as in Monitor.stats()."""
     rows = {}
-    for key, _, st in sorted(monitor.states(), key=lambda s: (s[2].phase, s[0].id, str(s[1]))):
-        phase = st.phase
-        f, i = st.total_fstate().to(device), st.istate.to(device)
-        prev = rows.get((phase, key))
-        rows[(phase, key)] = (f, i) if prev is None else (chan_merge_rows(prev[0], f), prev[1] + i)
+    with monitor.store.exclusive():  # copies taken while no thread updates a state or ends a step
+        for key, _, st in sorted(monitor.states(), key=lambda s: (s[2].phase, s[0].id, str(s[1]))):
+            phase = st.phase
+            f, i = st.total_fstate().to(device, copy=True), st.istate.to(device, copy=True)
+            prev = rows.get((phase, key))
+            rows[(phase, key)] = (f, i) if prev is None else (chan_merge_rows(prev[0], f), prev[1] + i)
     return rows
 
 

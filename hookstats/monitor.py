@@ -38,7 +38,8 @@ class Monitor:
             raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
         self.model, self.cfg, self.modules, self.track_eval = model, cfg, modules, eval
         self.store = StateStore(cfg)
-        self.clock = StepClock(model, every, eval, steps, on_sampling=self.store.set_sampling)
+        self.clock = StepClock(model, every, eval, steps, on_sampling=self.store.set_sampling,
+                               exclusive=self.store.exclusive)
         self.every, self.separate_calls, self.tell = self.clock.every, separate_calls, WarnOnce()
         self.port = Port(self.store, self.clock, self.tell, separate_calls)
         self.step_listeners = self.clock.step_listeners  # callables(clock, finished_step, it_was_sampled)
@@ -121,7 +122,8 @@ class Monitor:
                                "torch.optim optimizer has stepped: call mon.step() after each step (outside the "
                                "compiled function) for every=N and history.")
         chosen = [st for key, _, st in self.states(phase) if kind is None or key.kind == kind]
-        host = self.store.to_host(chosen)
+        with self.store.exclusive():  # not halfway through another thread's step end (open step read twice)
+            host = self.store.to_host(chosen)
         grouped = {}
         for st in chosen:
             grouped.setdefault(st.key, []).append(host[id(st)])
@@ -131,9 +133,10 @@ class Monitor:
     def reset(self):
         """Restarts the running totals (stats(), reduce(), histogram(), running min/max). The per-step history
         is not reset: the open step's record keeps what it measured before, recorded steps stay as they are."""
-        if self.recorder is not None:
-            self.recorder.before_reset()
-        self.store.reset()
+        with self.store.exclusive():  # another thread's forward lands wholly before or after
+            if self.recorder is not None:
+                self.recorder.before_reset()
+            self.store.reset()
 
     def reduce(self, group=None):
         """Every target's state merged over the ranks of `group` (all ranks must call it), as a snapshot

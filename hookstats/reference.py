@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from . import layout
+from .tensors import MEASURED_DTYPES
 
-_FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _FLAG_DTYPES = (torch.bool, torch.uint8, torch.int32, torch.int64)
 _F32_MAX = 3.4028234663852886e38
 
@@ -89,7 +89,7 @@ def _istate_note(nbins, flags, istate):
 
 
 def _check_target(op, x, fstate, istate, scratch, enabled, nbins, flags):
-    if x.dtype not in _FLOAT_DTYPES:
+    if x.dtype not in MEASURED_DTYPES:
         raise RuntimeError(f"{op}x must be float32, float64, float16 or bfloat16, got {x.dtype}")
     _check_state(op, "fstate", fstate, torch.float64, layout.FSTATE_SIZE, x)
     _check_state(op, "istate", istate, torch.int64, layout.istate_size(nbins, flags), x,

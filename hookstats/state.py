@@ -118,7 +118,7 @@ class StateStore:
         self._late = set()  # (phase, *key fields, device) first reached inside compiled code
         self._split_steps = False  # train states keep the open step apart (History sets it)
         self._op_args = cfg.op_args()
-        self._lock = threading.Lock()  # _exclusive()
+        self._lock = threading.RLock()  # exclusive(); re-entrant: a step end's listeners may run user code
 
     def __len__(self):
         return len(self._states)
@@ -187,17 +187,18 @@ class StateStore:
             self.flag(device)
         return late
 
-    def _exclusive(self):
-        """The op releases the GIL: two threads driving the model must not update one state at once. Compiled
-        code is one graph at a time, and cannot trace a lock."""
+    def exclusive(self):
+        """The op releases the GIL: two threads driving the model must not update one state at once, nor one
+        update a state while another ends a step or resets (the history reads the open step, then empties it).
+        Compiled code is one graph at a time, and cannot trace a lock."""
         return contextlib.nullcontext() if torch.compiler.is_compiling() else self._lock
 
     def accumulate(self, t, st, flag):
-        with self._exclusive():
+        with self.exclusive():
             accumulate.accumulate_(t, st.fstate, st.istate, st.scratch, flag, *self._op_args)
 
     def accumulate_many(self, ts, sts, device):
-        with self._exclusive():
+        with self.exclusive():
             accumulate.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],
                                         self.flag(device), *self._op_args)
 

@@ -91,8 +91,9 @@ class Statistic:
     HISTORY (per-step records), BOTH, or SINKS (not in records: derived by the sinks from the record's
     `inputs`); scalar: written by the sinks (CSV, JSONL, the MemorySink frame), and a dashboard choice;
     dashboard: "default" (TensorBoard/W&B log it unless told otherwise), "choice" (they may), or None; alerts: the alert rules
-    read it on the device; plot: a Plot, or None; needs: a StatsConfig switch (linear_hist, log_hist)
-    without which the statistic is None."""
+    read it on the device; plot: a Plot, or None; needs: a StatsConfig switch (linear_hist, log_hist,
+    float_hist), or a tuple of them of which one must be on, without which the statistic is None. Type and
+    scope INTERNAL: a value several rows derive from (s[name]), in no record."""
     name: str
     derive: Callable[[Rows], object]
     type: str
@@ -121,23 +122,26 @@ def _var(s):
 def _log2(s):
     """The log2 histogram: summed from the float buckets when the config counts them (the kernel's log2 slots
     then stay empty where it skips them), else the kernel's own."""
-    return buckets.log2_hist(s.floats()) if s.cfg.float_hist else s.log2()
+    if not s.cfg.float_hist:
+        return s.log2()
+    return _on_occupied(s, lambda c, _: {"h": buckets.log2_hist(c)}, fill=0, dtype=np.int64)["h"]
 
 
 def _occupied(s):
-    """(rows holding float buckets, as a boolean mask over the leading dimensions; their counts [k, slots]):
-    the derivations read only these (a step whose buckets the history does not carry has none)."""
+    """(rows holding float buckets, as a boolean mask over the leading dimensions; their counts [k, slots],
+    buckets.prepare()d once for the derivations): only these are read (a step whose buckets the history does
+    not carry has none)."""
     c = s.floats()
-    has = c.any(axis=-1)
-    return has, c[has]
+    has = c.max(axis=-1, initial=0) > 0  # counts are >= 0: the fastest reduction over them
+    return has, buckets.prepare(c.reshape(-1, c.shape[-1]) if has.all() else c[has])
 
 
-def _on_occupied(s, fn, fill=math.nan):
+def _on_occupied(s, fn, fill=math.nan, dtype=np.float64):
     """fn(counts [k, slots], mask) -> {key: [k, ...]} spread back over the leading dimensions, `fill` elsewhere."""
     has, c = s["_occupied"]
     out = {}
     for key, v in fn(c, has).items():
-        full = np.full(has.shape + v.shape[1:], fill, dtype=np.float64)
+        full = np.full(has.shape + v.shape[1:], fill, dtype=dtype)
         full[has] = v
         out[key] = full
     return out

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import DTYPES
-from helpers import float_buckets, on_thread_counts, oracle, rerun_with_portable_kernel
+from helpers import float_buckets, no_host_sync, on_thread_counts, oracle, rerun_with_portable_kernel
 from test_accumulate import LAYOUTS, assert_matches
 
 from hookstats import layout, reference
@@ -159,6 +159,17 @@ def test_disabled_calls_leave_the_state_untouched(op):
     np.testing.assert_array_equal(f, f0.numpy())
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_reference_counts_on_the_device_without_a_host_sync(dtype):
+    """What the fallback runs on a GPU: index_add_ into the slots, no .item(), bincount or histc."""
+    x = make("special", 3000, dtype)
+    f, i, s, args = state()
+    with no_host_sync() as ops:
+        reference.accumulate_(x, f, i, s, ON, *args)
+    assert not any("bincount" in o or "histc" in o for o in ops)
+    assert_state((f.numpy(), i.numpy()), x, exact_floats=True)
+
+
 def test_opcheck_with_float_buckets():
     f, i, s, args = state(StatsConfig())
     for x in (torch.randn(33, 17), torch.randn(8, 3, 5, 5).to(memory_format=torch.channels_last),
@@ -171,3 +182,18 @@ def test_opcheck_with_float_buckets():
 def test_portable_cpu_kernel_passes_the_float_bucket_tests():
     failure = rerun_with_portable_kernel(__file__, "compiled and not portable or thread_count")
     assert failure is None, failure
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_millions_of_one_value_overflow_no_counter_at_any_thread_count(dtype):
+    """One value 3 M times (its slot's 16-bit counters flushed many times over), misaligned, from an expanded
+    single element and next to a run of NaN/Inf: each bucket exact under 1 and 2 threads."""
+    op = torch.ops.hookstats.accumulate_.default
+    tiny = {torch.float16: 6e-8, torch.float64: 1e-310}.get(dtype, 1e-40)  # a subnormal of the dtype
+    for v in (0.0, 1.0, -tiny):
+        x = torch.full((3_000_001,), v, dtype=dtype)
+        x[:70_000] = math.nan
+        x[-70_000:] = -math.inf
+        for part in (x[1:], torch.tensor([v], dtype=dtype).expand(2_100_000)):
+            for got in on_thread_counts(lambda: run(op, [part], StatsConfig(near_zero="le", eps=1e-3))):
+                assert_state(got, part, StatsConfig(near_zero="le", eps=1e-3), moments=False)

@@ -175,7 +175,7 @@ def summarize(parts, cfg):
     if istate is not None:
         lin = istate[layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(nb)]
         rec.update(near_zero_count=int(istate[layout.NEAR_ZERO]), underflow=int(lin[0]), overflow=int(lin[nb + 1]),
-                   hist=lin[1: nb + 1], log2_hist=istate[layout.log_base(nb):])
+                   hist=lin[1: nb + 1], log2_hist=istate[layout.log_base(nb): layout.float_base(nb)])
     else:
         rec.update(near_zero_count=0, underflow=0, overflow=0, hist=None, log2_hist=None)
     return rec

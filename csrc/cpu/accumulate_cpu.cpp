@@ -1,7 +1,8 @@
 // accumulate_cpu.cpp -- the CPU kernel of hookstats::accumulate_ and its registration.
 // at::parallel_for over fixed-size chunks (sized from numel only) whose moments merge in chunk order,
 // so the state is identical for any thread count. Integer statistics are summed, which is order-free: each
-// task counts into private 32-bit histograms and adds them to the state once (or before a counter could wrap).
+// task counts into private histograms (32-bit; 16-bit for the float buckets) and adds them to the state at its
+// end, or before a counter could wrap.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>

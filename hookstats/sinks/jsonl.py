@@ -1,7 +1,7 @@
-"""JSONLSink: one JSON line per step and target with the scalars and the histograms (the float buckets as
-{slot: count} of the occupied slots, the log2 slots likewise where there are no float buckets: read_jsonl sums
-them from the buckets), and one line per alert. read_jsonl() loads it back for `hookstats report`; files of
-versions without float buckets read as before."""
+"""JSONLSink: one JSON line per step and target with the scalars and the histograms (the float buckets and
+the log2 slots as {slot: count} of the occupied slots; the log2 ones also where there are buckets, a few dozen
+entries that keep the files readable by versions without buckets), and one line per alert. read_jsonl()
+loads it back for `hookstats report`; files of versions without float buckets read as before."""
 import json
 from pathlib import Path
 
@@ -30,10 +30,10 @@ class JSONLSink:
             if rec.get("hist") is not None:
                 line["hist"] = [int(c) for c in rec["hist"]]
                 line["hist_range"] = [float(rec["hist_edges"][0]), float(rec["hist_edges"][-1])]
+            if rec.get("log2_hist") is not None:
+                line["log2_hist"] = _sparse(rec["log2_hist"])
             if rec.get("float_hist") is not None:
                 line["float_hist"] = _sparse(rec["float_hist"])
-            elif rec.get("log2_hist") is not None:
-                line["log2_hist"] = _sparse(rec["log2_hist"])
             f.write(json.dumps(line, allow_nan=False) + "\n")
         f.flush()
 
@@ -104,9 +104,10 @@ def _record(obj):
         obj["hist"] = np.asarray(obj["hist"], dtype=np.int64)
         lo, hi = obj.pop("hist_range")
         obj["hist_edges"] = np.linspace(float(lo), float(hi), len(obj["hist"]) + 1)
+    if "log2_hist" in obj:
+        obj["log2_hist"] = _dense(obj["log2_hist"], layout.LOG_SLOTS, "log2")
     if "float_hist" in obj:
         obj["float_hist"] = _dense(obj["float_hist"], layout.FLOAT_SLOTS, "float bucket")
-        obj["log2_hist"] = buckets.log2_hist(obj["float_hist"])
-    elif "log2_hist" in obj:
-        obj["log2_hist"] = _dense(obj["log2_hist"], layout.LOG_SLOTS, "log2")
+        if "log2_hist" not in obj:
+            obj["log2_hist"] = buckets.log2_hist(obj["float_hist"])
     return step, obj
