@@ -60,30 +60,19 @@ class Monitor:
             self._param_grads.flush()  # loops without a torch.optim optimizer
         self.clock.step()
 
-    @property
-    def step_count(self):
-        """The step being run now."""
-        return self.clock.step_count
-
-    @property
-    def paused(self):
-        return self.clock.paused
+    # read-only views of the clock
+    step_count = property(lambda self: self.clock.step_count, doc="The step being run now.")
+    paused = property(lambda self: self.clock.paused, doc="Whether pause() is in effect.")
+    sampled = property(lambda self: self.clock.measuring, doc="Whether the current step is being measured.")
+    step_sampled = property(lambda self: self.clock.step_sampled,
+                            doc="Whether the open step was sampled at any time so far (paused or in an eval "
+                                "forward now or not).")
 
     def pause(self):
         self.clock.pause()
 
     def resume(self):
         self.clock.resume()
-
-    @property
-    def sampled(self):
-        """Whether the current step is being measured."""
-        return self.clock.measuring
-
-    @property
-    def step_sampled(self):
-        """Whether the open step was sampled at any time so far (paused or in an eval forward now or not)."""
-        return self.clock.step_sampled
 
     def eager_point(self):
         """Outside compiled code: allocates what compiled code reached first, says once what it changed."""
