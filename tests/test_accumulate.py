@@ -46,6 +46,10 @@ def make(kind, n, dtype, seed=0):
         x[::211] = 1e6
     elif kind == "offset":
         x = 1e4 + 1e-3 * x
+    elif kind == "steps":  # the mean jumps every 1000 values, off the kernels' blocks: a block's shift is far off
+        x = x + 1e3 * (torch.arange(n) // 1000 % 2)
+    elif kind == "ramp":  # the mean drifts by ~3 standard deviations per 1024 values
+        x = 1e-3 * x + 1e-5 * torch.arange(n, dtype=torch.float64)
     elif kind == "huge":  # fp32 squares and sums of these overflow: the kernels redo such blocks in fp64
         x = x * {torch.float64: 1e150, torch.float16: 8e3}.get(dtype, 5e37)
     elif kind == "huge_outliers":  # an exploding activation among ordinary ones (float16: +-inf)
@@ -89,25 +93,30 @@ def assert_matches(got, want, dtype, exact_floats=False):
     assert abs(fg[layout.M2] - fw[layout.M2]) <= tol_m2 * fw[layout.M2], "M2"
 
 
-KINDS = ["normal", "zeros", "relu", "nonfinite", "edges", "outliers", "offset", "huge", "huge_outliers", *TINY]
+KINDS = ["normal", "zeros", "relu", "nonfinite", "edges", "outliers", "offset", "steps", "ramp", "huge",
+         "huge_outliers", *TINY]
+# The CPU kernels take another path without the linear and log2 histograms (the moments in one pass per block).
+MOMENTS_ONLY = StatsConfig(linear_hist=False, log_hist=False, float_hist=False)
 
 
+@pytest.mark.parametrize("cfg", [CFG, MOMENTS_ONLY], ids=["hists", "moments"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("n", [0, 1, 7, 4097, 10**6 + 3])
 @pytest.mark.parametrize("kind", KINDS)
-def test_op_against_float64_oracle(op, kind, n, dtype):
+def test_op_against_float64_oracle(op, kind, n, dtype, cfg):
     x = make(kind, n, dtype)
     exact = op is reference.accumulate_
-    assert_matches(run(op, [x]), oracle(x, CFG), dtype, exact_floats=exact)
+    assert_matches(run(op, [x], cfg), oracle(x, cfg), dtype, exact_floats=exact)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("n", [63, 65, 255, 257, 1023, 1025, 2**15 - 1, 2**15 + 1, 3 * 2**15 + 300])
 @pytest.mark.parametrize("kind", ["tiny_mixed", "tiny_offset"])
-def test_tiny_values_across_block_and_chunk_boundaries(op, kind, n, dtype):
+@pytest.mark.parametrize("cfg", [CFG, MOMENTS_ONLY], ids=["hists", "moments"])
+def test_tiny_values_across_block_and_chunk_boundaries(op, kind, n, dtype, cfg):
     """Portable blocks of 64, AVX2 blocks of 256 and 1024, parallel chunks of 2^15 and the tails between them."""
     x = make(kind, n, dtype, seed=n)
-    assert_matches(run(op, [x]), oracle(x, CFG), dtype, exact_floats=op is reference.accumulate_)
+    assert_matches(run(op, [x], cfg), oracle(x, cfg), dtype, exact_floats=op is reference.accumulate_)
 
 
 def test_bin_edges_are_half_open(op):

@@ -73,6 +73,224 @@ inline float hmax(__m256 v) {
   return m;
 }
 
+// accumulator.h float_slot, 8 or 16 values at a time, stored with their copy's offset (value i counts into copy
+// i % kSub): bits >> 20, zeros of either sign to kFloatZero (the caller moves non-finite values to the dummy slot).
+template <int kSub>
+struct FloatSlots {
+  static_assert(kSub == 2 || kSub == 4 || kSub == 8, "the copies of a float bucket are side by side");
+  __m256i zero_i = _mm256_setzero_si256(), float_zero = _mm256_set1_epi32(kFloatZero), off, off16;
+  __m256i abs16 = _mm256_set1_epi16(0x7fff), float_zero16 = _mm256_set1_epi16(kFloatZero);
+  FloatSlots() {
+    alignas(32) int32_t o[kVec];
+    alignas(32) int16_t o16[2 * kVec];
+    for (int k = 0; k < 2 * kVec; ++k) {
+      if (k < kVec) o[k] = k % kSub;
+      o16[k] = static_cast<int16_t>(k % kSub);
+    }
+    off = _mm256_load_si256(reinterpret_cast<const __m256i*>(o));
+    off16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(o16));
+  }
+  // v and |v| as float32
+  void f32(__m256 v, __m256 av, uint32_t* out) const {
+    const __m256i zero = _mm256_cmpeq_epi32(_mm256_castps_si256(av), zero_i);
+    const __m256i f = _mm256_blendv_epi8(_mm256_srli_epi32(_mm256_castps_si256(v), kFloatShift), float_zero, zero);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_add_epi32(_mm256_slli_epi32(f, __builtin_ctz(kSub)), off));
+  }
+  // 16 bfloat16 values, float32's top half: bits16 >> 4
+  void bf16(const c10::BFloat16* x, uint16_t* out) const {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+    const __m256i zero = _mm256_cmpeq_epi16(_mm256_and_si256(w, abs16), zero_i);
+    const __m256i f = _mm256_blendv_epi8(_mm256_srli_epi16(w, kFloatShift - 16), float_zero16, zero);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_add_epi16(_mm256_slli_epi16(f, __builtin_ctz(kSub)), off16));
+  }
+};
+
+// Pass 2 of a block: (sum (v - K), sum (v - K)^2) over vals[0, 8 * vecs) in fp64, fp32 over 8 values per lane
+// first; (v - K) times kTinyScale when kScaled, masked to the finite values unless all_finite. extra(j, v) runs
+// beside vector j (the histograms' increments, min/max): the stores and the FP units then work side by side.
+template <bool kScaled, typename Extra>
+inline void shifted_sums(const float* vals, int vecs, float K, bool all_finite, double& s1, double& s2, Extra&& extra) {
+  const __m256 kv = _mm256_set1_ps(K), scale = _mm256_set1_ps(kTinyScale), inf = _mm256_set1_ps(__builtin_inff());
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256d s1a = _mm256_setzero_pd(), s1b = s1a, s2a = s1a, s2b = s1a;
+  auto pass2 = [&](int j, __m256& c1, __m256& c2) {
+    const __m256 v = _mm256_loadu_ps(vals + j * kVec);
+    extra(j, v);
+    __m256 d = _mm256_sub_ps(v, kv);
+    if constexpr (kScaled) d = _mm256_mul_ps(d, scale);
+    if (!all_finite) d = _mm256_and_ps(d, _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_LT_OQ));
+    c1 = _mm256_add_ps(c1, d);
+    c2 = _mm256_fmadd_ps(d, d, c2);
+  };
+  for (int g = 0; g < vecs; g += 8) {
+    __m256 c1a = _mm256_setzero_ps(), c1b = c1a, c2a = c1a, c2b = c1a;
+    for (int j = g; j < g + 8; j += 2) {
+      pass2(j, c1a, c2a);
+      pass2(j + 1, c1b, c2b);
+    }
+    const __m256 c1 = _mm256_add_ps(c1a, c1b), c2 = _mm256_add_ps(c2a, c2b);  // 8 values per lane
+    s1a = _mm256_add_pd(s1a, _mm256_cvtps_pd(_mm256_castps256_ps128(c1)));
+    s1b = _mm256_add_pd(s1b, _mm256_cvtps_pd(_mm256_extractf128_ps(c1, 1)));
+    s2a = _mm256_add_pd(s2a, _mm256_cvtps_pd(_mm256_castps256_ps128(c2)));
+    s2b = _mm256_add_pd(s2b, _mm256_cvtps_pd(_mm256_extractf128_ps(c2, 1)));
+  }
+  s1 = hsum(_mm256_add_pd(s1a, s1b));
+  s2 = hsum(_mm256_add_pd(s2a, s2b));
+}
+
+// The moments of a block of ct finite values (of n) from its shifted sums about K, redone scaled where the fp32
+// squares underflowed and in fp64 where they overflowed (accumulator.h).
+inline Partial block_partial(const float* vals, int n, int ct, float K, double s1, double s2, bool values_differ) {
+  if (squares_underflowed(s2, values_differ)) {
+    shifted_sums<true>(vals, n / kVec, K, ct == n, s1, s2, [](int, __m256) {});
+    s1 *= kTinyUnscale;
+    s2 *= kTinyUnscale * kTinyUnscale;
+  }
+  Partial bp;
+  shifted_to_partial(bp, static_cast<double>(ct), K, s1, s2);
+  if (partial_overflowed(bp)) {
+    double Kd, d1, d2;
+    fp64_shifted_sums(vals, n, Kd, d1, d2);
+    shifted_to_partial(bp, static_cast<double>(ct), Kd, d1, d2);
+  }
+  return bp;
+}
+
+// The moments, min and max of the finite values of a block of n values (a multiple of 64), two passes: its fp32
+// mean as the shift K, then the shifted sums. Where they are not float32, the values are left in buf.
+template <typename T>
+Partial exact_block(const T* x, int n, float* buf, __m256& bmn, __m256& bmx) {
+  const __m256 inf = _mm256_set1_ps(__builtin_inff()), ninf = _mm256_set1_ps(-__builtin_inff());
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 sum = _mm256_setzero_ps();
+  __m256i cnt = _mm256_setzero_si256();
+  bmn = inf;
+  bmx = ninf;
+  for (int j = 0; j < n / kVec; ++j) {
+    const __m256 v = load8(x + j * kVec);
+    if constexpr (!std::is_same_v<T, float>) _mm256_store_ps(buf + j * kVec, v);
+    const __m256 fin = _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_LT_OQ);
+    sum = _mm256_add_ps(sum, _mm256_and_ps(v, fin));
+    cnt = _mm256_sub_epi32(cnt, _mm256_castps_si256(fin));
+    bmn = _mm256_min_ps(bmn, _mm256_blendv_ps(inf, v, fin));
+    bmx = _mm256_max_ps(bmx, _mm256_blendv_ps(ninf, v, fin));
+  }
+  const float* vals = std::is_same_v<T, float> ? reinterpret_cast<const float*>(x) : buf;
+  const int ct = static_cast<int>(hsum(cnt));
+  if (ct == 0) return Partial();
+  const float K = hsum(sum) / static_cast<float>(ct);
+  double s1, s2;
+  shifted_sums<false>(vals, n / kVec, K, ct == n, s1, s2, [](int, __m256) {});
+  return block_partial(vals, n, ct, K, s1, s2, hmax(bmx) > hmin(bmn));
+}
+
+// run_blocks without the linear and log2 histograms (the op's defaults): ONE pass per block. The shift K is the
+// previous block's mean (the first block's: the mean of its first 64 values), accepted when the block's shifted
+// sums show it close to the block's own mean, (S1/n)^2 <= S2/n / 16, so that S2 - S1^2/n loses at most 1/16 of
+// S2 (M2's rounding error grows by <= 7%). A block holding a NaN or Inf (its sums are not finite), whose squares
+// overflowed or underflowed, or whose K was too far, is redone by exact_block: two passes, as run_blocks does.
+// The float buckets of a block are counted during the next one's pass, from slots stored long before.
+template <typename T, bool kFloat, int kSub>
+int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64_t& near_zero, FloatCount* fh,
+                     int64_t* nonfin) {
+  const __m256 inf = _mm256_set1_ps(__builtin_inff()), ninf = _mm256_set1_ps(-__builtin_inff());
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), eps = _mm256_set1_ps(p.eps);
+  const __m256 nz_mask = (p.flags & kSignedNearZero) ? _mm256_castsi256_ps(_mm256_set1_epi32(-1)) : abs_mask;
+  const FloatSlots<kSub> slots;
+  constexpr bool kBf16Slots = kFloat && std::is_same_v<T, c10::BFloat16>;
+  using Slot = std::conditional_t<kBf16Slots, uint16_t, uint32_t>;
+  // Padded: slots read at j while slots are stored at j in the other buffer, 4 KB apart, would look like
+  // reads of the fresh stores to the core (4K aliasing; measured: fp32 0.40 -> 1.25 ns/value).
+  alignas(32) Slot fsb[2][kBlock + 64];
+  alignas(32) float buf[kBlock];
+  int cur = 0, prev_vecs = 0;
+  auto count_float = [&](const Slot* f) {
+#pragma GCC unroll 8
+    for (int i = 0; i < kVec; ++i) ++fh[f[i]];
+  };
+  __m256 mn = inf, mx = ninf;
+  __m256i nz = _mm256_setzero_si256();
+  float K = 0.0f;
+  if (n >= kSmallBlock) {
+    __m256 s = _mm256_setzero_ps();
+    for (int j = 0; j < 8; ++j) s = _mm256_add_ps(s, load8(x + j * kVec));
+    K = hsum(s) / 64.0f;
+    K = K - K == 0.0f ? K : 0.0f;
+  }
+  auto block = [&](int64_t b, auto block_size) {
+    constexpr int kB = decltype(block_size)::value, kVecs = kB / kVec;
+    Slot* fs = fsb[cur];
+    const Slot* prev = fsb[cur ^ 1];
+    const __m256 kv = _mm256_set1_ps(K);
+    __m256 bmn = inf, bmx = ninf;
+    __m256d s1a = _mm256_setzero_pd(), s1b = s1a, s2a = s1a, s2b = s1a;
+    auto one = [&](int j, __m256& c1, __m256& c2) {
+      if (kFloat && (j * kVec * sizeof(T)) % 64 == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(x + b + j * kVec) + kPrefetchBytes, _MM_HINT_T0);
+      const __m256 v = load8(x + b + j * kVec);
+      const __m256 d = _mm256_sub_ps(v, kv);
+      c1 = _mm256_add_ps(c1, d);
+      c2 = _mm256_fmadd_ps(d, d, c2);
+      bmn = _mm256_min_ps(v, bmn);  // NaN drops out; a block with a NaN or Inf is redone anyway
+      bmx = _mm256_max_ps(v, bmx);
+      nz = _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, nz_mask), eps, _CMP_LE_OQ)));
+      if constexpr (kFloat && !kBf16Slots) slots.f32(v, _mm256_and_ps(v, abs_mask), fs + j * kVec);
+      if (kFloat && j < prev_vecs) count_float(prev + j * kVec);
+    };
+    for (int g = 0; g < kVecs; g += 8) {
+      __m256 c1a = _mm256_setzero_ps(), c1b = c1a, c2a = c1a, c2b = c1a;
+      for (int j = g; j < g + 8; j += 2) {
+        one(j, c1a, c2a);
+        one(j + 1, c1b, c2b);
+        if constexpr (kBf16Slots) slots.bf16(x + b + j * kVec, fs + j * kVec);
+      }
+      const __m256 c1 = _mm256_add_ps(c1a, c1b), c2 = _mm256_add_ps(c2a, c2b);  // 8 values per lane
+      s1a = _mm256_add_pd(s1a, _mm256_cvtps_pd(_mm256_castps256_ps128(c1)));
+      s1b = _mm256_add_pd(s1b, _mm256_cvtps_pd(_mm256_extractf128_ps(c1, 1)));
+      s2a = _mm256_add_pd(s2a, _mm256_cvtps_pd(_mm256_castps256_ps128(c2)));
+      s2b = _mm256_add_pd(s2b, _mm256_cvtps_pd(_mm256_extractf128_ps(c2, 1)));
+    }
+    if (kFloat)
+      for (int j = kVecs; j < prev_vecs; ++j) count_float(prev + j * kVec);
+    const double s1 = hsum(_mm256_add_pd(s1a, s1b)), s2 = hsum(_mm256_add_pd(s2a, s2b));
+    bool near = s1 - s1 == 0.0 && s2 - s2 == 0.0 && s1 * s1 <= s2 * (kB / 16.0);
+    // tiny squares: exact only when every value is K (then every v - K is 0)
+    if (near && s2 < 0x1p-100) near = hmin(bmn) == K && hmax(bmx) == K;
+    Partial bp;
+    if (near) {
+      shifted_to_partial(bp, kB, K, s1, s2);
+    } else {
+      bp = exact_block(x + b, kB, buf, bmn, bmx);
+      const float* vals = std::is_same_v<T, float> ? reinterpret_cast<const float*>(x + b) : buf;
+      for (int i = 0; i < kB && bp.n < kB; ++i) {
+        const float v = vals[i];
+        if (is_finite(v)) continue;
+        ++nonfin[v != v ? 0 : (v > 0 ? 1 : 2)];
+        if (kFloat) fs[i] = static_cast<Slot>(kFloatSlots * kSub + i % kSub);  // the dummy slot
+      }
+    }
+    if (bp.n > 0) {
+      chan_merge(res.n, res.mean, res.m2, bp.n, bp.mean, bp.m2);
+      const float next = static_cast<float>(bp.mean);
+      K = next - next == 0.0f ? next : 0.0f;
+    }
+    mn = _mm256_min_ps(mn, bmn);
+    mx = _mm256_max_ps(mx, bmx);
+    prev_vecs = kVecs;
+    cur ^= 1;
+  };
+  int64_t b = 0;
+  for (; b + kBlock <= n; b += kBlock) block(b, std::integral_constant<int, kBlock>());
+  for (; b + kSmallBlock <= n; b += kSmallBlock) block(b, std::integral_constant<int, kSmallBlock>());
+  if (kFloat)
+    for (int j = 0; j < prev_vecs; ++j) count_float(fsb[cur ^ 1] + j * kVec);
+  const float fmn = hmin(mn), fmx = hmax(mx);
+  res.mn = fmin_nan(res.mn, fmn == __builtin_inff() ? __builtin_nan("") : fmn);
+  res.mx = fmax_nan(res.mx, fmx == -__builtin_inff() ? __builtin_nan("") : fmx);
+  near_zero += hsum(nz);
+  return b;
+}
+
 // Consumes full blocks of x into res (moments, min/max, near-zero), the histograms h (sub-histogram
 // k at h + k * stride), the float buckets fh (copy k of slot s at fh[s * kSub + k], slot kFloatSlots a dummy for
 // non-finite values) and nonfin[3] (NaN, +Inf, -Inf counts, kept apart when the linear histogram is off).
@@ -82,29 +300,21 @@ inline float hmax(__m256 v) {
 template <typename T, bool kLin, bool kLog, bool kFloat, int kSub>
 int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t& near_zero,
                    uint32_t* h, int stride, FloatCount* fh, int64_t* nonfin) {
-  static_assert(kSub == 2 || kSub == 4 || kSub == 8, "the copies of a float bucket are side by side");
+  if constexpr (!kLin && !kLog) return run_one_pass<T, kFloat, kSub>(x, n, p, res, near_zero, fh, nonfin);
   const int nb = p.nbins;
   const __m256 inf = _mm256_set1_ps(__builtin_inff()), ninf = _mm256_set1_ps(-__builtin_inff());
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 lo = _mm256_set1_ps(p.lo), inv_w = _mm256_set1_ps(p.inv_w), eps = _mm256_set1_ps(p.eps);
   const __m256 m1 = _mm256_set1_ps(-1.0f), nbf = _mm256_set1_ps(static_cast<float>(nb));
   const __m256i zero_i = _mm256_setzero_si256();
-  const __m256i float_zero = _mm256_set1_epi32(kFloatZero);
   // Slots are stored with their copy's offset added (value i counts into copy i % kSub): one base per increment.
-  alignas(32) int32_t off[kVec], foff[kVec];
-  for (int k = 0; k < kVec; ++k) {
-    off[k] = (k % kSub) * stride;
-    foff[k] = k % kSub;
-  }
+  alignas(32) int32_t off[kVec];
+  for (int k = 0; k < kVec; ++k) off[k] = (k % kSub) * stride;
   const __m256i lin_off = _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(off)),
                                            _mm256_set1_epi32(1));
   const __m256i log_off = _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(off)),
                                            _mm256_set1_epi32(static_cast<int>(lin_slots(nb)) + 1));
-  const __m256i float_off = _mm256_load_si256(reinterpret_cast<const __m256i*>(foff));
-  const __m256i abs16 = _mm256_set1_epi16(0x7fff), float_zero16 = _mm256_set1_epi16(kFloatZero);
-  alignas(32) int16_t foff16[2 * kVec];
-  for (int k = 0; k < 2 * kVec; ++k) foff16[k] = static_cast<int16_t>(k % kSub);
-  const __m256i float_off16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(foff16));
+  const FloatSlots<kSub> slots;
   // near-zero compares v & nz_mask: v itself (signed mode) or |v|
   const __m256 nz_mask = (p.flags & kSignedNearZero) ? _mm256_castsi256_ps(_mm256_set1_epi32(-1)) : abs_mask;
   __m256 mn = inf, mx = ninf;
@@ -168,25 +378,12 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         const __m256i g = _mm256_add_epi32(_mm256_srli_epi32(ab, 23), _mm256_cmpeq_epi32(ab, zero_i));
         _mm256_store_si256(reinterpret_cast<__m256i*>(gs + j * kVec), _mm256_add_epi32(g, log_off));
       }
-      if constexpr (kFloat && !kBf16Slots) {
-        // accumulator.h float_slot: bits >> 20, zeros of either sign to kFloatZero (non-finite values: below).
-        const __m256i bits = _mm256_castps_si256(v);
-        const __m256i zero = _mm256_cmpeq_epi32(_mm256_castps_si256(av), zero_i);
-        const __m256i f = _mm256_blendv_epi8(_mm256_srli_epi32(bits, kFloatShift), float_zero, zero);
-        const __m256i fk = _mm256_add_epi32(_mm256_slli_epi32(f, __builtin_ctz(kSub)), float_off);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(fs + j * kVec), fk);
-      }
+      if constexpr (kFloat && !kBf16Slots) slots.f32(v, av, fs + j * kVec);
     };
     for (int j = 0; j < kVecs; j += 2) {
       pass1(j, sum0);
       pass1(j + 1, sum1);
-      if constexpr (kBf16Slots) {  // the same from the bf16 bits: bits16 >> 4
-        const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + b + j * kVec));
-        const __m256i zero = _mm256_cmpeq_epi16(_mm256_and_si256(w, abs16), zero_i);
-        const __m256i f = _mm256_blendv_epi8(_mm256_srli_epi16(w, kFloatShift - 16), float_zero16, zero);
-        const __m256i fk = _mm256_add_epi16(_mm256_slli_epi16(f, __builtin_ctz(kSub)), float_off16);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(fs + j * kVec), fk);
-      }
+      if constexpr (kBf16Slots) slots.bf16(x + b + j * kVec, fs + j * kVec);
       if (j + 1 < prev_vecs) count_float(prev + (j + 1) * kVec);
     }
     for (int j = kVecs + 1; j < prev_vecs; j += 2) count_float(prev + j * kVec);
@@ -232,64 +429,24 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
     // Pass 2: shifted sums around this block's fp32 mean K; fp32 over 8 values per lane, then fp64.
     if (ct > 0) {
       const float K = hsum(_mm256_add_ps(sum0, sum1)) / static_cast<float>(ct);
-      const __m256 kv = _mm256_set1_ps(K), scale = _mm256_set1_ps(kTinyScale);
-      // (sum (v - K), sum (v - K)^2) in fp64, with (v - K) times kTinyScale where `scaled` is true.
-      auto shifted_sums = [&](auto scaled, double& s1, double& s2) {
-        constexpr bool kFirst = !decltype(scaled)::value;
-        __m256d s1a = _mm256_setzero_pd(), s1b = s1a, s2a = s1a, s2b = s1a;
-        __m256 pmn = inf, pmx = ninf;  // kLate: min, max and near-zero count of an all-finite block
-        __m256i pnz = zero_i;
-        auto pass2 = [&](int j, __m256& c1, __m256& c2) {
-          const __m256 v = _mm256_loadu_ps(vals + j * kVec);
-          if (kLate && kFirst && all_finite) {
-            pmn = _mm256_min_ps(v, pmn);
-            pmx = _mm256_max_ps(v, pmx);
-            pnz = _mm256_sub_epi32(pnz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, nz_mask), eps, _CMP_LE_OQ)));
-          }
-          __m256 d = _mm256_sub_ps(v, kv);
-          if constexpr (decltype(scaled)::value) d = _mm256_mul_ps(d, scale);
-          if (!all_finite) d = _mm256_and_ps(d, _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_LT_OQ));
-          c1 = _mm256_add_ps(c1, d);
-          c2 = _mm256_fmadd_ps(d, d, c2);
-          if constexpr (!decltype(scaled)::value) {
-            count(j);
-            if (j % 2 == 0) count_float(fs + j * kVec);
-          }
-        };
-        for (int g = 0; g < kVecs; g += 8) {
-          __m256 c1a = _mm256_setzero_ps(), c1b = c1a, c2a = c1a, c2b = c1a;
-          for (int j = g; j < g + 8; j += 2) {
-            pass2(j, c1a, c2a);
-            pass2(j + 1, c1b, c2b);
-          }
-          const __m256 c1 = _mm256_add_ps(c1a, c1b), c2 = _mm256_add_ps(c2a, c2b);  // 8 values per lane
-          s1a = _mm256_add_pd(s1a, _mm256_cvtps_pd(_mm256_castps256_ps128(c1)));
-          s1b = _mm256_add_pd(s1b, _mm256_cvtps_pd(_mm256_extractf128_ps(c1, 1)));
-          s2a = _mm256_add_pd(s2a, _mm256_cvtps_pd(_mm256_castps256_ps128(c2)));
-          s2b = _mm256_add_pd(s2b, _mm256_cvtps_pd(_mm256_extractf128_ps(c2, 1)));
-        }
-        s1 = hsum(_mm256_add_pd(s1a, s1b));
-        s2 = hsum(_mm256_add_pd(s2a, s2b));
-        if (kLate && kFirst && all_finite) {
-          bmn = pmn;
-          bmx = pmx;
-          nz = _mm256_add_epi32(nz, pnz);
-        }
-      };
+      __m256 pmn = inf, pmx = ninf;  // kLate: min, max and near-zero count of an all-finite block
+      __m256i pnz = zero_i;
       double s1, s2;
-      shifted_sums(std::false_type(), s1, s2);
-      if (squares_underflowed(s2, hmax(bmx) > hmin(bmn))) {
-        shifted_sums(std::true_type(), s1, s2);
-        s1 *= kTinyUnscale;
-        s2 *= kTinyUnscale * kTinyUnscale;
+      shifted_sums<false>(vals, kVecs, K, all_finite, s1, s2, [&](int j, __m256 v) {
+        if (kLate && all_finite) {
+          pmn = _mm256_min_ps(v, pmn);
+          pmx = _mm256_max_ps(v, pmx);
+          pnz = _mm256_sub_epi32(pnz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, nz_mask), eps, _CMP_LE_OQ)));
+        }
+        count(j);
+        if (j % 2 == 0) count_float(fs + j * kVec);
+      });
+      if (kLate && all_finite) {
+        bmn = pmn;
+        bmx = pmx;
+        nz = _mm256_add_epi32(nz, pnz);
       }
-      Partial bp;
-      shifted_to_partial(bp, static_cast<double>(ct), K, s1, s2);
-      if (partial_overflowed(bp)) {
-        double Kd, d1, d2;
-        fp64_shifted_sums(vals, kB, Kd, d1, d2);
-        shifted_to_partial(bp, static_cast<double>(ct), Kd, d1, d2);
-      }
+      const Partial bp = block_partial(vals, kB, static_cast<int>(ct), K, s1, s2, hmax(bmx) > hmin(bmn));
       chan_merge(res.n, res.mean, res.m2, bp.n, bp.mean, bp.m2);
     }
     mn = _mm256_min_ps(mn, bmn);
