@@ -14,7 +14,7 @@ extern "C" PyObject* PyInit__C(void) {
 
 namespace hookstats {
 
-std::string cpu_kernel();  // cpu/accumulate_cpu.cpp: "avx2" or "portable" (HOOKSTATS_CPU_KERNEL=portable)
+std::string cpu_kernel();  // cpu/accumulate_cpu.cpp: "avx512", "avx2" or "portable" (HOOKSTATS_CPU_KERNEL)
 
 std::vector<int64_t> layout() {
   return {kFState, kLinBase, kLinExtra, kLogSlots, kLogExpMin, kMaxBins,

@@ -1,6 +1,7 @@
 """Test helpers shared by the test files: a float64 NumPy oracle of the op and a no-host-sync guard."""
 import contextlib
 import os
+import re
 import subprocess
 import sys
 
@@ -74,14 +75,29 @@ def float_buckets(x):
     return np.bincount(k, minlength=layout.FLOAT_SLOTS)
 
 
-def rerun_with_portable_kernel(test_file, select):
-    """The tests of test_file matching `-k select`, in a process where HOOKSTATS_CPU_KERNEL=portable forces the
-    kernel CPUs without AVX2/FMA/F16C run. Returns a failure message, or None when they passed."""
-    env = {**os.environ, "HOOKSTATS_CPU_KERNEL": "portable"}
+def cpu_kernels():
+    """The CPU kernels this machine runs, the one chosen by default last: portable always, avx2 where the CPU has
+    AVX2, FMA and F16C, avx512 where it also has AVX-512 F, BW, VL and DQ (read from /proc/cpuinfo, not the op)."""
+    flags = set()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo") as f:
+            flags = set(re.search(r"^flags\s*:(.*)$", f.read(), re.M).group(1).split())
+    kernels = ["portable"]
+    if {"avx2", "fma", "f16c"} <= flags:
+        kernels.append("avx2")
+        if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+            kernels.append("avx512")
+    return kernels
+
+
+def rerun_with_kernel(test_file, select, kernel):
+    """The tests of test_file matching `-k select`, in a process where HOOKSTATS_CPU_KERNEL forces `kernel` (as on
+    CPUs without the faster ones). Returns a failure message, or None when they passed."""
+    env = {**os.environ, "HOOKSTATS_CPU_KERNEL": kernel}
     which = subprocess.run([sys.executable, "-c", "import hookstats, torch; print(torch.ops.hookstats.cpu_kernel())"],
                            env=env, capture_output=True, text=True, timeout=120)
-    if which.stdout.strip() != "portable":
-        return "the portable kernel was not chosen: " + which.stderr[-2000:]
+    if which.stdout.strip() != kernel:
+        return f"the {kernel} kernel was not chosen: {which.stdout.strip()!r} " + which.stderr[-2000:]
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test_file, "-k", select],
                        env=env, capture_output=True, text=True, timeout=900)
     return None if r.returncode == 0 and " passed" in r.stdout else r.stdout[-3000:]

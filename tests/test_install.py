@@ -14,6 +14,7 @@ import zipfile
 import numpy as np
 import pytest
 import torch
+from helpers import cpu_kernels
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PIP = ["-m", "pip", "install", "--disable-pip-version-check", "-q"]
@@ -63,12 +64,6 @@ def check_probe(stdout):
     return got
 
 
-def cpu_has_avx2():
-    with open("/proc/cpuinfo") as f:
-        flags = set(re.search(r"^flags\s*:(.*)$", f.read(), re.M).group(1).split())
-    return {"avx2", "fma", "f16c"} <= flags
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fresh venv's build is checked on Linux")
 def test_plain_pip_install_in_a_fresh_venv_compiles_the_op_on_first_import(tmp_path):
     """`pip install torch==<ours>` then `pip install <clone>` with no flags (build isolation, no torch in it):
@@ -93,7 +88,7 @@ def test_plain_pip_install_in_a_fresh_venv_compiles_the_op_on_first_import(tmp_p
         assert p.returncode == 0, err[-3000:]
         got = check_probe(out)
         assert got["backend"] == "compiled" and got["file"].startswith(site)
-        assert got["kernel"] == ("avx2" if cpu_has_avx2() else "portable")
+        assert got["kernel"] == cpu_kernels()[-1]
         assert "Warning" not in err, err
     said = [line for _, err in outs for line in err.splitlines() if "compiling the fused op" in line]
     assert len(said) == 1, said  # one process built, the other waited for it

@@ -7,6 +7,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -156,6 +157,11 @@ inline Partial block_partial(const float* vals, int n, int ct, float K, double s
   return bp;
 }
 
+// s + the 8 fp32 lanes of c in fp64, 4 lanes each
+inline __m256d add_halves(__m256d s, __m256 c) {
+  return _mm256_add_pd(s, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(c)), _mm256_cvtps_pd(_mm256_extractf128_ps(c, 1))));
+}
+
 // The moments, min and max of the finite values of a block of n values (a multiple of 64), two passes: its fp32
 // mean as the shift K, then the shifted sums. Where they are not float32, the values are left in buf.
 template <typename T>
@@ -184,12 +190,91 @@ Partial exact_block(const T* x, int n, float* buf, __m256& bmn, __m256& bmx) {
   return block_partial(vals, n, ct, K, s1, s2, hmax(bmx) > hmin(bmn));
 }
 
-// run_blocks without the linear and log2 histograms (the op's defaults): ONE pass per block. The shift K is the
-// previous block's mean (the first block's: the mean of its first 64 values), accepted when the block's shifted
-// sums show it close to the block's own mean, (S1/n)^2 <= S2/n / 16, so that S2 - S1^2/n loses at most 1/16 of
-// S2 (M2's rounding error grows by <= 7%). A block holding a NaN or Inf (its sums are not finite), whose squares
-// overflowed or underflowed, or whose K was too far, is redone by exact_block: two passes, as run_blocks does.
-// The float buckets of a block are counted during the next one's pass, from slots stored long before.
+// The op without the linear and log2 histograms (its defaults) reads each block ONCE, in the AVX2 or AVX-512
+// kernel: the shift K is the previous block's mean (the first block's: the mean of its first 64 values), accepted
+// when the block's shifted sums show it close to the block's own mean, (S1/n)^2 <= S2/n / 16, so that S2 - S1^2/n
+// loses at most 1/16 of S2 (M2's rounding error grows by <= 7%). A block holding a NaN or Inf (its sums are not
+// finite), whose squares overflowed or underflowed, or whose K was too far, is redone by exact_block, in two passes
+// as run_blocks does. The float buckets of a block are counted during the next one's pass, from slots stored long
+// before. OnePass holds what the two kernels share: the slots, K, the redone blocks' min/max and each block's end.
+template <typename T, bool kFloat, int kSub, typename Slot>
+struct OnePass {
+  // Padded: slots read at i while slots are stored at i in the other buffer, 4 KB apart, would look like
+  // reads of the fresh stores to the core (4K aliasing; measured: fp32 0.40 -> 1.25 ns/value).
+  alignas(64) Slot fsb[2][kBlock + 64];
+  alignas(64) float buf[kBlock];
+  FloatCount* fh;
+  int cur = 0, prev_n = 0;  // prev_n: values of the previous block, whose slots are counted during this one
+  float K = 0.0f, rmn = __builtin_inff(), rmx = -__builtin_inff();  // rmn, rmx: of the redone blocks
+
+  OnePass(const T* x, int64_t n, FloatCount* h) : fh(h) {
+    if (n < kSmallBlock) return;
+    __m256 s = _mm256_setzero_ps();
+    for (int j = 0; j < 8; ++j) s = _mm256_add_ps(s, load8(x + j * kVec));
+    K = hsum(s) / 64.0f;
+    K = K - K == 0.0f ? K : 0.0f;
+  }
+  // The block's pass copies these into locals: through the members, each increment would reload them.
+  struct Counter {
+    FloatCount* fh;
+    const Slot* prev;
+    int prev_n;
+    template <int kN>
+    void count(int i) const {  // the previous block's values [i, i + kN)
+      if (!kFloat || i >= prev_n) return;
+      const Slot* f = prev + i;
+#pragma GCC unroll 16
+      for (int k = 0; k < kN; ++k) ++fh[f[k]];
+    }
+    void count_from(int i) const {
+      for (; i < prev_n; i += kVec) count<kVec>(i);
+    }
+  };
+  Slot* slots() { return fsb[cur]; }
+  Counter counter() const { return {fh, fsb[cur ^ 1], prev_n}; }
+  // The end of block x[0, kB) after its pass: its moments from the shifted sums s1, s2 about K where K was near,
+  // else from exact_block (its min/max then into rmn, rmx; non-finite values to the dummy slot and nonfin).
+  // all_k(): whether every value of the block is K (asked only when the squares are tiny). Returns whether the
+  // pass's sums were kept (else its min/max, which may be +-Inf, are not the block's).
+  template <typename AllK>
+  bool end_block(const T* x, int kB, double s1, double s2, AllK&& all_k, Partial& res, int64_t* nonfin) {
+    bool near = s1 - s1 == 0.0 && s2 - s2 == 0.0 && s1 * s1 <= s2 * (kB / 16.0);
+    if (near && s2 < 0x1p-100) near = all_k();
+    Partial bp;
+    if (near) {
+      shifted_to_partial(bp, kB, K, s1, s2);
+    } else {
+      __m256 bmn, bmx;
+      bp = exact_block(x, kB, buf, bmn, bmx);
+      rmn = std::min(rmn, hmin(bmn));
+      rmx = std::max(rmx, hmax(bmx));
+      const float* vals = std::is_same_v<T, float> ? reinterpret_cast<const float*>(x) : buf;
+      for (int i = 0; i < kB && bp.n < kB; ++i) {
+        const float v = vals[i];
+        if (is_finite(v)) continue;
+        ++nonfin[v != v ? 0 : (v > 0 ? 1 : 2)];
+        if (kFloat) fsb[cur][i] = static_cast<Slot>(kFloatSlots * kSub + i % kSub);  // the dummy slot
+      }
+    }
+    if (bp.n > 0) {
+      chan_merge(res.n, res.mean, res.m2, bp.n, bp.mean, bp.m2);
+      const float next = static_cast<float>(bp.mean);
+      K = next - next == 0.0f ? next : 0.0f;
+    }
+    prev_n = kB;
+    cur ^= 1;
+    return near;
+  }
+  // After the last block: its slots, and the min/max of the pass (NaN drops out) merged with rmn, rmx into res.
+  void end(float mn, float mx, Partial& res) {
+    counter().count_from(0);
+    mn = std::min(mn, rmn);
+    mx = std::max(mx, rmx);
+    res.mn = fmin_nan(res.mn, mn == __builtin_inff() ? __builtin_nan("") : mn);
+    res.mx = fmax_nan(res.mx, mx == -__builtin_inff() ? __builtin_nan("") : mx);
+  }
+};
+
 template <typename T, bool kFloat, int kSub>
 int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64_t& near_zero, FloatCount* fh,
                      int64_t* nonfin) {
@@ -198,32 +283,16 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
   const __m256 nz_mask = (p.flags & kSignedNearZero) ? _mm256_castsi256_ps(_mm256_set1_epi32(-1)) : abs_mask;
   const FloatSlots<kSub> slots;
   constexpr bool kBf16Slots = kFloat && std::is_same_v<T, c10::BFloat16>;
-  using Slot = std::conditional_t<kBf16Slots, uint16_t, uint32_t>;
-  // Padded: slots read at j while slots are stored at j in the other buffer, 4 KB apart, would look like
-  // reads of the fresh stores to the core (4K aliasing; measured: fp32 0.40 -> 1.25 ns/value).
-  alignas(32) Slot fsb[2][kBlock + 64];
-  alignas(32) float buf[kBlock];
-  int cur = 0, prev_vecs = 0;
-  auto count_float = [&](const Slot* f) {
-#pragma GCC unroll 8
-    for (int i = 0; i < kVec; ++i) ++fh[f[i]];
-  };
+  OnePass<T, kFloat, kSub, std::conditional_t<kBf16Slots, uint16_t, uint32_t>> op(x, n, fh);
   __m256 mn = inf, mx = ninf;
   __m256i nz = _mm256_setzero_si256();
-  float K = 0.0f;
-  if (n >= kSmallBlock) {
-    __m256 s = _mm256_setzero_ps();
-    for (int j = 0; j < 8; ++j) s = _mm256_add_ps(s, load8(x + j * kVec));
-    K = hsum(s) / 64.0f;
-    K = K - K == 0.0f ? K : 0.0f;
-  }
   auto block = [&](int64_t b, auto block_size) {
     constexpr int kB = decltype(block_size)::value, kVecs = kB / kVec;
-    Slot* fs = fsb[cur];
-    const Slot* prev = fsb[cur ^ 1];
-    const __m256 kv = _mm256_set1_ps(K);
+    auto* fs = op.slots();
+    const auto counter = op.counter();
+    const __m256 kv = _mm256_set1_ps(op.K);
     __m256 bmn = inf, bmx = ninf;
-    __m256d s1a = _mm256_setzero_pd(), s1b = s1a, s2a = s1a, s2b = s1a;
+    __m256d s1v = _mm256_setzero_pd(), s2v = s1v;
     auto one = [&](int j, __m256& c1, __m256& c2) {
       if (kFloat && (j * kVec * sizeof(T)) % 64 == 0)
         _mm_prefetch(reinterpret_cast<const char*>(x + b + j * kVec) + kPrefetchBytes, _MM_HINT_T0);
@@ -235,7 +304,7 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
       bmx = _mm256_max_ps(v, bmx);
       nz = _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, nz_mask), eps, _CMP_LE_OQ)));
       if constexpr (kFloat && !kBf16Slots) slots.f32(v, _mm256_and_ps(v, abs_mask), fs + j * kVec);
-      if (kFloat && j < prev_vecs) count_float(prev + j * kVec);
+      counter.template count<kVec>(j * kVec);
     };
     for (int g = 0; g < kVecs; g += 8) {
       __m256 c1a = _mm256_setzero_ps(), c1b = c1a, c2a = c1a, c2b = c1a;
@@ -244,49 +313,20 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
         one(j + 1, c1b, c2b);
         if constexpr (kBf16Slots) slots.bf16(x + b + j * kVec, fs + j * kVec);
       }
-      const __m256 c1 = _mm256_add_ps(c1a, c1b), c2 = _mm256_add_ps(c2a, c2b);  // 8 values per lane
-      s1a = _mm256_add_pd(s1a, _mm256_cvtps_pd(_mm256_castps256_ps128(c1)));
-      s1b = _mm256_add_pd(s1b, _mm256_cvtps_pd(_mm256_extractf128_ps(c1, 1)));
-      s2a = _mm256_add_pd(s2a, _mm256_cvtps_pd(_mm256_castps256_ps128(c2)));
-      s2b = _mm256_add_pd(s2b, _mm256_cvtps_pd(_mm256_extractf128_ps(c2, 1)));
+      s1v = add_halves(s1v, _mm256_add_ps(c1a, c1b));  // 8 values per lane
+      s2v = add_halves(s2v, _mm256_add_ps(c2a, c2b));
     }
-    if (kFloat)
-      for (int j = kVecs; j < prev_vecs; ++j) count_float(prev + j * kVec);
-    const double s1 = hsum(_mm256_add_pd(s1a, s1b)), s2 = hsum(_mm256_add_pd(s2a, s2b));
-    bool near = s1 - s1 == 0.0 && s2 - s2 == 0.0 && s1 * s1 <= s2 * (kB / 16.0);
-    // tiny squares: exact only when every value is K (then every v - K is 0)
-    if (near && s2 < 0x1p-100) near = hmin(bmn) == K && hmax(bmx) == K;
-    Partial bp;
-    if (near) {
-      shifted_to_partial(bp, kB, K, s1, s2);
-    } else {
-      bp = exact_block(x + b, kB, buf, bmn, bmx);
-      const float* vals = std::is_same_v<T, float> ? reinterpret_cast<const float*>(x + b) : buf;
-      for (int i = 0; i < kB && bp.n < kB; ++i) {
-        const float v = vals[i];
-        if (is_finite(v)) continue;
-        ++nonfin[v != v ? 0 : (v > 0 ? 1 : 2)];
-        if (kFloat) fs[i] = static_cast<Slot>(kFloatSlots * kSub + i % kSub);  // the dummy slot
-      }
+    counter.count_from(kB);
+    const float K = op.K;
+    if (op.end_block(x + b, kB, hsum(s1v), hsum(s2v), [&] { return hmin(bmn) == K && hmax(bmx) == K; }, res, nonfin)) {
+      mn = _mm256_min_ps(mn, bmn);
+      mx = _mm256_max_ps(mx, bmx);
     }
-    if (bp.n > 0) {
-      chan_merge(res.n, res.mean, res.m2, bp.n, bp.mean, bp.m2);
-      const float next = static_cast<float>(bp.mean);
-      K = next - next == 0.0f ? next : 0.0f;
-    }
-    mn = _mm256_min_ps(mn, bmn);
-    mx = _mm256_max_ps(mx, bmx);
-    prev_vecs = kVecs;
-    cur ^= 1;
   };
   int64_t b = 0;
   for (; b + kBlock <= n; b += kBlock) block(b, std::integral_constant<int, kBlock>());
   for (; b + kSmallBlock <= n; b += kSmallBlock) block(b, std::integral_constant<int, kSmallBlock>());
-  if (kFloat)
-    for (int j = 0; j < prev_vecs; ++j) count_float(fsb[cur ^ 1] + j * kVec);
-  const float fmn = hmin(mn), fmx = hmax(mx);
-  res.mn = fmin_nan(res.mn, fmn == __builtin_inff() ? __builtin_nan("") : fmn);
-  res.mx = fmax_nan(res.mx, fmx == -__builtin_inff() ? __builtin_nan("") : fmx);
+  op.end(hmin(mn), hmax(mx), res);
   near_zero += hsum(nz);
   return b;
 }

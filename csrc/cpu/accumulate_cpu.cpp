@@ -21,7 +21,7 @@
 
 #include "../accumulator.h"
 #include "../check_args.h"
-#include "accumulate_avx2.h"
+#include "accumulate_avx512.h"
 
 namespace hookstats {
 namespace {
@@ -92,15 +92,21 @@ void flush_float(FloatCount* fh, int64_t* dst) {
   std::fill(fh + kFloatDummy * kSubHists, fh + kFloatHistSize, FloatCount(0));
 }
 
-// The AVX2 kernel runs where the CPU has it; HOOKSTATS_CPU_KERNEL=portable forces the portable one.
-bool use_avx2() {
-  static const bool on = [] {
-    const char* env = std::getenv("HOOKSTATS_CPU_KERNEL");
-    if (env && std::string(env) == "portable") return false;
+// The fastest kernel the CPU has (AVX-512 serves the op without linear/log2 histograms, AVX2 the rest);
+// HOOKSTATS_CPU_KERNEL=portable, avx2 or avx512 forces one where the CPU has it (cpu_kernel() says which runs).
+enum class Kernel { kPortable, kAvx2, kAvx512 };
+Kernel kernel_in_use() {
+  static const Kernel k = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    const std::string want = std::getenv("HOOKSTATS_CPU_KERNEL") ? std::getenv("HOOKSTATS_CPU_KERNEL") : "";
+    if (want == "portable") return Kernel::kPortable;
+    if (want == "avx2" && avx2) return Kernel::kAvx2;
+    return avx512 ? Kernel::kAvx512 : avx2 ? Kernel::kAvx2 : Kernel::kPortable;
   }();
-  return on;
+  return k;
 }
 
 template <typename T>
@@ -247,16 +253,19 @@ struct ChunkKernel {
   }
 };
 
-// One chunk: the AVX2 kernel over its full blocks where it applies, the portable kernel for the rest.
+// One chunk: the vector kernel over its full blocks where it applies, the portable kernel for the rest.
 template <typename T, bool kLin, bool kLog, bool kFloat>
-void run_chunk(const ChunkKernel<T, kLin, kLog, kFloat>& kernel, bool avx2, const T* x, int64_t n, ChunkResult& res,
+void run_chunk(const ChunkKernel<T, kLin, kLog, kFloat>& kernel, Kernel vec, const T* x, int64_t n, ChunkResult& res,
                uint32_t* h, FloatCount* fh) {
   int64_t done = 0;
   if constexpr (!std::is_same_v<T, double>) {
-    if (avx2) {
+    if (vec != Kernel::kPortable) {
       int64_t nonfin[3] = {0, 0, 0};  // NaN, +Inf, -Inf: the linear slots count them when kLin is off
-      done = avx2::run_blocks<T, kLin, kLog, kFloat, kSubHists>(x, n, kernel.p, res.moments, res.near_zero, h,
-                                                                 kernel.stride, fh, nonfin);
+      if (!kLin && !kLog && vec == Kernel::kAvx512)
+        done = avx512::run_one_pass<T, kFloat, kSubHists>(x, n, kernel.p, res.moments, res.near_zero, fh, nonfin);
+      else
+        done = avx2::run_blocks<T, kLin, kLog, kFloat, kSubHists>(x, n, kernel.p, res.moments, res.near_zero, h,
+                                                                   kernel.stride, fh, nonfin);
       const int nb = kernel.p.nbins;
       for (int k = 0; k < 3; ++k) h[nb + 2 + k] += static_cast<uint32_t>(nonfin[k]);
     }
@@ -273,7 +282,7 @@ void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t
   const int stride = hist_stride(p.nbins);
   const int used = stride - 1, nonfin = p.nbins + 2;
   const ChunkKernel<T, kLin, kLog, kFloat> kernel{p, stride};
-  const bool avx2 = use_avx2();
+  const Kernel vec = kernel_in_use();
   at::parallel_for(0, nchunks, 1, [&](int64_t begin, int64_t end) {
     alignas(64) uint32_t h[kSubHists * kMaxHistStride];
     FloatCount* fh = kFloat ? float_hist_of_thread() : nullptr;
@@ -294,7 +303,7 @@ void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t
           flush();
           counted = 0;
         }
-        run_chunk(kernel, avx2, x + off + done, piece, parts[c], h, fh);
+        run_chunk(kernel, vec, x + off + done, piece, parts[c], h, fh);
         counted += piece;
       }
     }
@@ -365,7 +374,10 @@ void accumulate_many_cpu(at::TensorList xs, at::TensorList fstates, at::TensorLi
 
 }  // namespace
 
-std::string cpu_kernel() { return use_avx2() ? "avx2" : "portable"; }
+std::string cpu_kernel() {
+  const Kernel k = kernel_in_use();
+  return k == Kernel::kAvx512 ? "avx512" : k == Kernel::kAvx2 ? "avx2" : "portable";
+}
 
 TORCH_LIBRARY_IMPL(hookstats, CPU, m) {
   m.impl("accumulate_", &accumulate_cpu);
