@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -90,9 +91,18 @@ def cpu_kernels():
     return kernels
 
 
-def rerun_with_kernel(test_file, select, kernel):
-    """The tests of test_file matching `-k select`, in a process where HOOKSTATS_CPU_KERNEL forces `kernel` (as on
-    CPUs without the faster ones). Returns a failure message, or None when they passed."""
+CPU_KERNELS = ["portable", "avx2", "avx512"]
+
+
+def failure_with_kernel(test_file, select, kernel):
+    """The tests of test_file matching `-k select` under CPU kernel `kernel`: a failure message, or None when they
+    passed. The kernel this CPU runs by default is the one of this process (checked to be the best it has); the
+    others are forced with HOOKSTATS_CPU_KERNEL in a new process, as CPUs without the faster ones run them."""
+    if kernel not in cpu_kernels():
+        pytest.skip(f"this CPU cannot run the {kernel} kernel")
+    if kernel == cpu_kernels()[-1] and "HOOKSTATS_CPU_KERNEL" not in os.environ:
+        chosen = torch.ops.hookstats.cpu_kernel()
+        return None if chosen == kernel else f"the op chose {chosen!r}, not {kernel!r}, the best this CPU has"
     env = {**os.environ, "HOOKSTATS_CPU_KERNEL": kernel}
     which = subprocess.run([sys.executable, "-c", "import hookstats, torch; print(torch.ops.hookstats.cpu_kernel())"],
                            env=env, capture_output=True, text=True, timeout=120)

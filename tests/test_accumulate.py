@@ -1,12 +1,11 @@
 """The op (compiled kernel and reference) against an independent float64 NumPy oracle."""
 import math
-import os
 
 import numpy as np
 import pytest
 import torch
 from conftest import DTYPES
-from helpers import cpu_kernels, on_thread_counts, oracle, rerun_with_kernel
+from helpers import CPU_KERNELS, failure_with_kernel, on_thread_counts, oracle
 
 import hookstats
 from hookstats import layout, reference
@@ -375,14 +374,8 @@ def test_backend_reports_compiled_here():
     assert hookstats.backend() == "compiled"
 
 
-@pytest.mark.parametrize("kernel", ["portable", "avx2", "avx512"])
+@pytest.mark.parametrize("kernel", CPU_KERNELS)
 def test_every_cpu_kernel_passes_the_oracle_tests(kernel):
-    """Each CPU kernel this machine has runs this file's compiled-op tests: the default (the best) in this process,
-    the others where HOOKSTATS_CPU_KERNEL forces them (CPUs without AVX-512 or AVX2 run those)."""
-    if kernel not in cpu_kernels():
-        pytest.skip(f"this CPU cannot run the {kernel} kernel")
-    if kernel == cpu_kernels()[-1] and "HOOKSTATS_CPU_KERNEL" not in os.environ:
-        assert torch.ops.hookstats.cpu_kernel() == kernel, "the op does not choose the best kernel of this CPU"
-        return
-    failure = rerun_with_kernel(__file__, "compiled and not every_cpu_kernel", kernel)
+    """Each CPU kernel this machine has runs this file's compiled-op tests (helpers.failure_with_kernel)."""
+    failure = failure_with_kernel(__file__, "compiled and not every_cpu_kernel", kernel)
     assert failure is None, failure

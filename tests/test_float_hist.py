@@ -1,13 +1,12 @@
 """Float buckets (flag FLOAT_HIST) of the op, compiled kernels and reference, against a NumPy oracle that reads each
 value's bucket from its exact magnitude (helpers.float_buckets), and the rest of the state against helpers.oracle."""
 import math
-import os
 
 import numpy as np
 import pytest
 import torch
 from conftest import DTYPES
-from helpers import cpu_kernels, float_buckets, no_host_sync, on_thread_counts, oracle, rerun_with_kernel
+from helpers import CPU_KERNELS, failure_with_kernel, float_buckets, no_host_sync, on_thread_counts, oracle
 from test_accumulate import LAYOUTS, assert_matches
 
 from hookstats import layout, reference
@@ -180,14 +179,9 @@ def test_opcheck_with_float_buckets():
                           ([torch.randn(5), torch.randn(7)], [f, f.clone()], [i, i.clone()], [s, s], ON, *args))
 
 
-@pytest.mark.parametrize("kernel", ["portable", "avx2", "avx512"])
+@pytest.mark.parametrize("kernel", CPU_KERNELS)
 def test_every_cpu_kernel_passes_the_float_bucket_tests(kernel):
-    if kernel not in cpu_kernels():
-        pytest.skip(f"this CPU cannot run the {kernel} kernel")
-    if kernel == cpu_kernels()[-1] and "HOOKSTATS_CPU_KERNEL" not in os.environ:
-        assert torch.ops.hookstats.cpu_kernel() == kernel, "the op does not choose the best kernel of this CPU"
-        return
-    failure = rerun_with_kernel(__file__, "compiled and not every_cpu_kernel or thread_count", kernel)
+    failure = failure_with_kernel(__file__, "compiled and not every_cpu_kernel or thread_count", kernel)
     assert failure is None, failure
 
 

@@ -1,6 +1,7 @@
 // accumulate_avx2.h -- the AVX2 chunk kernel of the CPU op for float32, float16 (F16C) and bfloat16 inputs.
 // Same results as the portable ChunkKernel of accumulate_cpu.cpp: slots from the accumulator.h formulas (no FMA
-// in the bin formula), fp32 sums over <= 8 values per lane then fp64, one fp32 shift K per 256-value block.
+// in the bin formula), fp32 sums over <= 8 values per lane then fp64, one fp32 shift K per block; without the
+// linear/log2 histograms one pass per block (run_one_pass, shared with accumulate_avx512.h), else two.
 #pragma once
 #include <immintrin.h>
 
