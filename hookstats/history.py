@@ -19,10 +19,9 @@ F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits) 
 
 
 def step_slots(cfg):
-    """The istate slots a ring keeps per step: a prefix of the istate, without the float buckets, and without
-    the log2 slots where the kernel leaves them empty (float_hist on)."""
-    lg = cfg.flags & layout.LOG_HIST
-    return layout.float_base(cfg.nbins) if lg else layout.log_base(cfg.nbins)
+    """The istate slots a ring keeps per step: the istate's prefix before the float buckets (what the flags
+    measure: count, near-zero, the linear bins if configured, NaN/Inf, the op's own log2 slots if any)."""
+    return layout.float_base(cfg.nbins, cfg.flags)
 
 
 class HistoryWarning(RuntimeWarning):
@@ -45,7 +44,7 @@ class Ring:
         self.cur_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
         self.closed_f = torch.empty(t, F, dtype=torch.float64, device=device)  # the states' closed_f, gathered
         self.prev_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
-        self.fbase = layout.float_base(cfg.nbins)
+        self.fbase = layout.float_base(cfg.nbins, cfg.flags)
         self.prev_b = torch.zeros(t, layout.FLOAT_SLOTS, dtype=torch.int64, device=device) if cfg.float_hist else None
         self.empty_f = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
         # the open step's moments measured before a mon.reset() (which empties the states): the step's

@@ -255,13 +255,13 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     assert {k: mon.memory()[k] for k in device} == {k: first[k] for k in device}
     # the byte counts from the layout alone: per state 5 float64 + istate int64 (no scratch on CPU), one
     # flag byte per device; the ring: (log_every + 1) slots of [T, 5 + c] int64 with c the compact counts
-    # (count, near-zero, the 40 + 5 linear slots: no log2 slots, no float buckets), plus [T, 5] float64 (the
-    # open step, the closed steps, the carry over a reset), [T, c] int64 (current, previous) and [T, 4096]
-    # int64 (the float buckets at the last flush); the host staging: one ring copy and one of the buckets
+    # (count, near-zero, NaN/+Inf/-Inf: at defaults no linear bins, no log2 slots, no float buckets), plus [T, 5]
+    # float64 (the open step, the closed steps, the carry over a reset), [T, c] int64 (current, previous) and
+    # [T, 4096] int64 (the float buckets at the last flush); the host staging: one ring copy and one of the buckets
     isz, t_states, t_ring = mon.cfg.istate_size, len(mon.states(reached_only=False)), len(next(iter(mon.recorder.rings.values())).states)
-    assert isz == 2 + 45 + 256 + 4096
+    assert isz == 2 + 3 + 4096  # count, near-zero, NaN/+Inf/-Inf, the float buckets
     assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_ring * 5 * 8 + 1  # + closed steps, + the CPU's flag
-    c = 2 + 45
+    c = 2 + 3
     ring = (5 + 1) * t_ring * (5 + c) * 8
     assert first["history_bytes"] == ring + 2 * t_ring * (5 + c) * 8 + t_ring * 5 * 8 + t_ring * 4096 * 8
     assert first["host_staging_bytes"] == ring + t_ring * 4096 * 8
