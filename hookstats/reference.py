@@ -83,9 +83,10 @@ def _check_state(op, name, t, dtype, numel, x, size_note=""):
 
 
 def _istate_note(nbins, flags, istate):
-    """Says the flags where they decide the size: FLOAT_HIST is on, or the state has the size it would give."""
-    other = layout.istate_size(nbins, flags ^ layout.FLOAT_HIST)
-    return f" for nbins={nbins}" + (f", flags={flags}" if flags & layout.FLOAT_HIST or istate.numel() == other else "")
+    """Says the flags where they decide the size: FLOAT_HIST is on, or the state has the size other flags give."""
+    other = istate.numel() != layout.istate_size(nbins, flags) and any(
+        istate.numel() == layout.istate_size(nbins, g) for g in range(16))
+    return f" for nbins={nbins}" + (f", flags={flags}" if flags & layout.FLOAT_HIST or other else "")
 
 
 def _check_target(op, x, fstate, istate, scratch, enabled, nbins, flags):

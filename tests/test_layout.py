@@ -196,3 +196,13 @@ def test_ring_slot_holds_only_the_measured_fields_exact_across_flushes(config, b
                 assert_stats(got, {k: whole[k] for k in ("float_hist", "log2_hist")})
             else:
                 assert got["float_hist"] is None
+
+
+@pytest.mark.parametrize("op", [torch.ops.hookstats.accumulate_.default, reference.accumulate_], ids=["compiled", "reference"])
+def test_a_state_sized_for_other_flags_is_an_error_naming_the_flags(op):
+    f = torch.tensor([0.0, 0.0, 0.0, math.nan, math.nan], dtype=torch.float64)
+    args = (torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), -10.0, 2.0, 0.0, 40)
+    with pytest.raises(RuntimeError, match="istate must have 47 elements for nbins=40, flags=1, got 303$"):
+        op(torch.ones(3), f, torch.zeros(SIZES_40[LIN | LOG], dtype=torch.int64), *args, LIN)
+    with pytest.raises(RuntimeError, match="istate must have 5 elements for nbins=40, got 6$"):
+        op(torch.ones(3), f, torch.zeros(6, dtype=torch.int64), *args, 0)
