@@ -198,7 +198,8 @@ def test_ring_slot_holds_only_the_measured_fields_exact_across_flushes(config, b
                 assert got["float_hist"] is None
 
 
-@pytest.mark.parametrize("op", [torch.ops.hookstats.accumulate_.default, reference.accumulate_], ids=["compiled", "reference"])
+@pytest.mark.parametrize("op", [torch.ops.hookstats.accumulate_.default, reference.accumulate_],
+                         ids=["compiled", "reference"])
 def test_a_state_sized_for_other_flags_is_an_error_naming_the_flags(op):
     f = torch.tensor([0.0, 0.0, 0.0, math.nan, math.nan], dtype=torch.float64)
     args = (torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), -10.0, 2.0, 0.0, 40)
