@@ -148,12 +148,12 @@ def check_float_buckets(cfg, quick, device="cuda"):
     from test_cuda_emulation import bucket_values
     fcfg = WithFlags(cfg, cfg.flags | layout.FLOAT_HIST)
     whole = cpu_takes(fcfg)
-    fb = layout.float_base(cfg.nbins)
     for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
         for n in [31, 4097, 10**6 + 3] + ([] if quick else [2**26 + 5]):
             x = bucket_values(n + 1, dtype, seed=n).to(device)
             for name, view in (("aligned", x[:n]), ("misaligned", x[1:])):
                 for c in (fcfg, float_only(cfg)):
+                    fb = layout.float_base(c.nbins, c.flags)  # the buckets follow what c's flags measure
                     f, i, _ = run(view, c, calls=2)
                     i = i.cpu().numpy()
                     want = 2 * float_buckets(view.cpu())
@@ -167,6 +167,7 @@ def check_float_buckets(cfg, quick, device="cuda"):
     for name, view in (("transposed", x.transpose(1, 3)), ("sliced", x[:, 3:40, ::2, 1:]),
                        ("broadcast", x[:1, :1].expand(5, 64, 57, 33))):
         i = run(view, float_only(cfg))[1].cpu().numpy()
+        fb = layout.float_base(cfg.nbins, float_only(cfg).flags)
         report(np.array_equal(i[fb:], float_buckets(view.cpu())), f"FLOAT_HIST alone, bf16 {name} view: buckets "
                f"{'equal' if np.array_equal(i[fb:], float_buckets(view.cpu())) else 'DIFFER from'} the oracle")
     check_graph(float_only(cfg))

@@ -17,8 +17,12 @@ namespace hookstats {
 // ("empty") and are merged with IEEE minNum/maxNum, which ignore NaN.
 enum FSlot : int { kNFinite = 0, kMean = 1, kM2 = 2, kMin = 3, kMax = 4, kFState = 5 };
 
-// istate: int64[istate_size(nbins)] =
-//   count | near_zero | linear[under | nbins bins | over | NaN | +Inf | -Inf] | log2[kLogSlots]
+// istate: int64[istate_size(nbins, flags)] =
+//   count | near_zero | [under | nbins bins | over] | NaN | +Inf | -Inf | [log2[kLogSlots]] | [float[kFloatSlots]]
+// Only what the flags measure is there: the linear bins with kLinearHist, the log2 slots with kLogHist, the float
+// buckets with kFloatHist; the NaN/Inf counters always. After near_zero the slots are a window of the numbering
+// the kernels count in (lin_slot, then lin_slots(nbins) + log_slot): 0 under | 1..nbins | nbins+1 over | nbins+2 NaN
+// | nbins+3 +Inf | nbins+4 -Inf | nbins+5+k log2 slot k; the window starts at kept_first (under, or NaN).
 // log2 slots: 0 exact zero | 1 nonzero below 2^-126 | 2 + k for |x| in [2^(k-126), 2^(k-125)), k = 0..253.
 enum ISlot : int { kCount = 0, kNearZero = 1, kLinBase = 2 };
 constexpr int kLinExtra = 5;   // under, over, NaN, +Inf, -Inf
@@ -36,7 +40,7 @@ enum Flags : int { kLinearHist = 1, kLogHist = 2, kSignedNearZero = 4, kFloatHis
 //   kFloatBelow:       float64 only: nonzero |x| < 2^-149 (below float32's smallest subnormal)
 //   kFloatAbove:       float64 only: finite |x| >= 2^128 (beyond float32's exponents)
 //   kFloatZero (k of the + half only): exact zeros, either sign
-// NaN and +-Inf are not in the buckets (they have their own slots in the linear part). float64 values are
+// NaN and +-Inf are not in the buckets (they have their own slots, nonfinite_base). float64 values are
 // bucketed by their exact magnitude (truncated toward zero to float32, never rounded up across an edge), so
 // the buckets of finite values sum to count - NaN - Inf, exactly, on every dtype.
 constexpr int kFloatMantBits = 3;
@@ -47,11 +51,15 @@ constexpr int kFloatBelow = kFloatHalf - 3;  // 2045 (+ half), 4093 (- half)
 constexpr int kFloatAbove = kFloatHalf - 2;  // 2046, 4094
 constexpr int kFloatZero = kFloatHalf - 1;   // 2047
 
+// The kernels' linear numbering: under, nbins bins, over, NaN, +Inf, -Inf (lin_slot's range).
 HS_HD int64_t lin_slots(int nbins) { return nbins + kLinExtra; }
-HS_HD int64_t log_base(int nbins) { return kLinBase + lin_slots(nbins); }
-HS_HD int64_t float_base(int nbins) { return log_base(nbins) + kLogSlots; }
-HS_HD int64_t istate_size(int nbins, int flags = 0) {
-  return float_base(nbins) + ((flags & kFloatHist) ? kFloatSlots : 0);
+// Where the istate's window of that numbering starts: at under with the linear bins, else at NaN.
+HS_HD int64_t kept_first(int nbins, int flags) { return (flags & kLinearHist) ? 0 : nbins + 2; }
+HS_HD int64_t nonfinite_base(int nbins, int flags) { return kLinBase + nbins + 2 - kept_first(nbins, flags); }
+HS_HD int64_t log_base(int nbins, int flags) { return nonfinite_base(nbins, flags) + 3; }
+HS_HD int64_t float_base(int nbins, int flags) { return log_base(nbins, flags) + ((flags & kLogHist) ? kLogSlots : 0); }
+HS_HD int64_t istate_size(int nbins, int flags) {
+  return float_base(nbins, flags) + ((flags & kFloatHist) ? kFloatSlots : 0);
 }
 
 // lo and inv_w = nbins / (hi - lo) are float32 values: every backend bins with the same fp32 ops.

@@ -51,9 +51,10 @@ inline void check_scalars(const char* op, double lo, double inv_w, double eps, i
   TORCH_CHECK(eps32 >= 0.0f, op, "eps must be >= 0, got ", eps);
 }
 
-// The flags are said where they decide istate's size: FLOAT_HIST is on, or the state has the size it would give.
+// The flags are said where they decide istate's size: FLOAT_HIST is on, or the state has the size other flags give.
 inline std::string istate_note(int nbins, int flags, const at::Tensor& istate) {
-  const bool flags_matter = (flags & kFloatHist) || istate.numel() == istate_size(nbins, flags ^ kFloatHist);
+  bool flags_matter = flags & kFloatHist;
+  for (int other = 0; other < 16 && !flags_matter; ++other) flags_matter = istate.numel() == istate_size(nbins, other);
   return " for nbins=" + std::to_string(nbins) + (flags_matter ? ", flags=" + std::to_string(flags) : std::string());
 }
 

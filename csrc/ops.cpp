@@ -21,6 +21,12 @@ std::vector<int64_t> layout() {
           kFloatHist, kFloatMantBits, kFloatSlots, kFloatBelow, kFloatAbove, kFloatZero};
 }
 
+// The istate offsets of (nbins, flags), for hookstats/layout.py's mirror test.
+std::vector<int64_t> istate_offsets(int64_t nbins, int64_t flags) {
+  const int nb = static_cast<int>(nbins), fl = static_cast<int>(flags);
+  return {kept_first(nb, fl), nonfinite_base(nb, fl), log_base(nb, fl), float_base(nb, fl), istate_size(nb, fl)};
+}
+
 TORCH_LIBRARY(hookstats, m) {
   // Updates the running state of one target in place with the statistics of x, in one read of x.
   // enabled: a 1-element bool/int tensor on x's device; 0 makes the call a no-op without a host sync,
@@ -36,6 +42,7 @@ TORCH_LIBRARY(hookstats, m) {
   // cuda/accumulate_cuda.cu, so a build without CUDA has the schema and no kernel.
   m.def("cuda_scratch_bytes(int device_index) -> int");
   m.def("layout() -> int[]", &layout);
+  m.def("istate_offsets(int nbins, int flags) -> int[]", &istate_offsets);
   m.def("cpu_kernel() -> str", &cpu_kernel);
 }
 

@@ -13,6 +13,7 @@ from .state import Kind
 F = layout.FSTATE_SIZE
 # columns of the alert row (one row per target); float columns are float64 bits in the int64 buffer
 NONFINITE, DEAD_RUN, DEAD, EXPLODE, VANISH, EMA, EMA_N, EXPLODE_STD, EXPLODE_REF, VANISH_STD, VANISH_REF = range(11)
+ROW_WIDTH = VANISH_REF + 1
 FIRST_STEP_COLS = (NONFINITE, DEAD, EXPLODE, VANISH)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from . import layout
-from .alerts import AlertRules, step_order
+from .alerts import ROW_WIDTH, AlertRules, step_order
 from .config import check_count
 from .records import bucket_columns, key_fields, no_bucket_columns, select_steps, step_columns, step_records
 from .sinks.memory import MemorySink
@@ -19,10 +19,9 @@ F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits) 
 
 
 def step_slots(cfg):
-    """The istate slots a ring keeps per step: a prefix of the istate, without the float buckets, and without
-    the log2 slots where the kernel leaves them empty (float_hist on)."""
-    lg = cfg.flags & layout.LOG_HIST
-    return layout.float_base(cfg.nbins) if lg else layout.log_base(cfg.nbins)
+    """The istate slots a ring keeps per step: the istate's prefix before the float buckets (what the flags
+    measure: count, near-zero, the linear bins if configured, NaN/Inf, the op's own log2 slots if any)."""
+    return layout.float_base(cfg.nbins, cfg.flags)
 
 
 class HistoryWarning(RuntimeWarning):
@@ -30,8 +29,8 @@ class HistoryWarning(RuntimeWarning):
 
 
 class Ring:
-    """The ring of one device: row 0 holds the alert state, rows 1..capacity the step slots, each
-    [T, F + step_slots] int64, all in one buffer so a flush is one contiguous transfer of rows 0..filled.
+    """The ring of one device: the alert rows [T, alerts.ROW_WIDTH], then the step slots 0..capacity-1, each
+    [T, F + step_slots] int64, all in one flat buffer so a flush is one contiguous transfer of its filled start.
     Float64 columns are stored bit-for-bit through an int64 view. With float buckets, prev_b holds the
     buckets at the last flush that took them: a flush sends their growth since."""
 
@@ -40,19 +39,21 @@ class Ring:
         self.keys = [s.key for s in self.states]
         t, isz = len(self.states), step_slots(cfg)
         self.width = F + isz
-        self.buf = torch.zeros(capacity + 1, t, self.width, dtype=torch.int64, device=device)
+        self.buf = torch.zeros(t * ROW_WIDTH + capacity * t * self.width, dtype=torch.int64, device=device)
+        self.alert_row = self.buf[: t * ROW_WIDTH].view(t, ROW_WIDTH)
+        self.slots = self.buf[t * ROW_WIDTH:].view(capacity, t, self.width)
         self.cur_f = torch.zeros(t, F, dtype=torch.float64, device=device)
         self.cur_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
         self.closed_f = torch.empty(t, F, dtype=torch.float64, device=device)  # the states' closed_f, gathered
         self.prev_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
-        self.fbase = layout.float_base(cfg.nbins)
+        self.fbase = layout.float_base(cfg.nbins, cfg.flags)
         self.prev_b = torch.zeros(t, layout.FLOAT_SLOTS, dtype=torch.int64, device=device) if cfg.float_hist else None
         self.empty_f = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
         # the open step's moments measured before a mon.reset() (which empties the states): the step's
         # record keeps them, the running totals do not; `carrying` says (host side) whether there are any
         self.carry_f = self.empty_f.repeat(t, 1)
         self.carrying = False
-        rules.init_row(self.buf[0])
+        rules.init_row(self.alert_row)
         if old is not None:  # a target appeared: keep what the old ring knew of the others
             idx = [self.keys.index(k) for k in old.keys]
             sel = torch.tensor(idx, device=device)
@@ -61,7 +62,7 @@ class Ring:
                 self.prev_b.index_copy_(0, sel, old.prev_b)
             self.carry_f.index_copy_(0, sel, old.carry_f)
             self.carrying = old.carrying
-            self.buf[0].index_copy_(0, sel, old.buf[0])
+            self.alert_row.index_copy_(0, sel, old.alert_row)
         pinned = device.type == "cuda"
         self.host = [torch.empty(self.buf.shape, dtype=torch.int64, pin_memory=pinned) for _ in range(2 if pinned else 1)]
         self.host_b = [torch.empty((t, layout.FLOAT_SLOTS), dtype=torch.int64, pin_memory=pinned)
@@ -101,7 +102,7 @@ class Ring:
         closed_f, then emptied for the next one): device ops only, no host read."""
         fs, closed = self._gather(), [s.closed_f for s in self.states]
         torch.cat(closed, out=self.closed_f.view(-1))
-        row = self.buf[1 + len(self.steps)]
+        row = self.slots[len(self.steps)]
         torch.sub(self.cur_i, self.prev_i, out=row[:, F:])
         total = chan_merge_rows(self.closed_f, self.cur_f)
         rf = row.view(torch.float64)
@@ -115,15 +116,15 @@ class Ring:
         torch._foreach_copy_(closed, list(total.unbind(0)))
         torch._foreach_copy_(fs, [self.empty_f] * len(fs))
         self.prev_i.copy_(self.cur_i)
-        rules.update(self.buf[0], row, step, self.cfg)
+        rules.update(self.alert_row, row, step, self.cfg)
         self.steps.append(step)
 
     def start_copy(self, buckets=False):
         """Starts the one device-to-host copy of the alert row and the filled slots, and with `buckets` (a
         flush, float_hist on) of the float buckets' growth since the last flush that took them; returns what
         History._finish() needs."""
-        rows = 1 + len(self.steps)
-        host = self.host[self.which][:rows]
+        filled = self.alert_row.numel() + len(self.steps) * self.slots[0].numel()
+        host = self.host[self.which][:filled]
         host_b = None
         cuda = self.device.type == "cuda"
         if buckets and self.prev_b is not None:
@@ -132,7 +133,7 @@ class Ring:
             host_b.copy_(now - self.prev_b, non_blocking=cuda)
             self.prev_b.copy_(now)
         self.which = (self.which + 1) % len(self.host)
-        host.copy_(self.buf[:rows], non_blocking=cuda)
+        host.copy_(self.buf[:filled], non_blocking=cuda)
         event = None
         if cuda:
             event = torch.cuda.Event()
@@ -259,7 +260,9 @@ class History:
 
     def _deliver(self, host, steps, keys, host_b=None):
         buf = host.numpy()
-        slots = buf[1: 1 + len(steps)]
+        t = len(keys)
+        arow = buf[: t * ROW_WIDTH].reshape(t, ROW_WIDTH)
+        slots = buf[t * ROW_WIDTH:].reshape(len(steps), t, F + step_slots(self.cfg))
         fs, counts = slots.view(np.float64)[..., :F], slots[..., F:]
         cols = step_columns(fs, counts, self.cfg)
         present = cols["count"] != 0
@@ -274,7 +277,7 @@ class History:
             self._write_steps(steps[:-1], keys, no_bucket_columns(cols, len(steps) - 1, self.cfg), present[:-1])
             tail = bucket_columns(fs[last], counts[last], None if host_b is None else host_b.numpy(), self.cfg)
             self._write_steps(steps[-1:], keys, tail, present[-1:])
-        new = self.rules.read(buf[0], keys, self._reported, order=self._order)
+        new = self.rules.read(arow, keys, self._reported, order=self._order)
         if new:
             self.alerts.extend(new)
             for msg in brief(new):

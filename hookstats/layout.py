@@ -1,11 +1,13 @@
 """The state layout of one target, mirroring csrc/accumulator.h (tests check that they agree).
 
 fstate float64[5]: n_finite, mean, M2, min, max (finite values only; min/max NaN while empty).
-istate int64[2 + nbins + 5 + 256]:
-    count | near_zero | linear[under | nbins bins | over | NaN | +Inf | -Inf] | log2[256]
+istate int64[istate_size(nbins, flags)]: only what the flags measure,
+    count | near_zero | [under | nbins bins | over] (LINEAR_HIST) | NaN | +Inf | -Inf | [log2[256]] (LOG_HIST)
+    | [float[FLOAT_SLOTS]] (FLOAT_HIST)
+After near_zero the slots are a window of the kernels' numbering (0 under, 1..nbins, nbins+1 over, nbins+2 NaN,
+nbins+3 +Inf, nbins+4 -Inf, nbins+5+k log2 slot k), starting at kept_first(nbins, flags).
 log2 slots: 0 exact zero | 1 nonzero below 2**-126 | 2 + k for |x| in [2**(k-126), 2**(k-125)).
-With FLOAT_HIST, istate ends with FLOAT_SLOTS float buckets (slot = float32 bits >> 20; what each slot holds:
-csrc/accumulator.h, float_slot).
+Float buckets: slot = float32 bits >> 20 (what each slot holds: csrc/accumulator.h, float_slot).
 """
 import numpy as np
 
@@ -27,23 +29,37 @@ FLOAT_BELOW, FLOAT_ABOVE, FLOAT_ZERO = FLOAT_HALF - 3, FLOAT_HALF - 2, FLOAT_HAL
 
 
 def lin_slots(nbins):
+    """The kernels' linear numbering: under, nbins bins, over, NaN, +Inf, -Inf."""
     return nbins + LIN_EXTRA
 
 
-def log_base(nbins):
-    return LIN_BASE + lin_slots(nbins)
+def kept_first(nbins, flags):
+    """Where the istate's window of the kernels' numbering starts: at under with the linear bins, else at NaN."""
+    return 0 if flags & LINEAR_HIST else nbins + 2
 
 
-def float_base(nbins):
-    return log_base(nbins) + LOG_SLOTS
+def nonfinite_base(nbins, flags):
+    """istate index of the NaN counter (+Inf, -Inf follow)."""
+    return LIN_BASE + nbins + 2 - kept_first(nbins, flags)
 
 
-def istate_size(nbins, flags=0):
-    return float_base(nbins) + (FLOAT_SLOTS if flags & FLOAT_HIST else 0)
+def log_base(nbins, flags):
+    return nonfinite_base(nbins, flags) + 3
 
 
-def nan_slot(nbins):
-    return LIN_BASE + nbins + 2
+def float_base(nbins, flags):
+    return log_base(nbins, flags) + (LOG_SLOTS if flags & LOG_HIST else 0)
+
+
+def istate_size(nbins, flags):
+    return float_base(nbins, flags) + (FLOAT_SLOTS if flags & FLOAT_HIST else 0)
+
+
+def offsets(nbins, flags):
+    """(kept_first, nonfinite_base, log_base, float_base, istate_size): what torch.ops.hookstats.istate_offsets
+    gives from accumulator.h."""
+    return (kept_first(nbins, flags), nonfinite_base(nbins, flags), log_base(nbins, flags), float_base(nbins, flags),
+            istate_size(nbins, flags))
 
 
 def log2_edges():

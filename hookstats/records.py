@@ -38,8 +38,8 @@ def stats_records(keyed, cfg, phase):
 def step_columns(fstate, istate, cfg):
     """The statistics of every step slot and target ([S, T] arrays, histograms [S, T, size]) in the keys and
     order of a history record (statistics.TABLE, scope HISTORY: min/max as running values), from the
-    compact counts a history ring keeps per step (istate's slots before the float buckets): the statistics
-    of the float buckets are None here (no_bucket_columns / bucket_columns add them)."""
+    compact counts a history ring keeps per step (istate's slots before the float buckets, or a whole istate):
+    the statistics of the float buckets are None here (no_bucket_columns / bucket_columns add them)."""
     f = np.asarray(fstate, dtype=np.float64)
     i = _compact(istate, cfg)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -70,17 +70,15 @@ def bucket_columns(fstate, istate, buckets, cfg):
 
 
 def _compact(istate, cfg):
-    """istate's slots before the float buckets (a shorter prefix padded with zeros: slots left empty)."""
-    i = np.asarray(istate, dtype=np.int64)
-    width = layout.float_base(cfg.nbins)
-    if i.shape[-1] >= width:
-        return i[..., :width]
-    return np.concatenate([i, np.zeros(i.shape[:-1] + (width - i.shape[-1],), dtype=np.int64)], axis=-1)
+    """istate's slots before the float buckets: the istate layout of _without_buckets(cfg)."""
+    return np.asarray(istate, dtype=np.int64)[..., : layout.float_base(cfg.nbins, cfg.flags)]
 
 
 @functools.lru_cache(maxsize=None)
 def _without_buckets(cfg):
-    return dataclasses.replace(cfg, float_hist=False) if cfg.float_hist else cfg
+    """cfg without the float buckets, and without the log2 histogram they give (the op keeps no log2 slots
+    beside them), so its istate is cfg's compact counts."""
+    return dataclasses.replace(cfg, float_hist=False, log_hist=False) if cfg.float_hist else cfg
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,7 +90,7 @@ def _bucket_fields(cfg):
     empty = np.array([[[0.0, 0.0, 0.0, np.nan, np.nan]]])
     with np.errstate(divide="ignore", invalid="ignore"):
         full = statistics.derive_rows(empty, np.zeros((1, 1, cfg.istate_size), dtype=np.int64), cfg, statistics.HISTORY)
-        plain = statistics.derive_rows(empty, np.zeros((1, 1, layout.float_base(cfg.nbins)), dtype=np.int64),
+        plain = statistics.derive_rows(empty, np.zeros((1, 1, _without_buckets(cfg).istate_size), dtype=np.int64),
                                        _without_buckets(cfg), statistics.HISTORY)
     return {k: (v.dtype, v.shape[2:]) for k, v in full.items()
             if v is not None and statistics.BY_NAME[k].type != statistics.EDGES

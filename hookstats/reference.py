@@ -83,9 +83,10 @@ def _check_state(op, name, t, dtype, numel, x, size_note=""):
 
 
 def _istate_note(nbins, flags, istate):
-    """Says the flags where they decide the size: FLOAT_HIST is on, or the state has the size it would give."""
-    other = layout.istate_size(nbins, flags ^ layout.FLOAT_HIST)
-    return f" for nbins={nbins}" + (f", flags={flags}" if flags & layout.FLOAT_HIST or istate.numel() == other else "")
+    """Says the flags where they decide the size: FLOAT_HIST is on, or the state has the size other flags give."""
+    other = istate.numel() != layout.istate_size(nbins, flags) and any(
+        istate.numel() == layout.istate_size(nbins, g) for g in range(16))
+    return f" for nbins={nbins}" + (f", flags={flags}" if flags & layout.FLOAT_HIST or other else "")
 
 
 def _check_target(op, x, fstate, istate, scratch, enabled, nbins, flags):
@@ -192,21 +193,22 @@ def _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags
     istate[layout.COUNT] += w * x.numel()
     istate[layout.NEAR_ZERO] += w * (a <= torch.tensor(eps, dtype=torch.float32)).sum()
 
-    lin = istate[layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(nbins)]
+    # slots in the kernels' linear numbering (layout.lin_slots), kept in istate from kept_first on
+    lin, first = istate[layout.LIN_BASE: layout.log_base(nbins, flags)], layout.kept_first(nbins, flags)
     nonfinite = torch.where(torch.isnan(f), nbins + 2, torch.where(f > 0, nbins + 3, nbins + 4))
     if flags & layout.LINEAR_HIST:
         t = (f - torch.tensor(lo, dtype=torch.float32)) * torch.tensor(inv_w, dtype=torch.float32)
         t = torch.where(t > -1, t, -1.0)
         t = torch.where(t < nbins, t, float(nbins))
         slots = torch.where(fin, t.floor().long() + 1, nonfinite)
-        lin.index_add_(0, slots, w.expand(slots.shape))
+        lin.index_add_(0, slots - first, w.expand(slots.shape))
     else:
-        lin.index_add_(0, torch.where(fin, nbins + 2, nonfinite), (~fin).long() * w)
+        lin.index_add_(0, torch.where(fin, nbins + 2, nonfinite) - first, (~fin).long() * w)
     if flags & layout.LOG_HIST:
-        lg = istate[layout.log_base(nbins): layout.float_base(nbins)]
+        lg = istate[layout.log_base(nbins, flags): layout.float_base(nbins, flags)]
         lg.index_add_(0, torch.where(fin, _log_slots(f), 0), fin.long() * w)
     if flags & layout.FLOAT_HIST:
-        fl = istate[layout.float_base(nbins):]
+        fl = istate[layout.float_base(nbins, flags):]
         fl.index_add_(0, torch.where(fin, _float_slots(x), 0), fin.long() * w)
 
 

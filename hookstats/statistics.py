@@ -22,7 +22,7 @@ class Rows:
     statistic of the table. The helpers work on both; divisions are float64."""
 
     def __init__(self, fstate, istate, cfg, scope=None):
-        self.f, self.i, self.cfg, self.nbins, self.scope = fstate, istate, cfg, cfg.nbins, scope
+        self.f, self.i, self.cfg, self.nbins, self.flags, self.scope = fstate, istate, cfg, cfg.nbins, cfg.flags, scope
         self._torch = isinstance(fstate, torch.Tensor)
         self._done = {}
 
@@ -38,15 +38,20 @@ class Rows:
         return self.i[..., c]
 
     def lin(self, lo, hi=None):
-        """Slots lo..hi-1 of the linear histogram (hi None: one slot, no trailing dimension)."""
+        """Slots lo..hi-1 of the linear histogram (0 under, 1..nbins, nbins + 1 over; hi None: one slot, no
+        trailing dimension). Only with the linear bins (layout.LINEAR_HIST)."""
         base = layout.LIN_BASE
         return self.i[..., base + lo] if hi is None else self.i[..., base + lo: base + hi]
 
+    def nonfinite(self, k):
+        """The NaN (k=0), +Inf (1) or -Inf (2) count."""
+        return self.i[..., layout.nonfinite_base(self.nbins, self.flags) + k]
+
     def log2(self):
-        return self.i[..., layout.log_base(self.nbins): layout.float_base(self.nbins)]
+        return self.i[..., layout.log_base(self.nbins, self.flags): layout.float_base(self.nbins, self.flags)]
 
     def floats(self):
-        base = layout.float_base(self.nbins)
+        base = layout.float_base(self.nbins, self.flags)
         return self.i[..., base: base + layout.FLOAT_SLOTS]
 
     def exact_range(self):
@@ -196,9 +201,9 @@ TABLE = (
               scope=INTERNAL),
     Statistic("_quantiles", _quantiles, INTERNAL, scope=INTERNAL),
     *_quantile_rows(),
-    Statistic("nan", lambda s: s.lin(s.nbins + 2), INT, scalar=True),
-    Statistic("posinf", lambda s: s.lin(s.nbins + 3), INT, scalar=True),
-    Statistic("neginf", lambda s: s.lin(s.nbins + 4), INT, scalar=True),
+    Statistic("nan", lambda s: s.nonfinite(0), INT, scalar=True),
+    Statistic("posinf", lambda s: s.nonfinite(1), INT, scalar=True),
+    Statistic("neginf", lambda s: s.nonfinite(2), INT, scalar=True),
     Statistic("underflow", lambda s: s.lin(0), INT, scalar=True, needs="linear_hist"),
     Statistic("overflow", lambda s: s.lin(s.nbins + 1), INT, scalar=True, needs="linear_hist"),
     Statistic("hist", lambda s: s.lin(1, s.nbins + 1), COUNTS, needs="linear_hist"),

@@ -26,7 +26,20 @@ def bin_values(v, dtype):
 
 
 def oracle(x, cfg):
-    """Statistics of tensor x computed independently in NumPy float64: returns (fstate, istate) arrays."""
+    """Statistics of tensor x computed independently in NumPy float64: returns (fstate, istate) arrays, the istate
+    laid out as README and csrc/accumulator.h say, written out here: count, near_zero, [under, nbins bins, over]
+    with the linear bins, NaN, +Inf, -Inf, [256 log2 slots] where the op keeps its own, [4096 float buckets]."""
+    parts = oracle_parts(x, cfg)
+    nb = cfg.nbins
+    lin = parts["lin"] if cfg.linear_hist else parts["lin"][nb + 2:]
+    extra = [parts[k] for k in ("log2", "float") if parts[k] is not None]
+    return parts["fstate"], np.concatenate([[parts["count"], parts["near_zero"]], lin, *extra]).astype(np.int64)
+
+
+def oracle_parts(x, cfg):
+    """The oracle's statistics by name: fstate, count, near_zero, lin (the kernels' numbering: under, nbins bins,
+    over, NaN, +Inf, -Inf; the bins zero without linear_hist), log2 (256 slots, None where the op keeps none:
+    without log_hist, or with the float buckets) and float (4096 buckets, None without them)."""
     dtype = x.dtype
     v = x.detach().double().reshape(-1).numpy()
     nb = cfg.nbins
@@ -36,29 +49,28 @@ def oracle(x, cfg):
     if vf.size:
         mean = vf.mean()
         f = np.array([vf.size, mean, ((vf - mean) ** 2).sum(), vf.min(), vf.max()])
-    i = np.zeros(layout.istate_size(nb), dtype=np.int64)
-    i[layout.COUNT] = v.size
+    out = {"fstate": f, "count": v.size, "log2": None, "float": None}
     b = bin_values(v, dtype)
     with np.errstate(invalid="ignore"):
         a = b if cfg.near_zero == "le" else np.abs(b)
-        i[layout.NEAR_ZERO] = int((a <= np.float32(cfg.eps)).sum())
-    lin = np.zeros(layout.lin_slots(nb), dtype=np.int64)
+        out["near_zero"] = int((a <= np.float32(cfg.eps)).sum())
+    lin = np.zeros(nb + 5, dtype=np.int64)
     lin[nb + 2] = np.isnan(v).sum()
     lin[nb + 3] = np.isposinf(v).sum()
     lin[nb + 4] = np.isneginf(v).sum()
     if cfg.linear_hist:
         t = (b[fin] - np.float32(cfg.lo32)) * np.float32(cfg.inv_w)  # float32 arithmetic, as the kernels
         slots = np.floor(np.clip(t, -1, nb)).astype(np.int64) + 1
-        lin += np.bincount(slots, minlength=layout.lin_slots(nb))
-    i[layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(nb)] = lin
-    if cfg.log_hist and not cfg.float_hist:  # with float buckets the op leaves its log2 slots empty
+        lin += np.bincount(slots, minlength=nb + 5)
+    out["lin"] = lin
+    if cfg.log_hist and not cfg.float_hist:  # with float buckets the op keeps no log2 slots
         bf = np.abs(b[fin]).astype(np.float64)
         _, e = np.frexp(bf)  # |x| in [2**(e-1), 2**e)
         slots = np.where(bf == 0, 0, np.where(bf < 2.0 ** -126, 1, e - 1 - layout.LOG_EXP_MIN + 2))
-        i[layout.log_base(nb):] = np.bincount(slots, minlength=layout.LOG_SLOTS)
+        out["log2"] = np.bincount(slots, minlength=256)
     if cfg.float_hist:
-        i = np.concatenate([i, float_buckets(x)])
-    return f, i
+        out["float"] = float_buckets(x)
+    return out
 
 
 def float_buckets(x):

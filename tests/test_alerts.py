@@ -137,7 +137,7 @@ def test_alert_state_is_on_the_device_and_one_row_per_target():
     mon = hookstats.attach(model, steps="manual", history=True, log_every=100)
     train(model, mon, 3)
     ring = next(iter(mon.recorder.rings.values()))
-    row = ring.buf[0]
+    row = ring.alert_row
     assert row.device == next(model.parameters()).device
     assert row.shape[0] == len(ring.keys)
     assert np.all(row[:, 0].numpy() == -1)  # no NaN/Inf seen

@@ -302,13 +302,13 @@ def cpu_has_float_hist():
 def check_float(state, x, launches, cfg):
     """check() on the state before the float buckets; the buckets equal the oracle's (and the CPU kernel's)."""
     f, i, ticket = state
-    fb = layout.float_base(cfg.nbins)
+    fb = layout.float_base(cfg.nbins, cfg.flags)
     check((f, i[:fb], ticket), x, launches, cfg.base)
     want = launches * float_buckets(x)
     bad = np.nonzero(i[fb:] != want)[0]
     assert bad.size == 0, f"float slots {bad[:10].tolist()}: emulated {i[fb:][bad[:10]]} vs oracle {want[bad[:10]]}"
     fin = torch.isfinite(x.double()).sum().item()
-    assert i[fb:].sum() == launches * fin == i[layout.COUNT] - i[layout.nan_slot(cfg.nbins):][:3].sum()
+    assert i[fb:].sum() == launches * fin == i[layout.COUNT] - i[layout.nonfinite_base(cfg.nbins, cfg.flags):][:3].sum()
     if cpu_has_float_hist():
         assert np.array_equal(i, cpu_state(x, launches, cfg)[1]), "emulated istate differs from the CPU kernel's"
 

@@ -340,11 +340,11 @@ def test_reduce_equals_oracle_over_union_of_ranks(ranks):
             data = torch.cat([t.reshape(-1) for t in parts])
             assert_state_matches_oracle(*reduced[(phase, f"{name}:output")], data, cfg)
             # the float buckets (on by default) summed over the ranks: those of the concatenated data
-            buckets = reduced[(phase, f"{name}:output")][1][layout.float_base(cfg.nbins):]
+            buckets = reduced[(phase, f"{name}:output")][1][layout.float_base(cfg.nbins, cfg.flags):]
             np.testing.assert_array_equal(buckets, float_counts(data))
             assert buckets.sum() == np.isfinite(data.numpy()).sum()
     assert_state_matches_oracle(*reduced[("train", "extra:output")], res[-1]["extra"], cfg)
-    assert reduced[("train", "1:output")][1][layout.nan_slot(cfg.nbins)] > 0  # rank 1's NaN got through
+    assert reduced[("train", "1:output")][1][layout.nonfinite_base(cfg.nbins, cfg.flags)] > 0  # rank 1's NaN got through
     assert all(r["world"] == len(ranks) for r in res)
 
 

@@ -64,7 +64,7 @@ def assert_state(got, x, cfg=FLOAT_ONLY, exact_floats=False, moments=True):
     """The float buckets exactly; count, near-zero, linear and log2 slots and min/max exactly; moments to the
     oracle's tolerances (tests/test_accumulate.py) where float64 holds them (1e300 squared does not)."""
     fg, ig = got
-    base = layout.float_base(cfg.nbins)
+    base = layout.float_base(cfg.nbins, cfg.flags | layout.FLOAT_HIST)  # the op ran with FLOAT_HIST added
     buckets = ig[base:]
     np.testing.assert_array_equal(buckets, float_buckets(x), err_msg="float buckets differ")
     v = x.detach().double().numpy()

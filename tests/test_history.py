@@ -254,15 +254,16 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     device = ("state_bytes", "history_bytes", "host_staging_bytes", "device_bytes")
     assert {k: mon.memory()[k] for k in device} == {k: first[k] for k in device}
     # the byte counts from the layout alone: per state 5 float64 + istate int64 (no scratch on CPU), one
-    # flag byte per device; the ring: (log_every + 1) slots of [T, 5 + c] int64 with c the compact counts
-    # (count, near-zero, the 40 + 5 linear slots: no log2 slots, no float buckets), plus [T, 5] float64 (the
-    # open step, the closed steps, the carry over a reset), [T, c] int64 (current, previous) and [T, 4096]
-    # int64 (the float buckets at the last flush); the host staging: one ring copy and one of the buckets
+    # flag byte per device; the ring: the alert rows [T, 11] int64 and log_every slots of [T, 5 + c] int64 with
+    # c the compact counts
+    # (count, near-zero, NaN/+Inf/-Inf: at defaults no linear bins, no log2 slots, no float buckets), plus [T, 5]
+    # float64 (the open step, the closed steps, the carry over a reset), [T, c] int64 (current, previous) and
+    # [T, 4096] int64 (the float buckets at the last flush); the host staging: one ring copy and one of the buckets
     isz, t_states, t_ring = mon.cfg.istate_size, len(mon.states(reached_only=False)), len(next(iter(mon.recorder.rings.values())).states)
-    assert isz == 2 + 45 + 256 + 4096
+    assert isz == 2 + 3 + 4096  # count, near-zero, NaN/+Inf/-Inf, the float buckets
     assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_ring * 5 * 8 + 1  # + closed steps, + the CPU's flag
-    c = 2 + 45
-    ring = (5 + 1) * t_ring * (5 + c) * 8
+    c = 2 + 3
+    ring = t_ring * 11 * 8 + 5 * t_ring * (5 + c) * 8
     assert first["history_bytes"] == ring + 2 * t_ring * (5 + c) * 8 + t_ring * 5 * 8 + t_ring * 4096 * 8
     assert first["host_staging_bytes"] == ring + t_ring * 4096 * 8
     assert len(copies) == 9  # steps 0..44 ended: flushes after steps 4, 9, ..., 44
@@ -460,7 +461,7 @@ def state_statistics(f, i, cfg):
     """The statistics of one state in plain Python float64 from its fields (NaN where undefined)."""
     n, mean, m2, lo, hi = (float(x) for x in f)
     count, nz = int(i[0]), int(i[1])
-    lin = i[2: 2 + cfg.nbins + 5]
+    lin = i[2: 2 + (cfg.nbins + 2 if cfg.linear_hist else 0) + 3]  # [under, bins, over], NaN, +Inf, -Inf
     var = m2 / (n - 1) if n > 1 else math.nan
     out = {"count": count, "finite": int(n), "mean": mean if n > 0 else math.nan,
            "std": math.sqrt(var) if n > 1 else math.nan, "var": var, "min": lo, "max": hi,
@@ -509,7 +510,8 @@ def test_finalize_rows_of_odd_states_against_float64_formulas(config):
     cfg = StatsConfig(**config)
     f, i = random_states(np.random.default_rng(len(config)), (40, 50), cfg)
     rows = finalize_rows(f, i, cfg)
-    lin, log2 = i[..., 2: 2 + cfg.nbins + 5], i[..., 2 + cfg.nbins + 5: 2 + cfg.nbins + 5 + 256]
+    end = 2 + (cfg.nbins + 2 if cfg.linear_hist else 0) + 3  # count, near-zero, [under, bins, over], NaN/Inf
+    lin, log2 = i[..., 2: end], i[..., end: end + 256]
     for s in range(40):
         for t in range(50):
             for k, w in state_statistics(f[s, t], i[s, t], cfg).items():

@@ -8,7 +8,7 @@ import inspect
 import numpy as np
 import torch
 
-from helpers import oracle as op_oracle
+from helpers import oracle_parts as op_oracle_parts
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -165,17 +165,16 @@ def summarize(parts, cfg):
            "mean": fin.mean() if fin.size else np.nan, "std": fin.std(ddof=1) if fin.size > 1 else np.nan,
            "min": fin.min() if fin.size else np.nan, "max": fin.max() if fin.size else np.nan}
     # the op's own NumPy oracle (tests/helpers.py) bins in float32 as the kernels do, per input dtype
-    istate = None
+    got = None
     for dtype in {d for d, _ in parts}:
         v = np.concatenate([v for d, v in parts if d == dtype])
-        _, i = op_oracle(torch.from_numpy(v).to(dtype), cfg)
-        istate = i if istate is None else istate + i
-    from hookstats import layout  # the state layout, to read the oracle's histogram slots
+        o = op_oracle_parts(torch.from_numpy(v).to(dtype), cfg)
+        got = o if got is None else {k: None if o[k] is None else got[k] + o[k] for k in ("near_zero", "lin", "log2")}
     nb = cfg.nbins
-    if istate is not None:
-        lin = istate[layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(nb)]
-        rec.update(near_zero_count=int(istate[layout.NEAR_ZERO]), underflow=int(lin[0]), overflow=int(lin[nb + 1]),
-                   hist=lin[1: nb + 1], log2_hist=istate[layout.log_base(nb): layout.float_base(nb)])
+    if got is not None:
+        lin = got["lin"]
+        rec.update(near_zero_count=int(got["near_zero"]), underflow=int(lin[0]), overflow=int(lin[nb + 1]),
+                   hist=lin[1: nb + 1], log2_hist=got["log2"])
     else:
         rec.update(near_zero_count=0, underflow=0, overflow=0, hist=None, log2_hist=None)
     return rec

@@ -280,7 +280,9 @@ void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t
   const int64_t nchunks = (n + chunk - 1) / chunk;
   std::vector<ChunkResult> parts(nchunks);
   const int stride = hist_stride(p.nbins);
-  const int used = stride - 1, nonfin = p.nbins + 2;
+  // the private histograms count in the kernels' numbering; istate keeps the window the flags measure
+  const int first = static_cast<int>(kept_first(p.nbins, p.flags));
+  const int kept = static_cast<int>(float_base(p.nbins, p.flags) - kLinBase);
   const ChunkKernel<T, kLin, kLog, kFloat> kernel{p, stride};
   const Kernel vec = kernel_in_use();
   at::parallel_for(0, nchunks, 1, [&](int64_t begin, int64_t end) {
@@ -288,9 +290,8 @@ void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t
     FloatCount* fh = kFloat ? float_hist_of_thread() : nullptr;
     std::fill(h, h + kSubHists * stride, 0u);
     auto flush = [&] {
-      if (kLin || kLog) flush_hist(h, stride, used, is + kLinBase);
-      else flush_hist(h + nonfin, stride, 3, is + kLinBase + nonfin);  // NaN, +Inf, -Inf only
-      if (kFloat) flush_float(fh, is + float_base(p.nbins));
+      flush_hist(h + first, stride, kept, is + kLinBase);
+      if (kFloat) flush_float(fh, is + float_base(p.nbins, p.flags));
     };
     // Chunks are run in pieces that end where a flush may come: fixed by n alone (so are the moments).
     const int64_t limit = kFloat ? kFloatFlushEvery : kFlushEvery;

@@ -125,7 +125,8 @@ inline bool coalesce(const int64_t* sizes, const int64_t* strides, int ndim, Str
 
 // Dynamic shared memory: the block's 32-bit float buckets (kFloatHist: kFloatSlots, one table per block, at
 // offset 0), then one 32-bit histogram per warp: linear slots, then (with the log histogram) log2 slots and a
-// dummy slot for non-finite values. Only the first hist_used slots of a warp's histogram are flushed.
+// dummy slot for non-finite values. Slots [kept_first, hist_used) of a warp's histogram go to istate (the window
+// the flags keep, accumulator.h).
 HS_HD int hist_used(const Params& p) {
   return static_cast<int>(lin_slots(p.nbins)) + ((p.flags & kLogHist) ? kLogSlots : 0);
 }
@@ -382,12 +383,13 @@ __device__ __forceinline__ unsigned* zero_hists(const Params& p) {
 __device__ __forceinline__ void flush_hists(const Target& tg, const Params& p) {
   const unsigned* hist_all = float_hist();
   const int nwarps = blockDim.x / kWarp, stride = hist_stride(p), used = hist_used(p), fw = float_words(p);
-  for (int s = threadIdx.x; s < used; s += blockDim.x) {
+  const int first = static_cast<int>(kept_first(p.nbins, p.flags));  // istate keeps slots [first, used)
+  for (int s = first + threadIdx.x; s < used; s += blockDim.x) {
     unsigned long long sum = 0;
     for (int w = 0; w < nwarps; ++w) sum += hist_all[fw + w * stride + s];
-    if (sum) atomicAdd(&tg.is[kLinBase + s], sum);
+    if (sum) atomicAdd(&tg.is[kLinBase + s - first], sum);
   }
-  unsigned long long* fis = tg.is + float_base(p.nbins);
+  unsigned long long* fis = tg.is + float_base(p.nbins, p.flags);
   for (int s = threadIdx.x; s < fw; s += blockDim.x) {
     if (hist_all[s]) atomicAdd(&fis[s], static_cast<unsigned long long>(hist_all[s]));
   }
