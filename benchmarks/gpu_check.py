@@ -140,11 +140,11 @@ def check_correctness(cfg, quick):
 
 def check_float_buckets(cfg, quick, device="cuda"):
     """FLOAT_HIST on the GPU: the buckets equal an oracle computed from each value's float64 magnitude
-    (tests/helpers.py float_buckets) on every dtype, aligned and misaligned, 2 calls; the rest of the
+    (tests/float_oracle.py float_buckets) on every dtype, aligned and misaligned, 2 calls; the rest of the
     state equals the CPU kernel's (all of it once the CPU kernel takes FLOAT_HIST); graph replays == eager."""
     from hookstats import layout
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from helpers import float_buckets
+    from float_oracle import float_buckets
     from test_cuda_emulation import bucket_values
     fcfg = WithFlags(cfg, cfg.flags | layout.FLOAT_HIST)
     whole = cpu_takes(fcfg)

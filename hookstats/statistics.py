@@ -208,7 +208,7 @@ TABLE = (
     Statistic("overflow", lambda s: s.lin(s.nbins + 1), INT, scalar=True, needs="linear_hist"),
     Statistic("hist", lambda s: s.lin(1, s.nbins + 1), COUNTS, needs="linear_hist"),
     Statistic("hist_edges", lambda s: s.cfg.edges(), EDGES, needs="linear_hist"),
-    Statistic("log2_hist", _log2, COUNTS, needs=("log_hist", "float_hist")),
+    Statistic("log2_hist", _log2, COUNTS, needs="log_hist"),  # with float_hist: summed from the buckets
     Statistic("float_hist", lambda s: s.floats(), COUNTS, needs="float_hist"),
     # the history's min/max are running values (since attach or reset()): a step's own minimum is not kept
     Statistic("running_min", lambda s: s.fcol(layout.MIN), FLOAT, scope=HISTORY, scalar=True),

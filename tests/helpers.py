@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from float_oracle import float_buckets
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookstats import layout
@@ -71,21 +72,6 @@ def oracle_parts(x, cfg):
     if cfg.float_hist:
         out["float"] = float_buckets(x)
     return out
-
-
-def float_buckets(x):
-    """Float bucket counts (csrc/accumulator.h float_slot) of tensor x, from each finite value's exact magnitude
-    by np.frexp, not its bits: k = 8 * biased exponent + top 3 mantissa bits; below 2**-126, k = |x| // 2**-129;
-    float64 beyond float32: FLOAT_BELOW / FLOAT_ABOVE; exact zeros (either sign) FLOAT_ZERO; minus half + 2048."""
-    v = x.detach().double().reshape(-1).numpy()
-    v = v[np.isfinite(v)]
-    a = np.abs(v)
-    m, e = np.frexp(a)  # a = m * 2**e, m in [0.5, 1): a in [2**(e-1), 2**e)
-    normal = 8 * (e - 1 + 127) + np.floor((2 * m - 1) * 8)
-    k = np.where(a < 2.0 ** -126, np.floor(np.minimum(a, 1.0) * 2.0 ** 129), normal)
-    k = np.where(a >= 2.0 ** 128, layout.FLOAT_ABOVE, np.where(a < 2.0 ** -149, layout.FLOAT_BELOW, k))
-    k = np.where(a == 0, layout.FLOAT_ZERO, k + np.where(v < 0, layout.FLOAT_HALF, 0)).astype(np.int64)
-    return np.bincount(k, minlength=layout.FLOAT_SLOTS)
 
 
 def cpu_kernels():

@@ -262,3 +262,56 @@ def test_python_dash_m_entry_point():
     r = subprocess.run([sys.executable, "-m", "hookstats", "report", "/no/such/folder"], capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip() == "hookstats report: error: no such folder: /no/such/folder"
+
+
+def saved_run(run, config):
+    """A run folder as attach(sinks=run_dir_sinks(...)) saves it (4 steps, a flush every 2), and the count and
+    mean of 0:output's last step, from a hook of the test's own."""
+    import torch
+    from torch import nn
+
+    import hookstats
+    from hookstats.sinks import run_dir_sinks
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 30), nn.ReLU(), nn.Linear(30, 3))
+    seen = []
+    model[0].register_forward_hook(lambda m, i, o: seen.append(o.detach().double()))
+    mon = hookstats.attach(model, sinks=run_dir_sinks(run, tensorboard=False), log_every=2, alerts=False, **config)
+    for s in range(4):
+        model(torch.randn(8, 5) * (1 + s)).square().mean().backward()
+    mon.remove()
+    return seen[-1].numel(), seen[-1].mean().item()
+
+
+@pytest.mark.parametrize("config, linear", [({}, False), ({"nbins": 8, "lo": -2.0, "hi": 2.0}, True),
+                                            ({"linear_hist": True, "float_hist": False}, True)],
+                         ids=["defaults", "linear+buckets", "linear-only"])
+def test_report_on_a_run_saved_with_and_without_linear_bins(tmp_path, capsys, config, linear):
+    """Defaults (float buckets, no linear bins): no line has `hist` or `hist_range`, so a missing range cannot be
+    missed, and the value heatmap is the buckets' view; with linear bins every line has both, and a line whose
+    range is cut is one error naming it."""
+    run = tmp_path / "run"
+    count, mean = saved_run(run, config)
+    lines = (run / "history.jsonl").read_text().splitlines()
+    records = [json.loads(ln) for ln in lines]
+    assert all(("hist" in r) == ("hist_range" in r) == linear for r in records)
+    assert any("float_hist" in r for r in records) == config.get("float_hist", True)
+    code, out, err = run_main(capsys, "report", str(run), "--out", str(tmp_path / "charts"))
+    assert code == 0, err
+    assert {"layer_stats_output.png", "hist_linear_output.png", "hist_log2_output.png", "dynamic_range.png"} <= \
+        {p.name for p in (tmp_path / "charts").glob("*.png")}
+    row = next(ln for ln in out.splitlines() if ln.startswith("0:output ")).split()
+    assert int(row[1].replace(",", "")) == count and float(row[2]) == pytest.approx(mean, rel=1e-3, abs=1e-6)
+    assert ("near 0 rel %" in out) == config.get("float_hist", True)
+
+    good = next(ln for ln in lines if '"target": "0:output"' in ln)
+    if linear:
+        broken = [re.sub(r', "hist_range": \[[^\]]*\]', "", good), good.replace('"hist": [', '"hist": ["x", ')]
+    else:  # linear bins in one line only: without their range, that line is malformed too
+        broken = [good.replace('"step": ', '"hist": [1, 2], "step": ', 1)]
+    for bad in broken:
+        assert bad != good
+        (run / "history.jsonl").write_text(good + "\n" + bad + "\n")
+        code, _, err = run_main(capsys, "report", str(run), "--out", str(tmp_path / "charts"))
+        assert code == 2 and "history.jsonl:2: malformed hookstats record" in err, err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -1,7 +1,7 @@
 """The real CUDA kernel source (csrc/cuda/accumulate_kernel.cuh) run on CPU threads through tests/cuda_emu/,
 under ThreadSanitizer and under Address/UndefinedBehaviorSanitizer, checked against the CPU kernel
 (integer statistics exactly), a float64 NumPy oracle (moments) and, for the float buckets (FLOAT_HIST), the
-oracle of each value's bucket from its float64 magnitude (helpers.float_buckets); planted bugs must be caught."""
+oracle of each value's bucket from its float64 magnitude (float_oracle.float_buckets); planted bugs must be caught."""
 import concurrent.futures
 import functools
 import glob
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import float_buckets, oracle
+from float_oracle import float_buckets
+from helpers import oracle
 from hookstats import layout
 from hookstats.config import StatsConfig
 

@@ -1,12 +1,13 @@
 """Float buckets (flag FLOAT_HIST) of the op, compiled kernels and reference, against a NumPy oracle that reads each
-value's bucket from its exact magnitude (helpers.float_buckets), and the rest of the state against helpers.oracle."""
+value's bucket from its exact magnitude (float_oracle.float_buckets), and the rest of the state against helpers.oracle."""
 import math
 
 import numpy as np
 import pytest
 import torch
 from conftest import DTYPES
-from helpers import CPU_KERNELS, failure_with_kernel, float_buckets, no_host_sync, on_thread_counts, oracle
+from float_oracle import float_buckets
+from helpers import CPU_KERNELS, failure_with_kernel, no_host_sync, on_thread_counts, oracle
 from test_accumulate import LAYOUTS, assert_matches
 
 from hookstats import layout, reference

@@ -37,10 +37,10 @@ class Net(nn.Module):
         return self.lin3(self.lin2(self.act(self.lin1(x[:, None])))).squeeze(-1)
 
 
-def fit(epochs=2, **kw):
+def fit(epochs=2, model=None, ours_kw=None, **kw):
     """One Learner carrying fastai's callback and ours: the same model and batches for both."""
-    theirs, ours = FastaiActivationStats(**kw), ActivationStats(log_every=3, **kw)
-    learn = synth_learner(n_trn=N_TRAIN // BS, n_val=1, model=Net(), cbs=[theirs, ours], lr=1e-4)
+    theirs, ours = FastaiActivationStats(**kw), ActivationStats(log_every=3, **kw, **(ours_kw or {}))
+    learn = synth_learner(n_trn=N_TRAIN // BS, n_val=1, model=model or Net(), cbs=[theirs, ours], lr=1e-4)
     learn.dls.train.bs = BS
     tens = []  # every training output of lin2, to count the exact 10.0 values
     learn.model.lin2.register_forward_hook(lambda m, a, o: tens.append((o == 10.0).sum().item()) if m.training else None)
@@ -132,3 +132,50 @@ def test_a_training_batch_needs_no_host_sync():
     assert any("hookstats" in op for op in ops)
     assert len(cb.stats) == before + 1  # reading stats is where the host transfer happens
     cb.monitor.remove()
+
+
+@pytest.mark.parametrize("with_hist", [False, True])
+def test_float_buckets_only_when_asked_for_and_fastais_numbers_either_way(with_hist):
+    """By default the drop-in counts what fastai's numbers need (the linear bins only with with_hist, no float
+    buckets); float_hist=True adds the buckets (against the test's own float_oracle of every training output)."""
+    from float_oracle import float_counts
+    for float_hist in (False, True):
+        net, outs = Net(), []
+        net.lin1.register_forward_hook(lambda m, a, o: outs.append(o.detach().numpy().copy()) if m.training else None)
+        theirs, ours, tens = fit(epochs=1, model=net, ours_kw={"float_hist": float_hist} if float_hist else None,
+                                 with_hist=with_hist)
+        cfg = ours.monitor.cfg
+        assert (cfg.float_hist, cfg.linear_hist, cfg.log_hist) == (float_hist, with_hist, float_hist)
+        assert len(ours.stats) == len(theirs.stats) > 0
+        for b, (tb, ob) in enumerate(zip(theirs.stats, ours.stats)):
+            for m, (t, o) in enumerate(zip(tb, ob)):
+                assert_batch_matches(t, o, exact_tens=tens[b] if m == 1 else 0, last=True)
+                assert ("hist" in o) == with_hist
+        rec = ours.monitor.stats()["lin1:output"]
+        if float_hist:
+            np.testing.assert_array_equal(rec["float_hist"], float_counts(np.concatenate([o.ravel() for o in outs])))
+        else:
+            assert rec["float_hist"] is None and rec["log2_hist"] is None
+    with pytest.raises(ValueError, match="float_hist must be True or False"):
+        ActivationStats(float_hist=1)
+
+
+class WithLoneParameter(Net):
+    """A parameter of the model's own beside its children: fastai's flatten_model wraps it in a ParameterModule
+    that is hooked and never called."""
+
+    def __init__(self):
+        super().__init__()
+        self.shift = nn.Parameter(torch.full((1,), 0.5))
+
+    def forward(self, x):
+        return super().forward(x) + self.shift
+
+
+def test_a_lone_parameter_gets_none_every_batch_as_in_fastai():
+    theirs, ours, _ = fit(epochs=1, model=WithLoneParameter(), with_hist=False)
+    assert len(ours.stats) == len(theirs.stats) > 0
+    for tb, ob in zip(theirs.stats, ours.stats):
+        assert len(tb) == len(ob) == 4 and tb[3] is None and ob[3] is None
+        for t, o in zip(tb[:3], ob[:3]):
+            assert_batch_matches(t, o)

@@ -1,7 +1,8 @@
 """JSONLSink: one JSON line per step and target with the scalars and the histograms (the float buckets and
 the log2 slots as {slot: count} of the occupied slots; the log2 ones also where there are buckets, a few dozen
-entries that keep the files readable by versions without buckets), and one line per alert. read_jsonl()
-loads it back for `hookstats report`; files of versions without float buckets read as before."""
+entries that keep the files readable by versions without buckets; null beside the buckets with log_hist=False),
+and one line per alert. read_jsonl() loads it back for `hookstats report`; files of versions without float
+buckets read as before."""
 import json
 from pathlib import Path
 
@@ -34,6 +35,8 @@ class JSONLSink:
                 line["log2_hist"] = _sparse(rec["log2_hist"])
             if rec.get("float_hist") is not None:
                 line["float_hist"] = _sparse(rec["float_hist"])
+                if rec.get("log2_hist") is None:  # log_hist=False: read_jsonl must not sum it from the buckets
+                    line["log2_hist"] = None
             f.write(json.dumps(line, allow_nan=False) + "\n")
         f.flush()
 
@@ -97,6 +100,7 @@ def _record(obj):
     step = obj.pop("step")
     if isinstance(step, bool) or not isinstance(step, int) or not isinstance(obj["target"], str):
         raise TypeError(f"step must be an integer and target a string, got {step!r} and {obj['target']!r}")
+    log2_off = "log2_hist" in obj and obj["log2_hist"] is None  # written with log_hist=False
     for k, v in obj.items():
         if v is None:
             obj[k] = float("nan")
@@ -104,7 +108,9 @@ def _record(obj):
         obj["hist"] = np.asarray(obj["hist"], dtype=np.int64)
         lo, hi = obj.pop("hist_range")
         obj["hist_edges"] = np.linspace(float(lo), float(hi), len(obj["hist"]) + 1)
-    if "log2_hist" in obj:
+    if log2_off:
+        obj["log2_hist"] = None
+    elif "log2_hist" in obj:
         obj["log2_hist"] = _dense(obj["log2_hist"], layout.LOG_SLOTS, "log2")
     if "float_hist" in obj:
         obj["float_hist"] = _dense(obj["float_hist"], layout.FLOAT_SLOTS, "float bucket")

@@ -21,7 +21,7 @@ class _Sparse:
     """One histogram of a target kept only on the rows that have counts, each as its nonzero slots (int16)
     and their counts (int64): the float buckets (4096 slots, a few hundred used) come once per flush."""
 
-    def __init__(self, size):
+    def __init__(self, size, cap=0):
         self.size = size
         self.at = {}  # physical row -> (slots, counts)
 
@@ -31,11 +31,13 @@ class _Sparse:
     def resize(self, cap, order):
         self.at = {new: self.at[old] for new, old in enumerate(order.tolist()) if old in self.at}
 
-    def put(self, at, h, used):
+    def put(self, at, h, used, has=None):
+        """Histograms h [k, size] (None: none) into the physical rows `at`; has [k] bool: the rows that have
+        one (None: all)."""
         rows = range(at.start, at.stop) if isinstance(at, slice) else at.tolist()
         for r, p in enumerate(rows):
             self.at.pop(p, None)
-            if not h.flags.writeable:  # read-only zero rows: steps without buckets (records.no_bucket_columns)
+            if h is None or has is not None and not has[r]:
                 continue
             slots = np.flatnonzero(h[r])
             self.at[p] = (slots.astype(np.int16), h[r, slots].astype(np.int64))
@@ -53,13 +55,13 @@ class _Span:
     """One histogram of a target over its rows: slot 0 in a column of its own (exact zeros in the log2
     histogram, frequent after a ReLU) and of the others only slots lo..hi-1, the span the records have used
     so far (a few dozen of the log2 histogram's 256). Widened, with a copy, when a record reaches further.
-    A row put from read-only zero rows (a step without float buckets: records.no_bucket_columns) has none:
-    slot 0 holds -1 there (counts are never negative) and get() gives None."""
+    A row without this histogram (its record had None) holds -1 in slot 0 (counts are never negative) and
+    get() gives None; so do the `cap` rows a block already has when the histogram first comes."""
 
-    def __init__(self, size):
+    def __init__(self, size, cap=0):
         self.size, self.lo, self.hi = size, 1, 1
-        self.first = np.zeros(0, dtype=np.int64)
-        self.rows = np.zeros((0, 0), dtype=np.int64)
+        self.first = np.full(cap, -1, dtype=np.int64)
+        self.rows = np.zeros((cap, 0), dtype=np.int64)
 
     def arrays(self):
         return [self.first, self.rows]
@@ -70,9 +72,12 @@ class _Span:
         first[: len(order)], rows[: len(order)] = self.first[order], self.rows[order]
         self.first, self.rows = first, rows
 
-    def put(self, at, h, used):
-        """Histograms h [k, size] into the physical rows `at`; `used` (lo, hi): the span of slots 1.. that
-        h uses, (0, 0) for none."""
+    def put(self, at, h, used, has=None):
+        """Histograms h [k, size] (None: none) into the physical rows `at`; `used` (lo, hi): the span of
+        slots 1.. that h uses, (0, 0) for none; has [k] bool: the rows that have one (None: all)."""
+        if h is None:
+            self.first[at], self.rows[at] = -1, 0
+            return
         lo, hi = used
         if hi > lo and (lo < self.lo or hi > self.hi):
             if self.hi > self.lo:
@@ -80,7 +85,7 @@ class _Span:
             rows = np.zeros((len(self.rows), hi - lo), dtype=np.int64)
             rows[:, self.lo - lo: self.hi - lo] = self.rows
             self.rows, self.lo, self.hi = rows, lo, hi
-        self.first[at] = h[:, 0] if h.flags.writeable else -1
+        self.first[at] = h[:, 0] if has is None else np.where(has, h[:, 0], -1)
         self.rows[at] = h[:, self.lo: self.hi]
 
     def get(self, i):
@@ -106,13 +111,16 @@ def spans_of(h, present=None):
 
 
 class _Schema:
-    """Which fields a write's records have: ints, floats and histograms (with their sizes) as columns, the
-    ones that are None, and the linear histogram's edges (one read-only array shared by the blocks)."""
+    """Which fields a write's records have: ints and floats as columns, the other fields that are None, the
+    histograms they carry (`counts`: None on some records or all of them, as a step without buckets has them)
+    and the sizes of those given (`hists`), and the linear histogram's edges (one read-only array shared by
+    the blocks)."""
 
     def __init__(self, cols):
         self.ints = tuple(k for k in INTS if cols.get(k) is not None)
         self.floats = tuple(k for k in FLOATS if cols.get(k) is not None)
-        self.none = tuple(k for k in FIELDS if k in cols and cols[k] is None)
+        self.none = tuple(k for k in FIELDS if k in cols and cols[k] is None and k not in HISTS)
+        self.counts = tuple(k for k in HISTS if k in cols)
         self.hists = tuple((k, cols[k].shape[-1]) for k in HISTS if cols.get(k) is not None)
         self.edges = None
         if cols.get(EDGES) is not None:
@@ -120,7 +128,8 @@ class _Schema:
             self.edges.flags.writeable = False
 
     def fields(self):
-        return self.ints, self.floats, self.none, self.hists
+        """What a target's records must keep from write to write (the histograms' sizes: _Block.check)."""
+        return self.ints, self.floats, self.none, self.counts
 
 
 def held_bytes(cols, targets, rows):
@@ -147,9 +156,9 @@ class _Block:
     def __init__(self, key, schema, max_rows):
         self.key = dict(key)
         self.fields = schema.fields()
-        self.ints, self.floats, self.none, hists = self.fields
+        self.ints, self.floats, self.none, self.counts = self.fields
         self.edges = schema.edges
-        self.hists = {k: (_Sparse if k in SPARSE else _Span)(size) for k, size in hists}
+        self.hists = {}  # the histograms given so far: earlier rows (and rows given None) have none
         self.max_rows, self.cap, self.n, self.start = max_rows, 0, 0, 0
         self.steps = np.zeros(0, dtype=np.int64)
         self.i = np.zeros((0, len(self.ints)), dtype=np.int64)
@@ -158,6 +167,23 @@ class _Block:
     def arrays(self):
         return [self.steps, self.i, self.f, *(a for s in self.hists.values() for a in s.arrays())] + \
             ([self.edges] if self.edges is not None else [])
+
+    def check(self, schema):
+        """Raises if a write's records differ from this target's earlier ones in their fields or in a
+        histogram's size (a histogram None before and given now, or the reverse, is no change)."""
+        fields = schema.fields()
+        sizes = {k: h.size for k, h in self.hists.items()}
+        changed = [(k, sizes[k], size) for k, size in schema.hists if sizes.get(k, size) != size]
+        if fields != self.fields:
+            raise ValueError(f"the records of {self.key['target']!r} changed fields: {self.fields} -> {fields}")
+        if changed:
+            raise ValueError(f"the histograms of {self.key['target']!r} changed size (name, was, now): {changed}")
+
+    def add_histograms(self, schema):
+        """Storage for each histogram of a write given for the first time (the rows before have none)."""
+        for k, size in schema.hists:
+            if k not in self.hists:
+                self.hists[k] = (_Sparse if k in SPARSE else _Span)(size, self.cap)
 
     def order(self):
         """Physical row indices, oldest first."""
@@ -180,12 +206,15 @@ class _Block:
 
     def append(self, steps, ints, floats, hists):
         """Rows for `steps` (oldest first): ints [k, len(self.ints)], floats [k, len(self.floats)], hists
-        {name: (h [k, size], span used)}; when full at max_rows the oldest rows go."""
+        {name: (h [k, size], span used, has: [k] bool rows that have it or None for all)}, those given
+        (check() first); the rows of the others have none. When full at max_rows the oldest rows go."""
         k = len(steps)
         if self.max_rows is not None and k > self.max_rows:  # only the last max_rows can stay
             cut = slice(k - self.max_rows, k)
             steps, ints, floats = steps[cut], ints[cut], floats[cut]
-            hists = {n: (h[cut], None if n in SPARSE else spans_of(h[cut])) for n, (h, _) in hists.items()}
+            hists = {n: (None, None, None) if h is None else
+                     (h[cut], None if n in SPARSE else spans_of(h[cut]), None if has is None else has[cut])
+                     for n, (h, _, has) in hists.items()}
             k = self.max_rows
         if self.n + k > self.cap and (self.max_rows is None or self.cap < self.max_rows):
             self._grow(self.n + k)
@@ -197,7 +226,7 @@ class _Block:
         self.i[at] = ints
         self.f[at] = floats
         for name, span in self.hists.items():
-            span.put(at, *hists[name])
+            span.put(at, *hists.get(name, (None, None, None)))
 
     def rows_from(self, first_step):
         """Physical indices of the rows at or after `first_step`, oldest first."""
@@ -209,19 +238,25 @@ class _Block:
         rec.update({k: None for k in self.none})
         rec.update({k: int(v) for k, v in zip(self.ints, self.i[i].tolist())})
         rec.update(zip(self.floats, self.f[i].tolist()))
-        for k, span in self.hists.items():
-            rec[k] = span.get(i)
+        for k in self.counts:
+            rec[k] = self.hists[k].get(i) if k in self.hists else None
         if self.edges is not None:
             rec[EDGES] = self.edges
         return rec
 
 
-def _rows_or_empty(values):
-    """[1, T, size] of a sparse histogram's records, None ones as zero rows; None when every one is None."""
-    known = next((v for v in values if v is not None), None)
-    if known is None:
-        return None
-    return np.array([[np.zeros_like(known) if v is None else v for v in values]])
+def _histogram_row(name, records):
+    """(h [1, T, size], missing [1, T] bool or None) of one histogram of a write's records, the None ones as
+    zero rows marked missing; (None, None) when every one is None."""
+    values = [r[name] for r in records]
+    known = [np.asarray(v) for v in values if v is not None]
+    if not known:
+        return None, None
+    if len({v.shape for v in known}) > 1:
+        raise ValueError(f"the {name} of one write's records differ in size: {sorted({v.shape for v in known})}")
+    zero = np.zeros_like(known[0])
+    missing = np.array([[v is None for v in values]])
+    return np.array([[zero if v is None else v for v in values]]), missing if missing.any() else None
 
 
 class MemorySink:
@@ -233,24 +268,33 @@ class MemorySink:
         self.alerts = []
 
     def write(self, step, records):
+        """One step's records, each kept as given: a histogram may be None on some records (a step without
+        float buckets) or on every record of some writes and not of others."""
         first = records[0] if records else {}
-        cols = {}
+        cols, missing = {}, {}
         for k in FIELDS:
-            if k in first:
-                if k in SPARSE and any(r[k] is None for r in records):  # a step without buckets: the first with
-                    cols[k] = _rows_or_empty([r[k] for r in records])
-                    continue
+            if k not in first:
+                continue
+            if k in HISTS:
+                cols[k], missing[k] = _histogram_row(k, records)
+            else:
                 cols[k] = None if first[k] is None else (
                     first[k] if k == EDGES else np.array([[r[k] for r in records]]))
         self.write_rows([step], [{k: r[k] for k in KEY_FIELDS} for r in records], cols,
-                        np.ones((1, len(records)), dtype=bool))
+                        np.ones((1, len(records)), dtype=bool), missing)
 
-    def write_rows(self, steps, keys, cols, present):
+    def write_rows(self, steps, keys, cols, present, missing=None):
         """Many steps at once, as len(steps) write() calls: keys [T] dicts of the KEY_FIELDS; cols {field:
         array [S, T] (hist, log2_hist [S, T, size]), or None when switched off; hist_edges one array};
-        present [S, T] bool, the (step, target) pairs that have a record."""
+        present [S, T] bool, the (step, target) pairs that have a record. A histogram's rows are None in the
+        records where missing[field] [S, T] is True, and all of them when its array is read-only (the zero
+        rows of steps without float buckets: records.no_bucket_columns)."""
         steps = np.asarray(steps, dtype=np.int64)
         schema = _Schema(cols)
+        missing = missing or {}
+        hists = {k: (None, None) if not cols[k].flags.writeable else
+                 (cols[k], None if missing.get(k) is None else ~np.asarray(missing[k], dtype=bool))
+                 for k, _ in schema.hists}
         ints, floats = (np.stack([cols[k] for k in names], axis=-1) if names else np.zeros(present.shape + (0,), dtype)
                         for names, dtype in ((schema.ints, np.int64), (schema.floats, np.float64)))
         a = 0
@@ -258,7 +302,8 @@ class MemorySink:
             b = len(steps) if self.max_steps is None else \
                 min(len(steps), a + self.max_steps - self._writes % self.max_steps)
             self._append(steps[a:b], keys, schema, ints[a:b], floats[a:b],
-                         {k: cols[k][a:b] for k, _ in schema.hists}, present[a:b])
+                         {k: (h if h is None else h[a:b], has if has is None else has[a:b])
+                          for k, (h, has) in hists.items()}, present[a:b])
             if self.max_steps is not None:
                 self._window.extend(steps[a:b].tolist())
             self._writes += b - a
@@ -269,20 +314,26 @@ class MemorySink:
             a = b
 
     def _append(self, steps, keys, schema, ints, floats, hists, present):
+        """hists {name: (h [S, T, size] or None for none, has [S, T] bool or None for all)}."""
         targets = np.flatnonzero(present.any(axis=0))
         firsts = present.argmax(axis=0).tolist()
         every = present.all(axis=0).tolist()
-        spans = {k: None if k in SPARSE else spans_of(h, present) for k, h in hists.items()}
-        fields = schema.fields()
-        for t in sorted(targets.tolist(), key=lambda t: (firsts[t], t)):  # new targets: in first-seen order
+        spans = {k: None if k in SPARSE or h is None else spans_of(h, present) for k, (h, _) in hists.items()}
+        order = sorted(targets.tolist(), key=lambda t: (firsts[t], t))  # new targets: in first-seen order
+        for t in order:  # every target checked before any is written: a refused write changes nothing
+            block = self._blocks.get(keys[t]["target"])
+            if block is not None:
+                block.check(schema)
+        for t in order:
             block = self._blocks.get(keys[t]["target"])
             if block is None:
                 block = self._blocks[keys[t]["target"]] = _Block(keys[t], schema, self.max_steps)
-            elif block.fields != fields:
-                raise ValueError(f"the records of {keys[t]['target']!r} changed fields: {block.fields} -> {fields}")
+            block.add_histograms(schema)
             rows = slice(None) if every[t] else np.flatnonzero(present[:, t])
             block.append(steps[rows], ints[rows, t], floats[rows, t],
-                         {k: (h[rows, t], spans[k] and spans[k][t]) for k, h in hists.items()})
+                         {k: (None, None, None) if h is None else
+                          (h[rows, t], spans[k] and spans[k][t], None if has is None else has[rows, t])
+                          for k, (h, has) in hists.items()})
 
     def write_alerts(self, step, alerts):
         self.alerts.extend(alerts)
