@@ -339,7 +339,8 @@ def test_python_layout_mirrors_the_header():
     assert list(torch.ops.hookstats.layout()) == [layout.FSTATE_SIZE, layout.LIN_BASE, layout.LIN_EXTRA,
                                                    layout.LOG_SLOTS, layout.LOG_EXP_MIN, layout.MAX_BINS,
                                                    layout.FLOAT_HIST, layout.FLOAT_MANT_BITS, layout.FLOAT_SLOTS,
-                                                   layout.FLOAT_BELOW, layout.FLOAT_ABOVE, layout.FLOAT_ZERO]
+                                                   layout.FLOAT_BELOW, layout.FLOAT_ABOVE, layout.FLOAT_ZERO,
+                                                   layout.SKIP_HIST]
 
 
 def test_opcheck():

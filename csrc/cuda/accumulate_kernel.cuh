@@ -471,15 +471,22 @@ __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid,
   }
 }
 
-// The 1-element enabled flag (bool/uint8/int32/int64): read on the device, so no host sync.
-__device__ __forceinline__ bool flag_on(const unsigned char* enabled, int bytes) {
+// The 1-element enabled flag (bool/uint8/int32/int64), read on the device, so no host sync: 0 off, else its low
+// byte (little-endian: where kSkipHist is) with 0x100 set, as the CPU kernel reads it.
+__device__ __forceinline__ int flag_value(const unsigned char* enabled, int bytes) {
   unsigned char any = 0;
   for (int k = 0; k < bytes; ++k) any |= enabled[k];
-  return any != 0;
+  return any ? (enabled[0] | 0x100) : 0;
+}
+// A call whose flag has kSkipHist counts no histogram: its Params say so (the same state layout), so the shared
+// histograms shrink to the linear part, which keeps counting NaN/Inf.
+HS_HD Params call_params(Params p, int on) {
+  p.flags = call_flags(p.flags, on);
+  return p;
 }
 
 template <typename T, bool kLin, bool kLog, bool kFloat>
-__device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, const Params& p) {
+__device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, const Params& p, BlockShared& sm) {
   using A = typename Acc<T>::type;
   constexpr int V = 16 / sizeof(T);
   constexpr int U = V == 2 ? 1 : kUnroll;            // fp64: one load in flight (else it spills at 64 registers)
@@ -487,7 +494,6 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
   constexpr bool kU = kUnderflowCheck<T>;
   constexpr Hists h{kLin, kLog, kFloat};
   static_assert(U % kChunkVecs == 0, "chunks must tile the unrolled loads");
-  HS_SHARED(BlockShared, sm);
   unsigned* const warp = zero_hists(p);
   ThreadStats<A> t;
   t.mn = t.mx = nan_acc(A(0));
@@ -531,11 +537,19 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
 template <typename T, bool kLin, bool kLog, bool kFloat>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     dense_kernel(const Batch b, const Params p, const unsigned char* enabled, int enabled_bytes) {
-  if (!flag_on(enabled, enabled_bytes)) return;
+  const int on = flag_value(enabled, enabled_bytes);
+  if (!on) return;
+  HS_SHARED(BlockShared, sm);
   int ti = 0;
   while (ti + 1 < b.count && static_cast<int>(blockIdx.x) >= b.block_start[ti + 1]) ++ti;
-  const int bid = static_cast<int>(blockIdx.x) - b.block_start[ti];
-  dense_body<T, kLin, kLog, kFloat>(b.t[ti], bid, b.block_start[ti + 1] - b.block_start[ti], p);
+  const int bid = static_cast<int>(blockIdx.x) - b.block_start[ti], nblk = b.block_start[ti + 1] - b.block_start[ti];
+  if constexpr (kLin || kLog || kFloat) {
+    if (on & kSkipHist) {  // uniform over the grid: a separate body, the counting one's loop stays as it is
+      dense_body<T, false, false, false>(b.t[ti], bid, nblk, call_params(p, on), sm);
+      return;
+    }
+  }
+  dense_body<T, kLin, kLog, kFloat>(b.t[ti], bid, nblk, p, sm);
 }
 
 using DenseKernel = void (*)(const Batch, const Params, const unsigned char*, int);
@@ -554,11 +568,13 @@ DenseKernel dense_kernel_for(int flags) {
 // Any other view, read in place through its strides (logical elements, as torch reductions count).
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
-    strided_kernel(const Target tg, const Strided st, const Params p, const unsigned char* enabled,
+    strided_kernel(const Target tg, const Strided st, const Params prm, const unsigned char* enabled,
                    int enabled_bytes) {
   using A = typename Acc<T>::type;
-  if (!flag_on(enabled, enabled_bytes)) return;
+  const int on = flag_value(enabled, enabled_bytes);
+  if (!on) return;
   HS_SHARED(BlockShared, sm);
+  const Params p = call_params(prm, on);
   const Hists h = hists_of(p);
   unsigned* const warp = zero_hists(p);
   ThreadStats<A> t;
