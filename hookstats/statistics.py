@@ -66,6 +66,9 @@ class Rows:
     def sqrt(self, a):
         return a.sqrt() if self._torch else np.sqrt(a)
 
+    def as_float(self, a):
+        return a.double() if self._torch else a.astype(np.float64)
+
     def as_int(self, a):
         return a.long() if self._torch else a.astype(np.int64)
 
@@ -147,8 +150,24 @@ def _on_occupied(s, fn, fill=math.nan, dtype=np.float64):
     return out
 
 
+def _hist_count(s):
+    """Values the record's histograms hold (finite ones: NaN/Inf are not in them): its float buckets' where it has
+    them, else its linear bins' (underflow and overflow included), else its log2 slots'. With hist_every > 1
+    fewer than `finite`: what is derived from the histograms is a share of these."""
+    if s.cfg.float_hist:
+        n = s.floats().sum(axis=-1)
+    elif s.cfg.linear_hist:
+        n = s.lin(0, s.nbins + 2).sum(axis=-1)
+    else:
+        n = s.log2().sum(axis=-1)
+    return s.as_float(n)
+
+
 def _quantiles(s):
     lo, hi = s.exact_range()
+    if lo is not None:  # the exact min/max bound the buckets' values only when the buckets hold every finite value
+        whole = s["hist_count"] == s.fcol(layout.N_FINITE)
+        lo, hi = s.where(whole, lo, math.nan), s.where(whole, hi, math.nan)
 
     def both(c, has):
         pick = (lambda v: None) if lo is None else (lambda v: v[has])
@@ -184,6 +203,8 @@ TABLE = (
     # near_zero_count <= count: 0 / 0 = NaN while empty
     Statistic("near_zero", lambda s: s.div(s["near_zero_count"], s["count"]), FLOAT, scalar=True, dashboard="default", alerts=True, plot=Plot("near zero (%)", 100, ylim=(-2, 102))),
     Statistic("near_zero_count", lambda s: s.icol(layout.NEAR_ZERO), INT),
+    # float: NaN where a history record carries no float buckets (a window's steps before its last)
+    Statistic("hist_count", _hist_count, FLOAT, scalar=True, needs=("float_hist", "linear_hist", "log_hist")),
     # the default near-zero figure with float buckets: share of |x| < 2**(E - 10), E = floor(log2 p99 |x|)
     # (why: hookstats/buckets.py); the eps one above stays, and is what the alerts read
     Statistic("near_zero_rel", lambda s: s["_near_zero_rel"]["share"], FLOAT, scalar=True, dashboard="default",

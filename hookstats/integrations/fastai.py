@@ -12,8 +12,8 @@ from hookstats.config import check_count
 from hookstats.selection import module_names
 
 # fastai's numbers: near_zero = mean(o <= 0.05), hist = o.histc(40, 0, 10): the exact linear bins, asked for by
-# name (not the float buckets' fitted view), whatever the defaults
-FASTAI_CONFIG = dict(nbins=40, lo=0.0, hi=10.0, eps=0.05, near_zero="le", linear_hist=True)
+# name (not the float buckets' fitted view), on every batch, whatever the defaults
+FASTAI_CONFIG = dict(nbins=40, lo=0.0, hi=10.0, eps=0.05, near_zero="le", linear_hist=True, hist_every=1)
 
 
 class ActivationStats(FastaiActivationStats):
