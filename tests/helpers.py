@@ -59,6 +59,16 @@ def oracle(x, cfg):
     return f, i
 
 
+def without_histograms(istate, cfg):
+    """An oracle istate (oracle()) as a call whose enabled flag has SKIP_HIST leaves it: count, near-zero and the
+    NaN/Inf slots; no linear bins (under, bins, over), log2 slots or float buckets."""
+    i = np.zeros_like(istate)
+    nan = layout.nan_slot(cfg.nbins)
+    i[[layout.COUNT, layout.NEAR_ZERO]] = istate[[layout.COUNT, layout.NEAR_ZERO]]
+    i[nan: nan + 3] = istate[nan: nan + 3]
+    return i
+
+
 def float_buckets(x):
     """Float bucket counts (csrc/accumulator.h float_slot) of tensor x, from each finite value's exact magnitude
     by np.frexp, not its bits: k = 8 * biased exponent + top 3 mantissa bits; below 2**-126, k = |x| // 2**-129;
