@@ -378,15 +378,18 @@ __device__ __forceinline__ unsigned* zero_hists(const Params& p) {
 }
 
 // Adds the block's shared counters to istate: the warps' histograms summed per slot, the float buckets; only
-// nonzero counts take a global atomic (exact, order-free).
-__device__ __forceinline__ void flush_hists(const Target& tg, const Params& p) {
+// nonzero counts take a global atomic (exact, order-free). hists false (a kSkipHist call of the dense kernel, which
+// counts as with the flag clear: a second loop beside the counting one made ptxas spill): NaN/Inf only.
+__device__ __forceinline__ void flush_hists(const Target& tg, const Params& p, bool hists) {
   const unsigned* hist_all = float_hist();
-  const int nwarps = blockDim.x / kWarp, stride = hist_stride(p), used = hist_used(p), fw = float_words(p);
-  for (int s = threadIdx.x; s < used; s += blockDim.x) {
+  const int nwarps = blockDim.x / kWarp, stride = hist_stride(p), fw = float_words(p);
+  const int first = hists ? 0 : p.nbins + 2, used = hists ? hist_used(p) : p.nbins + kLinExtra;
+  for (int s = first + threadIdx.x; s < used; s += blockDim.x) {
     unsigned long long sum = 0;
     for (int w = 0; w < nwarps; ++w) sum += hist_all[fw + w * stride + s];
     if (sum) atomicAdd(&tg.is[kLinBase + s], sum);
   }
+  if (!hists) return;
   unsigned long long* fis = tg.is + float_base(p.nbins);
   for (int s = threadIdx.x; s < fw; s += blockDim.x) {
     if (hist_all[s]) atomicAdd(&fis[s], static_cast<unsigned long long>(hist_all[s]));
@@ -398,7 +401,7 @@ __device__ __forceinline__ void flush_hists(const Target& tg, const Params& p) {
 // partials in block order and re-arms the ticket, so nothing needs zeroing before the next launch.
 template <typename A>
 __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid, int nblk, const Params& prm,
-                             BlockShared& sm) {
+                             BlockShared& sm, bool hists) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
   Partial p;
   shifted_to_partial(p, t.n, t.K, t.s1, t.s2);
@@ -415,7 +418,7 @@ __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid,
     sm.nz[warp] = nz;
   }
   __syncthreads();
-  flush_hists(tg, prm);
+  flush_hists(tg, prm, hists);
   if (warp == 0) {
     Partial b;
     unsigned bz = 0;
@@ -486,7 +489,7 @@ HS_HD Params call_params(Params p, int on) {
 }
 
 template <typename T, bool kLin, bool kLog, bool kFloat>
-__device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, const Params& p, BlockShared& sm) {
+__device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, const Params& p, bool hists) {
   using A = typename Acc<T>::type;
   constexpr int V = 16 / sizeof(T);
   constexpr int U = V == 2 ? 1 : kUnroll;            // fp64: one load in flight (else it spills at 64 registers)
@@ -494,6 +497,7 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
   constexpr bool kU = kUnderflowCheck<T>;
   constexpr Hists h{kLin, kLog, kFloat};
   static_assert(U % kChunkVecs == 0, "chunks must tile the unrolled loads");
+  HS_SHARED(BlockShared, sm);
   unsigned* const warp = zero_hists(p);
   ThreadStats<A> t;
   t.mn = t.mx = nan_acc(A(0));
@@ -529,7 +533,7 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
     consume<1, kU>(t, v, p, h, warp);
   }
   __syncthreads();
-  finish_block(t, tg, bid, nblk, p, sm);
+  finish_block(t, tg, bid, nblk, p, sm, hists);
 }
 
 // Dense tensors (contiguous, channels_last, permuted: read as flat memory), one or many per launch; one
@@ -539,17 +543,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     dense_kernel(const Batch b, const Params p, const unsigned char* enabled, int enabled_bytes) {
   const int on = flag_value(enabled, enabled_bytes);
   if (!on) return;
-  HS_SHARED(BlockShared, sm);
   int ti = 0;
   while (ti + 1 < b.count && static_cast<int>(blockIdx.x) >= b.block_start[ti + 1]) ++ti;
-  const int bid = static_cast<int>(blockIdx.x) - b.block_start[ti], nblk = b.block_start[ti + 1] - b.block_start[ti];
-  if constexpr (kLin || kLog || kFloat) {
-    if (on & kSkipHist) {  // uniform over the grid: a separate body, the counting one's loop stays as it is
-      dense_body<T, false, false, false>(b.t[ti], bid, nblk, call_params(p, on), sm);
-      return;
-    }
-  }
-  dense_body<T, kLin, kLog, kFloat>(b.t[ti], bid, nblk, p, sm);
+  const int bid = static_cast<int>(blockIdx.x) - b.block_start[ti];
+  dense_body<T, kLin, kLog, kFloat>(b.t[ti], bid, b.block_start[ti + 1] - b.block_start[ti], p, !(on & kSkipHist));
 }
 
 using DenseKernel = void (*)(const Batch, const Params, const unsigned char*, int);
@@ -603,7 +600,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     consume<1, kUnderflowCheck<T>>(t, v, p, h, warp);
   }
   __syncthreads();
-  finish_block(t, tg, bid, nblk, p, sm);
+  finish_block(t, tg, bid, nblk, p, sm, true);
 }
 
 }  // namespace cuda_kernel
