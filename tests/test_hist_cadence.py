@@ -40,6 +40,15 @@ class Seen:
         return np.concatenate(parts) if parts else np.zeros(0)
 
 
+def train(model, seen, steps, mon=None):
+    """Runs `steps` train forwards on inputs(steps), telling `seen` the step; mon.step() after each when given."""
+    for k, x in enumerate(inputs(steps)):
+        seen.step = k
+        model(x)
+        if mon is not None:
+            mon.step()
+
+
 def hist_steps(steps, every, n, paused=()):
     """The histogram steps among range(steps): sampled (k % every == 0, not paused) and k % (every * n) == 0."""
     return {k for k in range(steps) if k % every == 0 and k not in paused and k % (every * n) == 0}
@@ -97,9 +106,7 @@ def test_histograms_hold_exactly_the_histogram_steps(backend, every, n, hists):
     model, steps = mlp(), 9
     mon = hookstats.attach(model, every=every, hist_every=n, grads=False, **hists)
     seen = Seen(model)
-    for k, x in enumerate(inputs(steps)):
-        seen.step = k
-        model(x)
+    train(model, seen, steps)
     stats = mon.stats()
     hs, ss = hist_steps(steps, every, n), sampled_steps(steps, every)
     assert 0 in hs and (n == 1) == (1 in hs)
@@ -220,10 +227,7 @@ def test_history_window_buckets_are_those_of_its_histogram_steps():
     mon = hookstats.attach(model, hist_every=5, grads=False, steps="manual", history=True, log_every=10,
                            sinks=[sink], alerts=False)
     seen = Seen(model)
-    for k, x in enumerate(inputs(steps)):
-        seen.step = k
-        model(x)
-        mon.step()
+    train(model, seen, steps, mon)
     mon.remove()
     got = {(s, r["target"]): r for s, r in sink.rows}
     for name in NAMES:
@@ -243,10 +247,7 @@ def test_history_per_step_bins_are_none_on_steps_without_histograms():
     mon = hookstats.attach(model, hist_every=3, grads=False, steps="manual", history=True, log_every=4,
                            sinks=[sink], alerts=False, linear_hist=True, float_hist=False, nbins=8, lo=-2, hi=2)
     seen = Seen(model)
-    for k, x in enumerate(inputs(steps)):
-        seen.step = k
-        model(x)
-        mon.step()
+    train(model, seen, steps, mon)
     mon.remove()
     for step, rec in sink.rows:
         values = seen.of(rec["module"], {step})
