@@ -203,8 +203,6 @@ TABLE = (
     # near_zero_count <= count: 0 / 0 = NaN while empty
     Statistic("near_zero", lambda s: s.div(s["near_zero_count"], s["count"]), FLOAT, scalar=True, dashboard="default", alerts=True, plot=Plot("near zero (%)", 100, ylim=(-2, 102))),
     Statistic("near_zero_count", lambda s: s.icol(layout.NEAR_ZERO), INT),
-    # float: NaN where a history record carries no float buckets (a window's steps before its last)
-    Statistic("hist_count", _hist_count, FLOAT, scalar=True, needs=("float_hist", "linear_hist", "log_hist")),
     # the default near-zero figure with float buckets: share of |x| < 2**(E - 10), E = floor(log2 p99 |x|)
     # (why: hookstats/buckets.py); the eps one above stays, and is what the alerts read
     Statistic("near_zero_rel", lambda s: s["_near_zero_rel"]["share"], FLOAT, scalar=True, dashboard="default",
@@ -217,6 +215,8 @@ TABLE = (
               scope=INTERNAL),
     Statistic("_quantiles", _quantiles, INTERNAL, scope=INTERNAL),
     *_quantile_rows(),
+    # what the shares above are of (hist_every); float: NaN where a history record carries no float buckets
+    Statistic("hist_count", _hist_count, FLOAT, scalar=True, needs=("float_hist", "linear_hist", "log_hist")),
     Statistic("nan", lambda s: s.lin(s.nbins + 2), INT, scalar=True),
     Statistic("posinf", lambda s: s.lin(s.nbins + 3), INT, scalar=True),
     Statistic("neginf", lambda s: s.lin(s.nbins + 4), INT, scalar=True),
