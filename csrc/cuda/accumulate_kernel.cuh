@@ -481,8 +481,9 @@ __device__ __forceinline__ int flag_value(const unsigned char* enabled, int byte
   for (int k = 0; k < bytes; ++k) any |= enabled[k];
   return any ? (enabled[0] | 0x100) : 0;
 }
-// A call whose flag has kSkipHist counts no histogram: its Params say so (the same state layout), so the shared
-// histograms shrink to the linear part, which keeps counting NaN/Inf.
+// The strided kernel's Params for a call whose flag has kSkipHist: no histogram (the same state layout; its shared
+// histograms shrink to the linear part, which keeps counting NaN/Inf). The dense kernel counts as ever and flushes
+// NaN/Inf only (flush_hists).
 HS_HD Params call_params(Params p, int on) {
   p.flags = call_flags(p.flags, on);
   return p;
