@@ -99,7 +99,8 @@ def _check_target(op, x, fstate, istate, scratch, enabled, nbins, flags):
     if enabled.device != x.device:
         raise RuntimeError(f"{op}enabled must be on x's device ({x.device}), got {enabled.device}")
     if enabled.dtype not in _FLAG_DTYPES:
-        raise RuntimeError(f"{op}enabled must be bool, uint8, int32 or int64, got {enabled.dtype}")
+        raise RuntimeError(f"{op}enabled must be bool, uint8, int32 or int64 (0: off; else on, without the histograms "
+                           f"where bit 2 is set), got {enabled.dtype}")
     if enabled.numel() != 1:
         raise RuntimeError(f"{op}enabled must have one element, got {enabled.numel()}")
 
