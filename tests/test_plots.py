@@ -11,6 +11,8 @@ from hookstats import plots
 from hookstats.config import StatsConfig
 from hookstats.layout import log_base
 
+pytestmark = pytest.mark.usefixtures("every_step_histograms")  # their oracles count every step's histograms
+
 pytest.importorskip("matplotlib")
 PNG = b"\x89PNG\r\n\x1a\n"
 
