@@ -31,6 +31,13 @@ constexpr int kLogExpMin = -126;  // exponent of log2 slot 2
 constexpr int kMaxBins = 256;
 
 enum Flags : int { kLinearHist = 1, kLogHist = 2, kSignedNearZero = 4, kFloatHist = 8 };
+constexpr int kHistFlags = kLinearHist | kLogHist | kFloatHist;
+// The enabled flag's value (a 1-element tensor the op reads on x's device): 0 makes a call a no-op; any other value
+// runs it; with bit kSkipHist set, the histograms (linear bins, log2 slots, float buckets) are not counted in this
+// call (count, moments, min/max, near-zero and NaN/Inf are). A bool True (1) counts everything.
+constexpr int kSkipHist = 2;
+// The Params of a call whose enabled flag has kSkipHist: the same state layout, no histogram counted.
+HS_HD int call_flags(int flags, int enabled) { return (enabled & kSkipHist) ? flags & ~kHistFlags : flags; }
 
 // Float buckets (kFloatHist; istate then ends with kFloatSlots more slots): log-linear buckets read from the
 // value's float32 bits, (sign, exponent, top kFloatMantBits mantissa bits): slot = bits >> 20, so a bucket is

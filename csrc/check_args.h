@@ -73,7 +73,8 @@ inline void check_target(Op op, const at::Tensor& x, const at::Tensor& fstate, c
               enabled.device());
   const auto e = enabled.scalar_type();
   TORCH_CHECK(e == at::kBool || e == at::kByte || e == at::kInt || e == at::kLong,
-              op, "enabled must be bool, uint8, int32 or int64, got ", e);
+              op, "enabled must be bool, uint8, int32 or int64 (0: off; else on, without the histograms where bit 2 "
+              "is set), got ", e);
   TORCH_CHECK(enabled.numel() == 1, op, "enabled must have one element, got ", enabled.numel());
 }
 

@@ -18,7 +18,7 @@ std::string cpu_kernel();  // cpu/accumulate_cpu.cpp: "avx512", "avx2" or "porta
 
 std::vector<int64_t> layout() {
   return {kFState, kLinBase, kLinExtra, kLogSlots, kLogExpMin, kMaxBins,
-          kFloatHist, kFloatMantBits, kFloatSlots, kFloatBelow, kFloatAbove, kFloatZero};
+          kFloatHist, kFloatMantBits, kFloatSlots, kFloatBelow, kFloatAbove, kFloatZero, kSkipHist};
 }
 
 // The istate offsets of (nbins, flags), for hookstats/layout.py's mirror test.
@@ -29,8 +29,9 @@ std::vector<int64_t> istate_offsets(int64_t nbins, int64_t flags) {
 
 TORCH_LIBRARY(hookstats, m) {
   // Updates the running state of one target in place with the statistics of x, in one read of x.
-  // enabled: a 1-element bool/int tensor on x's device; 0 makes the call a no-op without a host sync,
-  // so sampling works inside captured graphs. flags: Flags in accumulator.h.
+  // enabled: a 1-element bool/int tensor on x's device, read there without a host sync (so sampling works inside
+  // captured graphs): 0 makes the call a no-op; any other value runs it, and with bit kSkipHist (2) set the
+  // histograms are not counted in this call (accumulator.h). flags: Flags in accumulator.h.
   m.def(
       "accumulate_(Tensor x, Tensor(a!) fstate, Tensor(b!) istate, Tensor(c!) scratch, Tensor enabled, "
       "float lo, float inv_w, float eps, int nbins, int flags) -> ()");

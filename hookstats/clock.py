@@ -42,16 +42,19 @@ class StepClock:
     """A step is one forward of the root model in training mode (steps="forward"), or, with steps="manual" or
     once step() has been called, what the caller ends with step(). Step k is sampled when k % every == 0
     (step 0 is) and the clock is not paused; a forward is measured when its step is sampled and its phase is
-    measured (train, or eval with track_eval).
+    measured (train, or eval with track_eval). A sampled step is a histogram step when k % (every * hist_every)
+    == 0: a fixed grid of steps (step 0 is one), so a pause() over one skips it rather than shifting the next
+    ones, and history windows of log_every steps (a multiple of every * hist_every) hold the same number.
 
-    Listeners: step_listeners(clock, finished_step, it_was_sampled) when a step ends, forward_listeners() at
-    the start of each root forward (not nested; compiled too), eager_listeners() at each eager point;
-    on_sampling(sampled) when sampling changes (the device flags follow it)."""
+    Listeners: step_listeners(clock, finished_step, it_was_sampled, it_counted_histograms) when a step ends,
+    forward_listeners() at the start of each root forward (not nested; compiled too), eager_listeners() at each
+    eager point; on_sampling(sampled, hist) when the step's mode changes (the device flags follow it)."""
 
     def __init__(self, model, every=1, track_eval=False, steps="forward", on_sampling=None,
-                 exclusive=contextlib.nullcontext):
+                 exclusive=contextlib.nullcontext, hist_every=1):
         self.model, self.track_eval = model, track_eval
         self.every = check_count("every", every)
+        self.hist_every = check_count("hist_every", hist_every)
         # a root forward in training mode is a step; step() ends one
         self.manual = check_arg("steps", steps, ("forward", "manual")) == "manual"
         self.step_count = 0  # the step being run now
@@ -59,9 +62,10 @@ class StepClock:
         self.phase = "train"
         self.measuring = True  # this step is sampled and its phase is measured: the eager hooks' fast check
         self.sampling = True  # this step is sampled (not paused, step % every == 0): what the device flags hold
+        self.hist = True  # and it counts the histograms (step % (every * hist_every) == 0): the flags hold it too
         # Whether the open step was sampled at any time in it (a pause or an eval forward since does not undo
-        # what it measured): History records exactly these steps.
-        self.step_sampled = True
+        # what it measured): History records exactly these steps; and whether it counted histograms then.
+        self.step_sampled = self.step_hist = True
         self.attached = True  # a plain bool: compiled code can read it
         self.compiled = False  # a hook ran inside torch.compile
         self.optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
@@ -147,21 +151,23 @@ class StepClock:
         return known
 
     def _end_step(self):
-        finished, sampled = self.step_count, self.step_sampled
+        finished, sampled, hist = self.step_count, self.step_sampled, self.step_hist
         self.step_count += 1
-        self.step_sampled = False  # the caller's update_active() decides for the next step
+        self.step_sampled = self.step_hist = False  # the caller's update_active() decides for the next step
         with self.exclusive():
             for f in self.step_listeners:
-                f(self, finished, sampled)
+                f(self, finished, sampled, hist)
 
     def update_active(self):
         sampled = not self.paused and self.step_count % self.every == 0
+        hist = self.step_count % (self.every * self.hist_every) == 0
         self.step_sampled = self.step_sampled or sampled
+        self.step_hist = self.step_hist or (sampled and hist)
         self.measuring = sampled and self.measures_phase()
-        if sampled != self.sampling:
-            self.sampling = sampled
+        if (sampled, hist) != (self.sampling, self.hist):
+            self.sampling, self.hist = sampled, hist
             if self.on_sampling is not None:
-                self.on_sampling(sampled)
+                self.on_sampling(sampled, hist)
 
     def measures_phase(self):
         return self.phase == "train" or self.track_eval

@@ -16,7 +16,12 @@ class StatsConfig:
     Defaults: the range-free float buckets (float_hist) on, the linear histogram off. It is on with
     linear_hist=True or when any of nbins/lo/hi is given (a range asked for is never silently dropped);
     None fields are resolved here, so repr and == show what is measured. With float_hist the kernel skips
-    its own log2 slots: log_hist then means "records carry log2_hist, summed from the buckets"."""
+    its own log2 slots: log_hist then means "records carry log2_hist, summed from the buckets".
+
+    hist_every=N: on train-phase steps the histograms (float buckets, linear bins, log2 slots) are counted on one
+    sampled step in N, the steps k with k % (every * N) == 0 (step 0 always); count, moments, min/max, near-zero
+    and NaN/Inf on every sampled step. Eval forwards (eval=True) count them always. Whatever is derived from the
+    histograms is normalised by the values they hold (records' hist_count), never by count."""
 
     nbins: int = None
     lo: float = None
@@ -26,13 +31,15 @@ class StatsConfig:
     linear_hist: bool = None
     log_hist: bool = True
     float_hist: bool = True
+    hist_every: int = None
 
     def __post_init__(self):
         if self.linear_hist is None:
             object.__setattr__(self, "linear_hist", any(v is not None for v in (self.nbins, self.lo, self.hi)))
-        for name, default in LINEAR_DEFAULTS.items():
+        for name, default in {**LINEAR_DEFAULTS, "hist_every": HIST_EVERY}.items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, default)
+        object.__setattr__(self, "hist_every", check_count("hist_every", self.hist_every))
         checks = {"nbins": (int, 1, layout.MAX_BINS), "lo": (float,), "hi": (float,), "eps": (float, 0),
                   "near_zero": (("abs", "le"),), "linear_hist": (bool,), "log_hist": (bool,),
                   "float_hist": (bool,)}
@@ -82,6 +89,9 @@ class StatsConfig:
 
 
 LINEAR_DEFAULTS = {"nbins": 40, "lo": -10.0, "hi": 10.0}  # the linear bins when asked for without a range
+# Train steps between histogram steps by default: measured (benchmarks/RESULTS.md, "Histogram cadence"); it divides
+# history's log_every=10, so every flush window holds the same number of histogram steps.
+HIST_EVERY = 10
 F32_MAX = float(np.finfo(np.float32).max)
 
 

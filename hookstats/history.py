@@ -10,7 +10,8 @@ import torch
 from . import layout
 from .alerts import ROW_WIDTH, AlertRules, step_order
 from .config import check_count
-from .records import bucket_columns, key_fields, no_bucket_columns, select_steps, step_columns, step_records
+from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
+                      step_records)
 from .sinks.memory import MemorySink
 from .stats import chan_merge_rows, new_fstate_values
 from .user_warning import warn_user
@@ -180,6 +181,7 @@ class History:
         self._pending = []
         self._last_flush = 0
         self._reported = set()
+        self._no_hist = set()  # recorded steps that counted no histograms (hist_every), until delivered
         self._broken = self._closed = False
         self._order = step_order(monitor.modules, monitor.forward_order)
         monitor.split_steps()
@@ -192,19 +194,22 @@ class History:
             by_dev.setdefault(device, []).append(st)
         return by_dev
 
-    def _on_step_end(self, monitor, step, sampled):
+    def _on_step_end(self, monitor, step, sampled, hist):
         if self._broken or self._closed or not sampled:
             return
         try:
-            self.record(step)
+            self.record(step, hist)
             if step + 1 - self._last_flush >= self.log_every:
                 self.flush(wait=False)
         except Exception as e:  # the user's training step must go on
             self._broken = True
             warn_user(f"hookstats: history stopped after an error at step {step}: {e!r}", HistoryWarning)
 
-    def record(self, step):
-        """Snapshots the statistics of `step` (measured since the previous snapshot) on the device."""
+    def record(self, step, hist=True):
+        """Snapshots the statistics of `step` (measured since the previous snapshot) on the device; hist: whether
+        it counted the histograms (its window's float buckets hold only such steps)."""
+        if not hist:
+            self._no_hist.add(step)
         for device, states in self._train_states().items():
             ring = self._ring(device, states)
             if len(ring.steps) == ring.capacity:
@@ -266,23 +271,36 @@ class History:
         fs, counts = slots.view(np.float64)[..., :F], slots[..., F:]
         cols = step_columns(fs, counts, self.cfg)
         present = cols["count"] != 0
+        hist = [s not in self._no_hist for s in steps]
+        self._no_hist.difference_update(steps)
         active = np.flatnonzero(present.any(axis=1))  # steps where nothing was measured go nowhere
         if len(active) < len(steps):
+            hist = [hist[s] for s in active.tolist()]
             steps = [steps[s] for s in active.tolist()]
             cols = select_steps(cols, active)
             present = present[active]
         if steps:
             # the window's buckets go with its last measured step; the steps before it carry none
             last = active[-1]
-            self._write_steps(steps[:-1], keys, no_bucket_columns(cols, len(steps) - 1, self.cfg), present[:-1])
+            self._write_runs(steps[:-1], keys, no_bucket_columns(cols, len(steps) - 1, self.cfg), present[:-1], hist)
             tail = bucket_columns(fs[last], counts[last], None if host_b is None else host_b.numpy(), self.cfg)
-            self._write_steps(steps[-1:], keys, tail, present[-1:])
+            self._write_runs(steps[-1:], keys, tail, present[-1:], hist[-1:])
         new = self.rules.read(arow, keys, self._reported, order=self._order)
         if new:
             self.alerts.extend(new)
             for msg in brief(new):
                 warn_user(f"hookstats alert: {msg}", self.rules.warning)
             self._write("write_alerts", new[0]["step"], new)
+
+    def _write_runs(self, steps, keys, cols, present, hist):
+        """_write_steps per run of steps that did (hist[k]) or did not count histograms."""
+        start = 0
+        for end in range(1, len(steps) + 1):
+            if end == len(steps) or hist[end] != hist[start]:
+                part = select_steps(cols, slice(start, end))
+                self._write_steps(steps[start:end], keys, part if hist[start] else no_hist_columns(part, self.cfg),
+                                  present[start:end])
+                start = end
 
     def _write_steps(self, steps, keys, cols, present):
         """Sinks with write_rows (MemorySink) take the flush as arrays; the others get per step a list of
@@ -315,7 +333,7 @@ class History:
             return
         self._closed = True
         if not self._broken and self.monitor.step_sampled:
-            self.record(self.monitor.step_count)
+            self.record(self.monitor.step_count, self.monitor.step_hist)
         self.flush(wait=True)
         for sink in self.sinks:
             try:

@@ -20,6 +20,9 @@ LOG_EXP_MIN = -126
 MAX_BINS = 256
 
 LINEAR_HIST, LOG_HIST, SIGNED_NEAR_ZERO, FLOAT_HIST = 1, 2, 4, 8
+HIST_FLAGS = LINEAR_HIST | LOG_HIST | FLOAT_HIST
+# the enabled flag's values: 0 off, 1 everything, 1 | SKIP_HIST (3) all but the histograms (accumulator.h kSkipHist)
+SKIP_HIST = 2
 
 FLOAT_MANT_BITS = 3
 FLOAT_SHIFT = 23 - FLOAT_MANT_BITS

@@ -24,10 +24,10 @@ class Monitor:
 
     A step is one forward of the root model in training mode (steps="forward"), or, with steps="manual" or
     once mon.step() has been called, what the caller ends with mon.step(). Step k is measured when
-    k % every == 0 (step 0 is measured).
+    k % every == 0 (step 0 is measured); its train-phase histograms when k % (every * cfg.hist_every) == 0.
 
     What history.py, distributed.py and planner.py use (besides the user's API): cfg, modules, every,
-    forward_order, step_listeners, step_count, step_sampled, states(), split_steps(), eager_point(). The parts
+    forward_order, step_listeners, step_count, step_sampled, step_hist, states(), split_steps(), eager_point(). The parts
     are public too: mon.store (state.StateStore), mon.clock (clock.StepClock), mon.port (what the hooks use),
     mon.hooks (hooks.Hooks), mon.recorder (history.History, or None without a history).
     """
@@ -39,15 +39,15 @@ class Monitor:
         self.model, self.cfg, self.modules, self.track_eval = model, cfg, modules, eval
         self.store = StateStore(cfg)
         self.clock = StepClock(model, every, eval, steps, on_sampling=self.store.set_sampling,
-                               exclusive=self.store.exclusive)
+                               exclusive=self.store.exclusive, hist_every=cfg.hist_every)
         self.every, self.separate_calls, self.tell = self.clock.every, separate_calls, WarnOnce()
         self.port = Port(self.store, self.clock, self.tell, separate_calls)
-        self.step_listeners = self.clock.step_listeners  # callables(clock, finished_step, it_was_sampled)
+        self.step_listeners = self.clock.step_listeners  # callables(clock, finished_step, sampled, counted_hists)
         self.forward_order = self.port.calls.forward_order  # name -> rank of its first eager forward call
         self.clock.eager_listeners.append(self.port.settle)
         for dev in {t.device for t in (*model.parameters(), *model.buffers())} - {torch.device("meta")}:
-            self.store.flag(dev)  # compiled code cannot allocate them
-        self.store.flag(torch.device("cpu"))
+            self.store.flags(dev)  # compiled code cannot allocate them
+        self.store.flags(torch.device("cpu"))
         self.hooks = Hooks(self.port, model, modules, inputs=inputs, outputs=outputs, grads=grads,
                            input_grads=input_grads, param_grads=param_grads)
         self._param_grads = self.hooks.param_grads
@@ -67,6 +67,8 @@ class Monitor:
     step_sampled = property(lambda self: self.clock.step_sampled,
                             doc="Whether the open step was sampled at any time so far (paused or in an eval "
                                 "forward now or not).")
+    step_hist = property(lambda self: self.clock.step_hist,
+                         doc="Whether the open step has counted its train-phase histograms at any time so far.")
 
     def pause(self):
         self.clock.pause()
@@ -209,14 +211,15 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     """Hooks `model` and returns a Monitor (also a context manager that removes the hooks on exit).
 
     modules/types/exclude select what is hooked (default: every module with parameters of its own);
-    every=N measures one step in N; steps="forward" counts a step per root forward in training mode,
+    every=N measures one step in N (hist_every=M: the train histograms on one of those in M, steps k with
+    k % (N * M) == 0; moments, counts, min/max, near-zero and NaN/Inf on each); steps="forward" counts a step per root forward in training mode,
     steps="manual" lets mon.step() end each step (gradient accumulation); eval=True also measures eval-mode forwards, kept apart from train;
     inputs=True measures module inputs; grads (default on) the gradients flowing back into the outputs;
     input_grads=True the gradients w.r.t. module inputs (full backward hook nodes; no in-place ops on the
     outputs, graph breaks under torch.compile); param_grads=True each parameter's gradient once per
     optimizer step; separate_calls=True keeps each call of a module in a step apart ("fc:output@1").
     config (a StatsConfig) or its fields as keywords (nbins, lo, hi,
-    eps, near_zero, linear_hist, log_hist, float_hist) set what is measured: by default the range-free float
+    eps, near_zero, linear_hist, log_hist, float_hist, hist_every) set what is measured: by default the range-free float
     buckets; the fixed-range linear histogram when linear_hist=True or any of nbins/lo/hi is given.
     history=True (or an int: the device ring's capacity in steps) keeps per-step statistics, drained
     every log_every steps to mon.history() (the last `keep` steps) and to `sinks` (every step); alerts (True,

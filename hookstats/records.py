@@ -94,7 +94,17 @@ def _bucket_fields(cfg):
                                        _without_buckets(cfg), statistics.HISTORY)
     return {k: (v.dtype, v.shape[2:]) for k, v in full.items()
             if v is not None and statistics.BY_NAME[k].type != statistics.EDGES
-            and (plain[k] is None or k == "log2_hist")}
+            and (plain[k] is None or k in ("log2_hist", "hist_count"))}
+
+
+def no_hist_columns(cols, cfg):
+    """Columns of steps that counted no histograms (hist_every): the histograms the ring keeps per step (the linear
+    bins, the kernel's log2 slots) as steps without them have them (None in records); hist_count says 0."""
+    cols = dict(cols)
+    for name in ("hist",) + (() if cfg.float_hist else ("log2_hist",)):
+        if cols.get(name) is not None:
+            cols[name] = np.broadcast_to(np.zeros((), cols[name].dtype), cols[name].shape)
+    return cols
 
 
 def select_steps(cols, slots):

@@ -3,7 +3,8 @@
 Same signature and state layout as the C++/CUDA op (csrc/accumulator.h). Moments are float64 two-pass
 over the tensor; bins use the kernels' float32 formula; float buckets read the float32 bits (float64 inputs:
 their exact magnitude, as accumulator.h's float_slot(double)). Runs on any device with no host sync: no
-.item(), no bincount, no range-inferring histc; `enabled` masks the update on the device.
+.item(), no bincount, no range-inferring histc; `enabled` masks the update on the device (0: none; with
+layout.SKIP_HIST set: all but the histograms).
 """
 import math
 
@@ -99,7 +100,8 @@ def _check_target(op, x, fstate, istate, scratch, enabled, nbins, flags):
     if enabled.device != x.device:
         raise RuntimeError(f"{op}enabled must be on x's device ({x.device}), got {enabled.device}")
     if enabled.dtype not in _FLAG_DTYPES:
-        raise RuntimeError(f"{op}enabled must be bool, uint8, int32 or int64, got {enabled.dtype}")
+        raise RuntimeError(f"{op}enabled must be bool, uint8, int32 or int64 (0: off; else on, without the histograms "
+                           f"where bit 2 is set), got {enabled.dtype}")
     if enabled.numel() != 1:
         raise RuntimeError(f"{op}enabled must have one element, got {enabled.numel()}")
 
@@ -163,7 +165,10 @@ def _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags
     if x.numel() == 0:
         return
     x = x.detach().reshape(-1)
-    on = enabled.reshape(()).to(torch.bool)
+    mode = enabled.reshape(()).long()
+    on = mode != 0
+    # the histograms (linear bins, log2 slots, float buckets) unless the flag has SKIP_HIST; NaN/Inf always
+    hw = (on & ((mode & layout.SKIP_HIST) == 0)).long()
     xd = x.double()
     fin = torch.isfinite(xd)
     f = _bin_values(x)
@@ -201,15 +206,15 @@ def _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags
         t = torch.where(t > -1, t, -1.0)
         t = torch.where(t < nbins, t, float(nbins))
         slots = torch.where(fin, t.floor().long() + 1, nonfinite)
-        lin.index_add_(0, slots - first, w.expand(slots.shape))
+        lin.index_add_(0, slots - first, torch.where(fin, hw, w))
     else:
         lin.index_add_(0, torch.where(fin, nbins + 2, nonfinite) - first, (~fin).long() * w)
     if flags & layout.LOG_HIST:
         lg = istate[layout.log_base(nbins, flags): layout.float_base(nbins, flags)]
-        lg.index_add_(0, torch.where(fin, _log_slots(f), 0), fin.long() * w)
+        lg.index_add_(0, torch.where(fin, _log_slots(f), 0), fin.long() * hw)
     if flags & layout.FLOAT_HIST:
         fl = istate[layout.float_base(nbins, flags):]
-        fl.index_add_(0, torch.where(fin, _float_slots(x), 0), fin.long() * w)
+        fl.index_add_(0, torch.where(fin, _float_slots(x), 0), fin.long() * hw)
 
 
 def accumulate_many_(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags):

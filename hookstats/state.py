@@ -8,7 +8,7 @@ import threading
 
 import torch
 
-from . import accumulate
+from . import accumulate, layout
 from .stats import chan_merge_rows, new_fstate_values
 
 PHASES = ("train", "eval")
@@ -107,14 +107,16 @@ def mark_static(t):
 
 
 class StateStore:
-    """Every target's state of one monitor: (phase, TargetKey, device) -> TargetState, and per device a
-    1-element bool flag, the device-side copy of "this step is sampled" that masks the op in compiled code."""
+    """Every target's state of one monitor: (phase, TargetKey, device) -> TargetState, and per device and phase a
+    1-element uint8 flag, the device-side copy of the step's mode that the op reads (compiled code too): 0 not
+    sampled, 1 sampled, 1 | SKIP_HIST sampled without histograms (train steps between histogram steps; the eval
+    phase's flag never skips them). Changing a flag's value recompiles and re-captures nothing."""
 
     def __init__(self, cfg):
         self.cfg = cfg
-        self.sampling = True  # what the flags hold (the step clock sets it)
+        self.sampling, self.hist = True, True  # what the flags hold (the step clock sets it)
         self._states = {}  # (phase, TargetKey, device) -> TargetState
-        self._flags = {}  # device -> flag
+        self._flags = {}  # (device, phase) -> flag
         self._late = set()  # (phase, *key fields, device) first reached inside compiled code
         self._split_steps = False  # train states keep the open step apart (History sets it)
         self._op_args = cfg.op_args()
@@ -123,17 +125,30 @@ class StateStore:
     def __len__(self):
         return len(self._states)
 
-    def flag(self, device):
-        flag = self._flags.get(device)
+    def flag(self, device, phase="train"):
+        flag = self._flags.get((device, phase))
         if flag is None:
-            flag = self._flags[device] = torch.tensor([self.sampling], dtype=torch.bool, device=device)
+            flag = self._flags[(device, phase)] = torch.tensor([self._mode(phase)], dtype=torch.uint8, device=device)
             mark_static(flag)
         return flag
 
-    def set_sampling(self, sampled):
-        self.sampling = sampled
-        for flag in self._flags.values():
-            flag.fill_(sampled)
+    def flags(self, device):
+        """Allocates the flags of `device` (every phase): compiled code cannot."""
+        for phase in PHASES:
+            self.flag(device, phase)
+
+    def _mode(self, phase):
+        if not self.sampling:
+            return 0
+        return 1 if self.hist or phase != "train" else 1 | layout.SKIP_HIST
+
+    def set_sampling(self, sampled, hist=True):
+        """The step's mode: sampled or not, and whether its train phase counts the histograms."""
+        if (sampled, hist) == (self.sampling, self.hist):
+            return
+        self.sampling, self.hist = sampled, hist
+        for (_, phase), flag in self._flags.items():
+            flag.fill_(self._mode(phase))
 
     def state(self, key, device, phase):
         k = (phase, key, device)
@@ -163,14 +178,15 @@ class StateStore:
         reach=False leaves marking the state as reached (listed by stats()) to the caller."""
         k = (phase, key, device)
         st = self._states.get(k)
-        flag = self._flags.get(device)
+        flag = self._flags.get((device, phase))
         if st is None or flag is None:
             if torch.compiler.is_compiling():
                 # plain values: Dynamo cannot rebuild a TargetKey made in compiled code outside the graph
                 self._late.add((phase, key.module, key.kind, key.leaf, key.call, device))
                 return None
             st = self.state(key, device, phase)
-            flag = self.flag(device)
+            self.flags(device)
+            flag = self._flags[(device, phase)]
         if reach:
             st.reached = True
         return st, flag
@@ -184,7 +200,7 @@ class StateStore:
         self._late = set()
         for phase, key, device in late:
             self.state(key, device, phase)
-            self.flag(device)
+            self.flags(device)
         return late
 
     def exclusive(self):
@@ -197,10 +213,10 @@ class StateStore:
         with self.exclusive():
             accumulate.accumulate_(t, st.fstate, st.istate, st.scratch, flag, *self._op_args)
 
-    def accumulate_many(self, ts, sts, device):
+    def accumulate_many(self, ts, sts, device, phase="train"):
         with self.exclusive():
             accumulate.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],
-                                        self.flag(device), *self._op_args)
+                                        self.flag(device, phase), *self._op_args)
 
     @staticmethod
     def to_host(states):

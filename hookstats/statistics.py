@@ -71,6 +71,9 @@ class Rows:
     def sqrt(self, a):
         return a.sqrt() if self._torch else np.sqrt(a)
 
+    def as_float(self, a):
+        return a.double() if self._torch else a.astype(np.float64)
+
     def as_int(self, a):
         return a.long() if self._torch else a.astype(np.int64)
 
@@ -152,8 +155,24 @@ def _on_occupied(s, fn, fill=math.nan, dtype=np.float64):
     return out
 
 
+def _hist_count(s):
+    """Values the record's histograms hold (finite ones: NaN/Inf are not in them): its float buckets' where it has
+    them, else its linear bins' (underflow and overflow included), else its log2 slots'. With hist_every > 1
+    fewer than `finite`: what is derived from the histograms is a share of these."""
+    if s.cfg.float_hist:
+        n = s.floats().sum(axis=-1)
+    elif s.cfg.linear_hist:
+        n = s.lin(0, s.nbins + 2).sum(axis=-1)
+    else:
+        n = s.log2().sum(axis=-1)
+    return s.as_float(n)
+
+
 def _quantiles(s):
     lo, hi = s.exact_range()
+    if lo is not None:  # the exact min/max bound the buckets' values only when the buckets hold every finite value
+        whole = s["hist_count"] == s.fcol(layout.N_FINITE)
+        lo, hi = s.where(whole, lo, math.nan), s.where(whole, hi, math.nan)
 
     def both(c, has):
         pick = (lambda v: None) if lo is None else (lambda v: v[has])
@@ -201,6 +220,8 @@ TABLE = (
               scope=INTERNAL),
     Statistic("_quantiles", _quantiles, INTERNAL, scope=INTERNAL),
     *_quantile_rows(),
+    # what the shares above are of (hist_every); float: NaN where a history record carries no float buckets
+    Statistic("hist_count", _hist_count, FLOAT, scalar=True, needs=("float_hist", "linear_hist", "log_hist")),
     Statistic("nan", lambda s: s.nonfinite(0), INT, scalar=True),
     Statistic("posinf", lambda s: s.nonfinite(1), INT, scalar=True),
     Statistic("neginf", lambda s: s.nonfinite(2), INT, scalar=True),

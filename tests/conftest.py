@@ -1,4 +1,5 @@
-"""Shared fixtures: the two implementations of the op (compiled kernel, pure-PyTorch reference)."""
+"""Shared fixtures: the two implementations of the op (compiled kernel, pure-PyTorch reference); histograms on
+every step for the test files whose oracles count them so."""
 import os
 import sys
 
@@ -28,3 +29,14 @@ def op(request):
             pytest.skip("HOOKSTATS_BACKEND=reference")
         return _compiled()
     return reference.accumulate_
+
+
+@pytest.fixture(scope="module")
+def every_step_histograms():
+    """The default hist_every is 1 in a test module (module fixtures included): for the files whose oracles count
+    the histograms of every step they see (loops, callbacks, charts of several steps). The cadence itself:
+    tests/test_hist_cadence.py."""
+    from hookstats import config
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(config, "HIST_EVERY", 1)
+        yield

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import DTYPES
-from helpers import CPU_KERNELS, failure_with_kernel, on_thread_counts, oracle
+from helpers import CPU_KERNELS, failure_with_kernel, on_thread_counts, oracle, without_histograms
 
 import hookstats
 from hookstats import layout, reference
@@ -218,6 +218,51 @@ def test_disabled_flag_leaves_the_state_untouched(op):
     assert i0[layout.COUNT] == 1000
 
 
+# enabled values: 0 off; any other value runs the call; with bit SKIP_HIST (2) set, without the histograms
+SKIP = {"uint8-3": torch.tensor([3], dtype=torch.uint8), "int64-2": torch.tensor([2]),
+        "int32-3": torch.tensor([3], dtype=torch.int32)}
+EVERYTHING = {"bool": ON, "int64-256": torch.tensor([256]), "uint8-1": torch.tensor([1], dtype=torch.uint8)}
+
+
+@pytest.mark.parametrize("cfg", [CFG, StatsConfig(), StatsConfig(nbins=7, lo=-1.0, hi=3.0, log_hist=False)],
+                         ids=["lin-log", "buckets", "lin-buckets"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("flag", SKIP, ids=str)
+def test_skip_hist_flag_counts_everything_but_the_histograms(op, cfg, dtype, flag):
+    """One call with every histogram, then two with SKIP_HIST: the histograms hold the first tensor's values;
+    count, moments, min/max, near-zero and NaN/Inf all three calls'."""
+    x, y = make("nonfinite", 20011, dtype, seed=3), make("outliers", 4097, dtype, seed=4)
+    f, i, s = fresh(cfg)
+    op(x, f, i, s, ON, *cfg.op_args())
+    for t in (y, x):
+        op(t, f, i, s, SKIP[flag], *cfg.op_args())
+    fw, _ = oracle(torch.cat([x, y, x]), cfg)
+    iw = oracle(x, cfg)[1] + without_histograms(oracle(y, cfg)[1], cfg) + without_histograms(oracle(x, cfg)[1], cfg)
+    assert_matches((f.numpy(), i.numpy()), (fw, iw), dtype, exact_floats=op is reference.accumulate_)
+
+
+@pytest.mark.parametrize("flag", EVERYTHING, ids=str)
+def test_nonzero_flags_without_the_skip_bit_count_everything(op, flag):
+    cfg = StatsConfig(nbins=7, lo=-1.0, hi=3.0)
+    x = make("nonfinite", 5003, torch.float32, seed=5)
+    assert_matches(run(op, [x], cfg, enabled=EVERYTHING[flag]), oracle(x, cfg), torch.float32,
+                   exact_floats=op is reference.accumulate_)
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_accumulate_many_skips_the_histograms_of_every_target(backend):
+    cfg = StatsConfig(linear_hist=True)
+    op = torch.ops.hookstats.accumulate_many_ if backend == "compiled" else reference.accumulate_many_
+    xs = [make("nonfinite", n, torch.bfloat16, seed=n) for n in (1, 4097, 30011)]
+    states = [fresh(cfg) for _ in xs]
+    for flag in (ON, SKIP["uint8-3"]):
+        op(xs, *([st[k] for st in states] for k in range(3)), flag, *cfg.op_args())
+    for x, (f, i, _) in zip(xs, states):
+        fw, _ = oracle(torch.cat([x, x]), cfg)
+        iw = oracle(x, cfg)[1] + without_histograms(oracle(x, cfg)[1], cfg)
+        assert_matches((f.numpy(), i.numpy()), (fw, iw), torch.bfloat16, exact_floats=backend == "reference")
+
+
 @pytest.mark.parametrize("bad", [torch.arange(10), torch.ones(3, dtype=torch.bool),
                                  torch.ones(3, dtype=torch.complex64), torch.ones(3, dtype=torch.uint8)], ids=str)
 def test_non_float_inputs_are_rejected_with_a_clear_error(op, bad):
@@ -348,7 +393,8 @@ def test_python_layout_mirrors_the_header():
     assert list(torch.ops.hookstats.layout()) == [layout.FSTATE_SIZE, layout.LIN_BASE, layout.LIN_EXTRA,
                                                    layout.LOG_SLOTS, layout.LOG_EXP_MIN, layout.MAX_BINS,
                                                    layout.FLOAT_HIST, layout.FLOAT_MANT_BITS, layout.FLOAT_SLOTS,
-                                                   layout.FLOAT_BELOW, layout.FLOAT_ABOVE, layout.FLOAT_ZERO]
+                                                   layout.FLOAT_BELOW, layout.FLOAT_ABOVE, layout.FLOAT_ZERO,
+                                                   layout.SKIP_HIST]
 
 
 def test_opcheck():

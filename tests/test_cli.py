@@ -43,7 +43,7 @@ def test_bench_help_lists_the_variants_by_their_plain_names_and_the_defaults(cap
     code, out, _ = run_main(capsys, "bench", "--help")
     assert code == 0
     names = [v.name for v in VARIANT_LIST]
-    assert len(names) == 10 and all(re.fullmatch(r"[a-z0-9-]+", n) for n in names)  # typed without quotes
+    assert len(names) == 13 and all(re.fullmatch(r"[a-z0-9-]+", n) for n in names)  # typed without quotes
     listed = {ln.split()[0]: ln.split(None, 1)[1] for ln in out.splitlines() if ln.startswith("  ") and
               ln.split()[0] in names}
     assert [n for n in listed] == names and all(v.label in listed[v.name] for v in VARIANT_LIST)

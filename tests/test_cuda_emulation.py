@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from float_oracle import float_buckets
-from helpers import oracle
+from helpers import oracle, without_histograms
 from hookstats import layout
 from hookstats.config import StatsConfig
 
@@ -408,3 +408,41 @@ def test_float_buckets_disabled_launches_change_nothing(drivers, tmp_path):
     states, r = run_driver(drivers["tsan"], x, ["dense", 0, 3], cfg=cfg, launches="2:3", tmp=tmp_path)
     assert r.returncode == 0, r.stderr[-6000:]
     check_float(states[0], x, 2, cfg)
+
+
+# (dtype, config, mode, sanitizer): launches with enabled=3 (SKIP_HIST) count all but the histograms
+SKIP_CASES = [(torch.float32, dict(linear_hist=True), "dense", "tsan"),
+              (torch.bfloat16, dict(linear_hist=True, float_hist=False), "strided", "asan"),
+              (torch.float64, dict(), "many", "asan"),
+              (torch.float16, dict(linear_hist=True, float_hist=False), "dense", "asan")]
+
+
+@pytest.mark.parametrize("dtype,hists,mode,san", SKIP_CASES, ids=lambda v: str(v).replace("torch.", ""))
+def test_launches_without_histograms(drivers, tmp_path, dtype, hists, mode, san):
+    """2 launches with enabled=1, 1 with 0, 2 with 3: the histograms hold the first two, the rest every launch
+    that ran (NaN/Inf too: they live beside the linear bins)."""
+    cfg = StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, **hists)
+    x = bucket_values(6007, dtype, seed=13)
+    if mode == "dense":
+        args, parts = ["dense", 1, 3], [x]
+    elif mode == "many":
+        sizes = [3001, 1, 3005]
+        args, parts = ["many", ",".join(map(str, sizes)), "2,1,3"], list(torch.split(x, sizes))
+    else:
+        name, view = views(x[:60 * 75])[1]
+        args, parts = ["strided", 3, ",".join(map(str, view.shape)), ",".join(map(str, view.stride()))], [view]
+        x = x[view.storage_offset():]
+    states, r = run_driver(drivers[san], x, args, cfg=cfg, launches="2:1:2", tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    assert len(states) == len(parts)
+    for (f, i, ticket), part in zip(states, parts):
+        of, oi = oracle(part, cfg)
+        want = 2 * oi + 2 * without_histograms(oi, cfg)
+        bad = np.nonzero(i != want)[0]
+        assert bad.size == 0, f"istate slots {bad[:10].tolist()}: emulated {i[bad[:10]]} vs oracle {want[bad[:10]]}"
+        assert ticket == 0
+        assert f[layout.N_FINITE] == 4 * of[layout.N_FINITE]
+        if of[layout.N_FINITE] > 1:
+            std = np.sqrt(of[layout.M2] / of[layout.N_FINITE])
+            assert abs(f[layout.MEAN] - of[layout.MEAN]) <= 1e-7 * (abs(of[layout.MEAN]) + std)
+            assert abs(f[layout.M2] - 4 * of[layout.M2]) <= 1e-6 * 4 * of[layout.M2]

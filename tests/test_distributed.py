@@ -20,9 +20,9 @@ from hookstats.distributed import Reduced, reduce
 from hookstats import TargetKey
 from hookstats.stats import merge_states
 from float_oracle import float_counts
-from helpers import exit_without_finalizing, oracle
+from helpers import exit_without_finalizing, float_buckets, oracle
 
-CFG = dict(nbins=16, lo=-2.0, hi=2.0, eps=0.05)
+CFG = dict(nbins=16, lo=-2.0, hi=2.0, eps=0.05, hist_every=1)  # histograms every step (the cadence: scenario_cadence)
 STEPS, BATCH, LR = 3, 4, 0.1
 SPAWN_TIMEOUT_S = 240
 
@@ -89,6 +89,20 @@ def scenario_reduce(rank, world):
             "stats": red.stats(), "eval_stats": red.stats(phase="eval"), "world": red.world_size,
             "again": raw(again.states()), "steady_calls": steady, "late": late, "grown": raw(grown.states()),
             "grown_calls": regrown}
+
+
+def scenario_cadence(rank, world):
+    """hist_every=2 over 3 steps: reduce() merges the ranks' histograms of steps 0 and 2, the moments of all three."""
+    model = mlp()
+    mon = hookstats.attach(model, modules=["0", "2"], grads=False, steps="manual", hist_every=2)
+    seen = {}
+    capture(model, seen, ["0", "2"])
+    for step in range(3):
+        model(train_batch(step, rank, world)[0])
+        mon.step()
+    red = mon.reduce()
+    mon.remove()
+    return {"seen": seen, "stats": red.stats()}
 
 
 @contextlib.contextmanager
@@ -253,7 +267,8 @@ def worker(rank, world, port, out_dir):
     try:
         res = {name: fn(rank, world) for name, fn in [("reduce", scenario_reduce), ("bad_config", scenario_bad_config),
                                                       ("ddp", scenario_ddp), ("fsdp2", scenario_fsdp2),
-                                                      ("sinks", scenario_sinks), ("history", scenario_history)]}
+                                                      ("sinks", scenario_sinks), ("history", scenario_history),
+                                                      ("cadence", scenario_cadence)]}
         res["device_reduce"] = scenario_device_reduce(rank, world, "cpu")
         if world == 2:
             res["lightning"] = scenario_lightning(rank, world)
@@ -346,6 +361,18 @@ def test_reduce_equals_oracle_over_union_of_ranks(ranks):
     assert_state_matches_oracle(*reduced[("train", "extra:output")], res[-1]["extra"], cfg)
     assert reduced[("train", "1:output")][1][layout.nonfinite_base(cfg.nbins, cfg.flags)] > 0  # rank 1's NaN got through
     assert all(r["world"] == len(ranks) for r in res)
+
+
+def test_reduce_merges_the_histogram_steps_of_every_rank(ranks):
+    res = [r["cadence"] for r in ranks]
+    for name in ("0", "2"):
+        every = np.concatenate([t.double().numpy().ravel() for r in res for t in r["seen"][name]])
+        hist = np.concatenate([r["seen"][name][k].double().numpy().ravel() for r in res for k in (0, 2)])
+        for r in res:
+            rec = r["stats"][f"{name}:output"]
+            assert rec["count"] == every.size and rec["hist_count"] == hist.size
+            assert abs(rec["mean"] - every.mean()) <= 1e-7 * (abs(every.mean()) + every.std())  # the op's float32
+            np.testing.assert_array_equal(rec["float_hist"], float_buckets(torch.from_numpy(hist)))
 
 
 def test_history_since_a_reset_holds_what_reduce_merges(ranks):

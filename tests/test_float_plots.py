@@ -13,6 +13,8 @@ import hookstats
 from hookstats import cli, plots
 from hookstats.sinks import run_dir_sinks
 
+pytestmark = pytest.mark.usefixtures("every_step_histograms")  # their oracles count every step's histograms
+
 pytest.importorskip("matplotlib")
 PNG = b"\x89PNG\r\n\x1a\n"
 STEPS = 6

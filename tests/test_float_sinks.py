@@ -23,7 +23,7 @@ def train(sinks, steps=4):
     """Outputs of layer 0 per step, measured with the float buckets and no linear histogram."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 300), nn.ReLU(), nn.Linear(300, 3))
-    mon = hookstats.attach(model, steps="manual", sinks=sinks, log_every=1, float_hist=True, linear_hist=False,
+    mon = hookstats.attach(model, steps="manual", sinks=sinks, log_every=1, float_hist=True, linear_hist=False, hist_every=1,
                            grads=False)
     outs = []
     for s in range(steps):
@@ -132,7 +132,7 @@ def test_callbacks_histograms_are_the_fitted_view_of_the_windows_buckets(tmp_pat
     from hookstats.integrations.metrics import measured, tensorboard_histograms, wandb_histograms
     torch.manual_seed(3)
     lin = nn.Linear(4, 500)
-    mon = hookstats.attach(lin, float_hist=True, linear_hist=False, grads=False)
+    mon = hookstats.attach(lin, float_hist=True, linear_hist=False, grads=False, hist_every=1)
     with torch.no_grad():
         values = np.concatenate([lin(torch.randn(3, 4) * 1e-4).numpy().ravel() for _ in range(2)])
     stats = mon.stats()

@@ -56,7 +56,7 @@ def log2_oracle(values):
 
 def test_stats_records_have_quantiles_relative_near_zero_and_log2_from_the_buckets():
     model, seen = model_and_outputs()
-    mon = hookstats.attach(model, float_hist=True, grads=False, include_paramless=True)
+    mon = hookstats.attach(model, float_hist=True, grads=False, include_paramless=True, hist_every=1)
     for s in range(3):
         model(torch.randn(50, 6) * (1 + s))
     stats = mon.stats()
@@ -98,7 +98,7 @@ def test_relative_near_zero_sees_what_eps_misses():
 
 def test_history_records_per_step_and_nan_without_buckets():
     model, seen = model_and_outputs(2)
-    mon = hookstats.attach(model, float_hist=True, grads=False, include_paramless=True, history=True, log_every=1,
+    mon = hookstats.attach(model, float_hist=True, grads=False, include_paramless=True, history=True, log_every=1, hist_every=1,
                            steps="manual")
     for s in range(3):
         model(torch.randn(40, 6) * 10 ** s)

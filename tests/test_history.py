@@ -58,7 +58,7 @@ def check_step(rec, tensors, cfg):
 
 # the per-step histograms of the kernel (the linear bins, its log2 slots): with the default float buckets the
 # log2 histogram comes once per flush instead (test_float_buckets_once_per_flush_window)
-PER_STEP = dict(linear_hist=True, float_hist=False)
+PER_STEP = dict(linear_hist=True, float_hist=False, hist_every=1)
 
 
 def by_step(mon):
@@ -70,7 +70,7 @@ def test_each_step_matches_the_oracle_of_that_steps_tensors(log_every, capacity)
     model = Recorder()
     # the kernel's own log2 slots, counted per step (float_hist=False): with float buckets the log2 histogram
     # comes with the buckets, once per flush (test_float_buckets_once_per_flush_window)
-    mon = hookstats.attach(model, history=capacity or True, log_every=log_every, nbins=8, lo=-2, hi=2,
+    mon = hookstats.attach(model, hist_every=1, history=capacity or True, log_every=log_every, nbins=8, lo=-2, hi=2,
                            float_hist=False)
     run(model, mon, 11)
     mon.remove()  # records the open last step
@@ -113,7 +113,7 @@ def test_reset_mid_step_restarts_the_totals_not_the_open_steps_record(steps):
     # The steps after it measure far more than everything before: subtracting stale running counts gave
     # negative histogram counts there.
     model = Recorder()
-    mon = hookstats.attach(model, history=True, log_every=2, steps=steps, nbins=8, lo=-2, hi=2, alerts=False,
+    mon = hookstats.attach(model, hist_every=1, history=True, log_every=2, steps=steps, nbins=8, lo=-2, hi=2, alerts=False,
                            float_hist=False)
     sizes = {0: [4], 1: [4], 2: [4, 200], 3: [300], 4: [4]}  # the reset comes inside step 2
     for step, batch in sizes.items():
@@ -152,7 +152,7 @@ def test_float_buckets_once_per_flush_window(capacity):
     count every value of the window's steps, exactly (a mon.reset() inside a window, a ring that fills
     before the flush, included); the other steps carry float_hist None."""
     model = Recorder()
-    mon = hookstats.attach(model, history=capacity or True, log_every=3, alerts=False)
+    mon = hookstats.attach(model, hist_every=1, history=capacity or True, log_every=3, alerts=False)
     assert mon.cfg.float_hist and not mon.cfg.linear_hist
     for step in range(8):
         model(torch.randn(4, 6) * 10.0 ** (step - 4)).square().mean().backward()
@@ -254,14 +254,14 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     device = ("state_bytes", "history_bytes", "host_staging_bytes", "device_bytes")
     assert {k: mon.memory()[k] for k in device} == {k: first[k] for k in device}
     # the byte counts from the layout alone: per state 5 float64 + istate int64 (no scratch on CPU), one
-    # flag byte per device; the ring: the alert rows [T, 11] int64 and log_every slots of [T, 5 + c] int64 with
-    # c the compact counts
+    # flag byte per device and phase (train, eval); the ring: the alert rows [T, 11] int64 and log_every slots of
+    # [T, 5 + c] int64 with c the compact counts
     # (count, near-zero, NaN/+Inf/-Inf: at defaults no linear bins, no log2 slots, no float buckets), plus [T, 5]
     # float64 (the open step, the closed steps, the carry over a reset), [T, c] int64 (current, previous) and
     # [T, 4096] int64 (the float buckets at the last flush); the host staging: one ring copy and one of the buckets
     isz, t_states, t_ring = mon.cfg.istate_size, len(mon.states(reached_only=False)), len(next(iter(mon.recorder.rings.values())).states)
     assert isz == 2 + 3 + 4096  # count, near-zero, NaN/+Inf/-Inf, the float buckets
-    assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_ring * 5 * 8 + 1  # + closed steps, + the CPU's flag
+    assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_ring * 5 * 8 + 2  # + closed steps, + the CPU's flags
     c = 2 + 3
     ring = t_ring * 11 * 8 + 5 * t_ring * (5 + c) * 8
     assert first["history_bytes"] == ring + 2 * t_ring * (5 + c) * 8 + t_ring * 5 * 8 + t_ring * 4096 * 8
@@ -357,7 +357,7 @@ def test_a_failing_sink_is_dropped_with_a_warning_and_training_goes_on():
 
 def test_histogram_and_bad_arguments():
     model = Recorder()
-    mon = hookstats.attach(model, linear_hist=True)
+    mon = hookstats.attach(model, linear_hist=True, hist_every=1)
     run(model, mon, 2)
     h = mon.histogram("a:output")
     want = finalize(*merge_states([oracle(s["a:output"], mon.cfg) for s in model.seen]), mon.cfg)

@@ -17,6 +17,8 @@ from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
 from hookstats.integrations.hf import HookStatsCallback, add_to  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("every_step_histograms")  # their oracles count every step's histograms
+
 STEPS, ACCUM, LOG_EVERY = 6, 2, 2
 HOOKED = ["transformer.h.0.mlp.c_fc", "transformer.ln_f"]
 

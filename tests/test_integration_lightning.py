@@ -13,6 +13,8 @@ from torch.nn import functional as F
 from hookstats.config import StatsConfig
 from hookstats.stats import finalize
 
+pytestmark = pytest.mark.usefixtures("every_step_histograms")  # their oracles count every step's histograms
+
 L = pytest.importorskip("lightning.pytorch", reason="the lightning extra is not installed")
 from lightning.pytorch.loggers.logger import Logger  # noqa: E402
 from lightning.pytorch.utilities import rank_zero_only  # noqa: E402

@@ -105,7 +105,7 @@ def captured_outputs(model, names, x, steps=1):
 def test_statistics_match_the_oracle_on_the_captured_outputs():
     model, x = mlp(), torch.randn(32, 8)
     ref_model = mlp()
-    with hookstats.attach(model, nbins=16, lo=-2, hi=2) as mon:
+    with hookstats.attach(model, nbins=16, lo=-2, hi=2, hist_every=1) as mon:
         for _ in range(3):
             model(x)
     want = captured_outputs(ref_model, ["0", "2", "3", "4"], x, steps=3)

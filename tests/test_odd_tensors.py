@@ -13,6 +13,8 @@ from torch.testing._internal.two_tensor import TwoTensor
 import hookstats
 from hookstats.stats import finalize
 
+pytestmark = pytest.mark.usefixtures("every_step_histograms")  # their oracles count every step's histograms
+
 
 def assert_matches(rec, values, cfg):
     want = finalize(*oracle(values.detach().double().reshape(-1), cfg), cfg)

@@ -10,6 +10,8 @@ import hookstats
 from hookstats import plots
 from hookstats.config import StatsConfig
 
+pytestmark = pytest.mark.usefixtures("every_step_histograms")  # their oracles count every step's histograms
+
 pytest.importorskip("matplotlib")
 PNG = b"\x89PNG\r\n\x1a\n"
 

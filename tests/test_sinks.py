@@ -25,7 +25,7 @@ def train(sinks, steps=5, nan_at=None, log_every=2):
     model = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 3))
     # the kernel's per-step histograms (linear, log2 slots); the sinks with float buckets: tests/test_float_sinks.py
     mon = hookstats.attach(model, steps="manual", sinks=sinks, log_every=log_every, nbins=10, lo=-3, hi=3,
-                           float_hist=False)
+                           float_hist=False, hist_every=1)
     outs = []
     for s in range(steps):
         x = torch.randn(6, 5) * (1 + s)
@@ -148,9 +148,10 @@ def test_readers_skip_torn_lines_anywhere_and_keep_every_whole_record(tmp_path, 
                 if stat in r:
                     np.testing.assert_allclose(r[stat], w[stat], rtol=1e-6)
     n_values = sum(len([k for k in r if k in ("count", "finite", "mean", "std", "near_zero", "nan", "posinf",
-                                               "neginf", "underflow", "overflow", "running_min", "running_max")])
+                                               "neginf", "underflow", "overflow", "running_min", "running_max",
+                                               "hist_count")])
                    for r in got.values())
-    assert n_values == (len(kept) if fmt == "csv" else 12 * len(kept))
+    assert n_values == (len(kept) if fmt == "csv" else 13 * len(kept))
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
@@ -376,7 +377,7 @@ def test_statistics_table_keeps_the_record_and_file_formats():
     from hookstats import statistics
     from hookstats.sinks.memory import FLOATS, HISTS, INTS
     floats = ("near_zero_rel", "near_zero_rel_threshold", "p0_1", "p1", "p50", "p99", "p99_9", "abs_p0_1", "abs_p1",
-              "abs_p50", "abs_p99", "abs_p99_9")
+              "abs_p50", "abs_p99", "abs_p99_9", "hist_count")
     assert statistics.SCALARS == ("count", "finite", "mean", "std", "near_zero", *floats, "nan", "posinf", "neginf",
                                   "underflow", "overflow", "running_min", "running_max")
     assert statistics.DASHBOARD_STATS == ("mean", "std", "near_zero", "near_zero_rel", "nonfinite")

@@ -18,6 +18,8 @@ from hookstats.selection import module_names
 from hookstats.tensors import tensor_leaves
 from hookstats.stats import finalize
 
+pytestmark = pytest.mark.usefixtures("every_step_histograms")  # their oracles count every step's histograms
+
 ALL = dict(inputs=True, grads=True, input_grads=True, param_grads=True)
 
 
@@ -784,7 +786,7 @@ def _fsdp2_worker(rank, world, store, out):
         model = mlp()
         for m in (model[0], model[2], model[4], model):
             fully_shard(m)
-        mon = hookstats.attach(model, param_grads=True)
+        mon = hookstats.attach(model, param_grads=True, hist_every=1)  # a spawned process: no module fixture
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         torch.manual_seed(1)
         for _ in range(2):  # the same batch on every rank: the averaged gradient is the local one

@@ -28,13 +28,15 @@ from hookstats.sinks.csv import read_csv
 from zoo_models import ARCHS, build, set_checkpointing
 from zoo_oracle import Oracle
 
+pytestmark = pytest.mark.usefixtures("every_step_histograms")  # their oracles count every step's histograms
+
 RTOL = 1e-5
 INPUT_GRADS = {"gpt2", "bert", "t5", "llama", "vit", "lstm", "gru", "encoder", "moe"}  # no in-place op in forward
 KINDS = {"output", "grad_output", "input", "param_grad"}  # what every loop measures, the oracle must see them
 SCALARS = ("count", "finite", "mean", "std", "near_zero", "nan", "posinf", "neginf", "underflow", "overflow",
            "running_min", "running_max",
-           # from the float buckets (float_hist): None without them
-           "near_zero_rel", "near_zero_rel_threshold", *(p + q for p in ("", "abs_")
+           # from the float buckets (float_hist): None without them; hist_count: what the histograms hold
+           "hist_count", "near_zero_rel", "near_zero_rel_threshold", *(p + q for p in ("", "abs_")
                                                          for q in ("p0_1", "p1", "p50", "p99", "p99_9")))
 
 

@@ -112,13 +112,15 @@ Kernel kernel_in_use() {
 template <typename T>
 using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-// Reads the 1-element enabled flag straight from CPU memory (no dispatch, so no .item()).
-bool enabled_value(const at::Tensor& e) {
+// Reads the 1-element enabled flag straight from CPU memory (no dispatch, so no .item()): 0 off, else its low bits
+// (kSkipHist among them), nonzero whenever the value is.
+int enabled_value(const at::Tensor& e) {
+  const auto low = [](int64_t v) { return v == 0 ? 0 : static_cast<int>(v & 0xff) | 0x100; };
   switch (e.scalar_type()) {
-    case at::kBool: return *e.const_data_ptr<bool>();
-    case at::kByte: return *e.const_data_ptr<uint8_t>() != 0;
-    case at::kInt: return *e.const_data_ptr<int32_t>() != 0;
-    case at::kLong: return *e.const_data_ptr<int64_t>() != 0;
+    case at::kBool: return *e.const_data_ptr<bool>() ? 1 : 0;
+    case at::kByte: return *e.const_data_ptr<uint8_t>();
+    case at::kInt: return low(*e.const_data_ptr<int32_t>());
+    case at::kLong: return low(*e.const_data_ptr<int64_t>());
     default: TORCH_CHECK(false, "unreachable: check_args.h checks enabled's dtype");
   }
 }
@@ -338,8 +340,10 @@ void accumulate_typed(const T* x, int64_t n, const Params& p, double* fs, int64_
 
 // x and its state were checked (check_args.h).
 void accumulate_checked(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, const at::Tensor& enabled,
-                        const Params& p) {
-  if (!enabled_value(enabled) || x.numel() == 0) return;
+                        Params p) {
+  const int on = enabled_value(enabled);
+  if (!on || x.numel() == 0) return;
+  p.flags = call_flags(p.flags, on);  // kSkipHist: the template path without histograms
   // Dense layouts (contiguous, channels_last, permuted) are read in memory order with no copy;
   // the statistics do not depend on element order. Other views are copied once.
   const at::Tensor xs = x.is_non_overlapping_and_dense() ? x : x.contiguous();

@@ -379,16 +379,19 @@ __device__ __forceinline__ unsigned* zero_hists(const Params& p) {
 }
 
 // Adds the block's shared counters to istate: the warps' histograms summed per slot, the float buckets; only
-// nonzero counts take a global atomic (exact, order-free).
-__device__ __forceinline__ void flush_hists(const Target& tg, const Params& p) {
+// nonzero counts take a global atomic (exact, order-free). hists false (a kSkipHist call of the dense kernel, which
+// counts as with the flag clear: a second loop beside the counting one made ptxas spill): NaN/Inf only.
+__device__ __forceinline__ void flush_hists(const Target& tg, const Params& p, bool hists) {
   const unsigned* hist_all = float_hist();
-  const int nwarps = blockDim.x / kWarp, stride = hist_stride(p), used = hist_used(p), fw = float_words(p);
-  const int first = static_cast<int>(kept_first(p.nbins, p.flags));  // istate keeps slots [first, used)
+  const int nwarps = blockDim.x / kWarp, stride = hist_stride(p), fw = float_words(p);
+  const int kept = static_cast<int>(kept_first(p.nbins, p.flags));  // istate keeps slots [kept, hist_used)
+  const int first = hists ? kept : p.nbins + 2, used = hists ? hist_used(p) : p.nbins + kLinExtra;
   for (int s = first + threadIdx.x; s < used; s += blockDim.x) {
     unsigned long long sum = 0;
     for (int w = 0; w < nwarps; ++w) sum += hist_all[fw + w * stride + s];
-    if (sum) atomicAdd(&tg.is[kLinBase + s - first], sum);
+    if (sum) atomicAdd(&tg.is[kLinBase + s - kept], sum);
   }
+  if (!hists) return;
   unsigned long long* fis = tg.is + float_base(p.nbins, p.flags);
   for (int s = threadIdx.x; s < fw; s += blockDim.x) {
     if (hist_all[s]) atomicAdd(&fis[s], static_cast<unsigned long long>(hist_all[s]));
@@ -400,7 +403,7 @@ __device__ __forceinline__ void flush_hists(const Target& tg, const Params& p) {
 // partials in block order and re-arms the ticket, so nothing needs zeroing before the next launch.
 template <typename A>
 __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid, int nblk, const Params& prm,
-                             BlockShared& sm) {
+                             BlockShared& sm, bool hists) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
   Partial p;
   shifted_to_partial(p, t.n, t.K, t.s1, t.s2);
@@ -417,7 +420,7 @@ __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid,
     sm.nz[warp] = nz;
   }
   __syncthreads();
-  flush_hists(tg, prm);
+  flush_hists(tg, prm, hists);
   if (warp == 0) {
     Partial b;
     unsigned bz = 0;
@@ -473,15 +476,23 @@ __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid,
   }
 }
 
-// The 1-element enabled flag (bool/uint8/int32/int64): read on the device, so no host sync.
-__device__ __forceinline__ bool flag_on(const unsigned char* enabled, int bytes) {
+// The 1-element enabled flag (bool/uint8/int32/int64), read on the device, so no host sync: 0 off, else its low
+// byte (little-endian: where kSkipHist is) with 0x100 set, as the CPU kernel reads it.
+__device__ __forceinline__ int flag_value(const unsigned char* enabled, int bytes) {
   unsigned char any = 0;
   for (int k = 0; k < bytes; ++k) any |= enabled[k];
-  return any != 0;
+  return any ? (enabled[0] | 0x100) : 0;
+}
+// The strided kernel's Params for a call whose flag has kSkipHist: no histogram (the same state layout; its shared
+// histograms shrink to the linear part, which keeps counting NaN/Inf). The dense kernel counts as ever and flushes
+// NaN/Inf only (flush_hists).
+HS_HD Params call_params(Params p, int on) {
+  p.flags = call_flags(p.flags, on);
+  return p;
 }
 
 template <typename T, bool kLin, bool kLog, bool kFloat>
-__device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, const Params& p) {
+__device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, const Params& p, bool hists) {
   using A = typename Acc<T>::type;
   constexpr int V = 16 / sizeof(T);
   constexpr int U = V == 2 ? 1 : kUnroll;            // fp64: one load in flight (else it spills at 64 registers)
@@ -525,7 +536,7 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
     consume<1, kU>(t, v, p, h, warp);
   }
   __syncthreads();
-  finish_block(t, tg, bid, nblk, p, sm);
+  finish_block(t, tg, bid, nblk, p, sm, hists);
 }
 
 // Dense tensors (contiguous, channels_last, permuted: read as flat memory), one or many per launch; one
@@ -533,11 +544,12 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
 template <typename T, bool kLin, bool kLog, bool kFloat>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     dense_kernel(const Batch b, const Params p, const unsigned char* enabled, int enabled_bytes) {
-  if (!flag_on(enabled, enabled_bytes)) return;
+  const int on = flag_value(enabled, enabled_bytes);
+  if (!on) return;
   int ti = 0;
   while (ti + 1 < b.count && static_cast<int>(blockIdx.x) >= b.block_start[ti + 1]) ++ti;
   const int bid = static_cast<int>(blockIdx.x) - b.block_start[ti];
-  dense_body<T, kLin, kLog, kFloat>(b.t[ti], bid, b.block_start[ti + 1] - b.block_start[ti], p);
+  dense_body<T, kLin, kLog, kFloat>(b.t[ti], bid, b.block_start[ti + 1] - b.block_start[ti], p, !(on & kSkipHist));
 }
 
 using DenseKernel = void (*)(const Batch, const Params, const unsigned char*, int);
@@ -556,11 +568,13 @@ DenseKernel dense_kernel_for(int flags) {
 // Any other view, read in place through its strides (logical elements, as torch reductions count).
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
-    strided_kernel(const Target tg, const Strided st, const Params p, const unsigned char* enabled,
+    strided_kernel(const Target tg, const Strided st, const Params prm, const unsigned char* enabled,
                    int enabled_bytes) {
   using A = typename Acc<T>::type;
-  if (!flag_on(enabled, enabled_bytes)) return;
+  const int on = flag_value(enabled, enabled_bytes);
+  if (!on) return;
   HS_SHARED(BlockShared, sm);
+  const Params p = call_params(prm, on);
   const Hists h = hists_of(p);
   unsigned* const warp = zero_hists(p);
   ThreadStats<A> t;
@@ -589,7 +603,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     consume<1, kUnderflowCheck<T>>(t, v, p, h, warp);
   }
   __syncthreads();
-  finish_block(t, tg, bid, nblk, p, sm);
+  finish_block(t, tg, bid, nblk, p, sm, true);
 }
 
 }  // namespace cuda_kernel

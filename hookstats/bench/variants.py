@@ -114,8 +114,12 @@ VARIANT_LIST = [
     Variant("hookstats-reference", "hookstats (reference op)", lambda m: install_hookstats(m, reference=True)),
     Variant("hookstats-nohist", "hookstats (histograms off)",
             lambda m: install_hookstats(m, linear_hist=False, log_hist=False, float_hist=False)),
+    # the histogram cadence (StatsConfig.hist_every; "hookstats" runs the default)
+    Variant("hookstats-hist1", "hookstats (histograms every step)", lambda m: install_hookstats(m, hist_every=1)),
+    Variant("hookstats-hist4", "hookstats (histograms every 4th step)", lambda m: install_hookstats(m, hist_every=4)),
+    Variant("hookstats-hist5", "hookstats (histograms every 5th step)", lambda m: install_hookstats(m, hist_every=5)),
     Variant("hookstats-fixedhist", "hookstats (linear + log2 histograms, no buckets)",
-            lambda m: install_hookstats(m, linear_hist=True, log_hist=True, float_hist=False)),
+            lambda m: install_hookstats(m, linear_hist=True, log_hist=True, float_hist=False, hist_every=1)),
     Variant("fastai", "fastai ActivationStats", lambda m: install_fastai(m, with_hist=False)),
     Variant("fastai-hist", "fastai ActivationStats(with_hist)", lambda m: install_fastai(m, with_hist=True)),
     Variant("detach-cpu", "detach-to-CPU (store)", lambda m: install_store(m, to_cpu=True)),

@@ -12,8 +12,9 @@ from hookstats.config import check_arg, check_count
 from hookstats.selection import module_names
 
 # fastai's numbers: near_zero = mean(o <= 0.05), hist = o.histc(40, 0, 10): the exact linear bins (not the float
-# buckets' fitted view), counted only with with_hist; the float buckets only when asked for (float_hist=True)
-FASTAI_CONFIG = dict(nbins=40, lo=0.0, hi=10.0, eps=0.05, near_zero="le")
+# buckets' fitted view), counted only with with_hist, on every batch whatever the defaults; the float buckets only
+# when asked for (float_hist=True)
+FASTAI_CONFIG = dict(nbins=40, lo=0.0, hi=10.0, eps=0.05, near_zero="le", hist_every=1)
 
 
 class ActivationStats(FastaiActivationStats):

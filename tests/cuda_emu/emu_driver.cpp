@@ -1,7 +1,8 @@
 // emu_driver.cpp -- runs the real CUDA kernels (csrc/cuda/accumulate_kernel.cuh) on CPU threads through
 // cuda_emu.h and writes the resulting states; tests/test_cuda_emulation.py feeds it and checks them.
 // usage: emu_driver IN OUT dtype nbins lo inv_w eps flags threads LAUNCHES mode ARGS...
-//   LAUNCHES: "E" or "E:D": E launches with enabled=1, then D with enabled=0 (must change nothing)
+//   LAUNCHES: "E", "E:D" or "E:D:H": E launches with enabled=1, then D with enabled=0 (must change nothing), then H
+//             with enabled=3 (kSkipHist: all but the histograms)
 //   mode dense   MISALIGN GRID            one tensor, MISALIGN elements past a 16-byte boundary
 //   mode many    N1,N2,..  G1,G2,..       consecutive segments of IN, each with its own state
 //   mode strided GRID S1,S2,.. T1,T2,..   one view of IN with these sizes and element strides (coalesced
@@ -9,6 +10,7 @@
 #include "cuda_emu.h"
 #include "cuda/accumulate_kernel.cuh"
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
@@ -44,12 +46,21 @@ void launch_dense(const Batch& b, const Params& p, int threads, const unsigned c
                    enabled, 1);
 }
 
+// The flag of launch l: E launches on, D off, then the rest with kSkipHist.
+struct Launches {
+  int on, off, skip;
+  int total() const { return on + off + skip; }
+  const unsigned char* flag(int l) const {
+    static const unsigned char values[] = {1, 0, 1 | kSkipHist};
+    return &values[l < on ? 0 : l < on + off ? 1 : 2];
+  }
+};
+
 template <typename T>
-int run(char** argv, const std::vector<unsigned char>& raw, const Params& p, int threads, int launches, int disabled,
+int run(char** argv, const std::vector<unsigned char>& raw, const Params& p, int threads, const Launches& ls,
         std::vector<State>& states) {
   const std::string mode = argv[11];
   const int64_t total = static_cast<int64_t>(raw.size() / sizeof(T));
-  const unsigned char enabled_1 = 1, enabled_0 = 0;
   if (mode == "dense" || mode == "many") {
     std::vector<int64_t> sizes{total}, grids;
     int64_t misalign = 0;
@@ -78,7 +89,7 @@ int run(char** argv, const std::vector<unsigned char>& raw, const Params& p, int
     for (size_t k = 0; k < sizes.size(); ++k)
       b.t[k] = make_target(bufs[k] + misalign, sizes[k], sizeof(T), states[k].fs.data(), states[k].is.data(),
                            states[k].scratch.data());
-    for (int l = 0; l < launches + disabled; ++l) launch_dense<T>(b, p, threads, l < launches ? &enabled_1 : &enabled_0);
+    for (int l = 0; l < ls.total(); ++l) launch_dense<T>(b, p, threads, ls.flag(l));
     for (T* q : bufs) std::free(q);
     return 0;
   }
@@ -93,8 +104,8 @@ int run(char** argv, const std::vector<unsigned char>& raw, const Params& p, int
     std::vector<T> x(total);
     std::memcpy(x.data(), raw.data(), raw.size());
     const Target t = make_target(x.data(), n, sizeof(T), states[0].fs.data(), states[0].is.data(), states[0].scratch.data());
-    for (int l = 0; l < launches + disabled; ++l)
-      cuda_emu::launch(grid, threads, dyn_smem_bytes(p, threads), strided_kernel<T>, t, s, p, l < launches ? &enabled_1 : &enabled_0, 1);
+    for (int l = 0; l < ls.total(); ++l)
+      cuda_emu::launch(grid, threads, dyn_smem_bytes(p, threads), strided_kernel<T>, t, s, p, ls.flag(l), 1);
     return 0;
   }
   return 2;
@@ -111,18 +122,20 @@ int main(int argc, char** argv) {
   std::vector<unsigned char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string dtype = argv[3];
   const Params p{std::stof(argv[5]), std::stof(argv[6]), std::stof(argv[7]), std::stoi(argv[4]), std::stoi(argv[8])};
-  const std::string ls = argv[10];
-  const size_t colon = ls.find(':');
-  const int threads = std::stoi(argv[9]), launches = std::stoi(ls.substr(0, colon));
-  const int disabled = colon == std::string::npos ? 0 : std::stoi(ls.substr(colon + 1));
+  std::string launches = argv[10];
+  std::replace(launches.begin(), launches.end(), ':', ',');
+  const std::vector<int64_t> counts = ints(launches);
+  const int threads = std::stoi(argv[9]);
+  const Launches ls{static_cast<int>(counts[0]), counts.size() > 1 ? static_cast<int>(counts[1]) : 0,
+                    counts.size() > 2 ? static_cast<int>(counts[2]) : 0};
   std::vector<State> states;
   states.reserve(kMaxTargets);
   int rc = 2;
-  if (dtype == "float32") rc = run<float>(argv, raw, p, threads, launches, disabled, states);
+  if (dtype == "float32") rc = run<float>(argv, raw, p, threads, ls, states);
 #if !defined(HS_EMU_FLOAT_ONLY)  // the planted-bug builds need only float32: a quicker compile
-  else if (dtype == "float64") rc = run<double>(argv, raw, p, threads, launches, disabled, states);
-  else if (dtype == "float16") rc = run<__half>(argv, raw, p, threads, launches, disabled, states);
-  else if (dtype == "bfloat16") rc = run<__nv_bfloat16>(argv, raw, p, threads, launches, disabled, states);
+  else if (dtype == "float64") rc = run<double>(argv, raw, p, threads, ls, states);
+  else if (dtype == "float16") rc = run<__half>(argv, raw, p, threads, ls, states);
+  else if (dtype == "bfloat16") rc = run<__nv_bfloat16>(argv, raw, p, threads, ls, states);
 #endif
   if (rc != 0) {
     std::fprintf(stderr, "emu_driver: bad arguments\n");

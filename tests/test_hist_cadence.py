@@ -1,0 +1,303 @@
+"""hist_every=N: the histograms (float buckets, linear bins, log2 slots) of train steps are counted on the sampled
+steps k with k % (every * N) == 0; everything else on every sampled step. Checked against the test's own forward
+hooks and a float64 NumPy oracle that decide independently which steps count histograms."""
+import numpy as np
+import pytest
+import torch
+from helpers import float_buckets
+from torch import nn
+from torch._dynamo.utils import counters
+
+import hookstats
+from hookstats import accumulate, config, layout, reference
+
+NAMES = ("0", "2")
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 5))
+
+
+class Seen:
+    """The test's own hooks: each hooked module's outputs as float64 NumPy arrays with the step and phase they
+    came in; the step is the loop's (set by the test)."""
+
+    def __init__(self, model, names=NAMES):
+        self.step, self.values = 0, {n: [] for n in names}
+        modules = dict(model.named_modules())
+        self.handles = [modules[n].register_forward_hook(self.hook(n)) for n in names]
+
+    def hook(self, name):
+        def fn(module, args, out):
+            self.values[name].append((self.step, "train" if module.training else "eval",
+                                      out.detach().double().numpy().reshape(-1).copy()))
+        return fn
+
+    def of(self, name, steps, phase="train"):
+        """One array of `name`'s values in `steps` (a set) and `phase`."""
+        parts = [v for s, p, v in self.values[name] if s in steps and p == phase]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+
+def train(model, seen, steps, mon=None):
+    """Runs `steps` train forwards on inputs(steps), telling `seen` the step; mon.step() after each when given."""
+    for k, x in enumerate(inputs(steps)):
+        seen.step = k
+        model(x)
+        if mon is not None:
+            mon.step()
+
+
+def hist_steps(steps, every, n, paused=()):
+    """The histogram steps among range(steps): sampled (k % every == 0, not paused) and k % (every * n) == 0."""
+    return {k for k in range(steps) if k % every == 0 and k not in paused and k % (every * n) == 0}
+
+
+def sampled_steps(steps, every, paused=()):
+    return {k for k in range(steps) if k % every == 0 and k not in paused}
+
+
+def inputs(steps, seed=1):
+    """Per step a batch; step 1's (never a histogram step here) has the run's extremes and a NaN."""
+    g = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(7, 6, generator=g) for _ in range(steps)]
+    xs[1] = xs[1] * 50
+    xs[1][0, 0] = float("nan")
+    return xs
+
+
+def assert_record(rec, all_values, hist_values, cfg):
+    """Counts, NaN/Inf and moments over every sampled step; the histograms over the histogram steps only."""
+    fin = all_values[np.isfinite(all_values)]
+    assert rec["count"] == all_values.size and rec["finite"] == fin.size
+    assert rec["nan"] == np.isnan(all_values).sum()
+    assert rec["mean"] == pytest.approx(fin.mean(), rel=1e-6, abs=1e-9)
+    assert rec["std"] == pytest.approx(fin.std(ddof=1), rel=1e-6)
+    assert rec["min"] == fin.min() and rec["max"] == fin.max()
+    hfin = hist_values[np.isfinite(hist_values)]
+    assert rec["hist_count"] == hfin.size
+    if cfg.float_hist:
+        np.testing.assert_array_equal(rec["float_hist"], float_buckets(torch.from_numpy(hist_values)))
+        # quantiles are of the histogram steps' values (the run's min/max lie in other steps: not used)
+        for q, name in ((0.001, "p0_1"), (0.5, "p50"), (0.999, "p99_9")):
+            want = np.quantile(hfin, q, method="inverted_cdf")
+            assert abs(rec[name] - want) <= abs(want) / 17 + 2.0 ** -130, (name, rec[name], want)
+    if cfg.linear_hist:
+        h = hfin.astype(np.float32)
+        t = np.floor(np.clip((h - np.float32(cfg.lo32)) * np.float32(cfg.inv_w), -1, cfg.nbins)).astype(int)
+        want = np.bincount(t + 1, minlength=cfg.nbins + 2)
+        np.testing.assert_array_equal(rec["hist"], want[1:-1])
+        assert (rec["underflow"], rec["overflow"]) == (want[0], want[-1])
+
+
+@pytest.fixture(params=["compiled", "reference"])
+def backend(request, monkeypatch):
+    if request.param == "reference":
+        monkeypatch.setattr(accumulate, "accumulate_", reference.accumulate_)
+        monkeypatch.setattr(accumulate, "accumulate_many_", reference.accumulate_many_)
+    return request.param
+
+
+@pytest.mark.parametrize("every,n,hists", [(1, 3, dict()), (2, 2, dict(linear_hist=True, nbins=12, lo=-3, hi=3)),
+                                           (1, 1, dict(linear_hist=True, float_hist=False))],
+                         ids=["every1-n3", "every2-n2-linear", "n1-linear-only"])
+def test_histograms_hold_exactly_the_histogram_steps(backend, every, n, hists):
+    model, steps = mlp(), 9
+    mon = hookstats.attach(model, every=every, hist_every=n, grads=False, **hists)
+    seen = Seen(model)
+    train(model, seen, steps)
+    stats = mon.stats()
+    hs, ss = hist_steps(steps, every, n), sampled_steps(steps, every)
+    assert 0 in hs and (n == 1) == (1 in hs)
+    for name in NAMES:
+        assert_record(stats[f"{name}:output"], seen.of(name, ss), seen.of(name, hs), mon.cfg)
+    mon.remove()
+
+
+def test_pause_skips_a_histogram_step_and_keeps_the_grid():
+    model, steps = mlp(), 13
+    mon = hookstats.attach(model, every=2, hist_every=2, grads=False, steps="manual")
+    seen = Seen(model)
+    for k, x in enumerate(inputs(steps)):
+        seen.step = k
+        if k == 4:
+            mon.pause()
+        model(x)
+        if k == 4:
+            mon.resume()
+        mon.step()
+    hs = hist_steps(steps, 2, 2, paused={4})
+    assert hs == {0, 8, 12}
+    for name in NAMES:
+        assert_record(mon.stats()[f"{name}:output"], seen.of(name, sampled_steps(steps, 2, {4})), seen.of(name, hs),
+                      mon.cfg)
+
+
+def test_eval_forwards_in_a_step_without_histograms_keep_their_buckets():
+    model = mlp()
+    mon = hookstats.attach(model, hist_every=4, eval=True, grads=False, linear_hist=True)
+    seen = Seen(model)
+    xs = inputs(6)
+    for k, x in enumerate(xs):
+        seen.step = k
+        model(x)
+        if k in (2, 4):  # validation inside steps 2 and 4 (histograms: steps 0 and 4)
+            model.eval()
+            with torch.no_grad():
+                model(xs[0] * (k + 1))
+            model.train()
+    train, ev = mon.stats(), mon.stats(phase="eval")
+    for name in NAMES:
+        assert_record(ev[f"{name}:output"], seen.of(name, {2, 4}, "eval"), seen.of(name, {2, 4}, "eval"), mon.cfg)
+        assert_record(train[f"{name}:output"], seen.of(name, set(range(6))), seen.of(name, {0, 4}), mon.cfg)
+
+
+class Watching(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body, self.mon = mlp(), None
+
+    def forward(self, x):
+        return self.mon.watch("inner", self.body(x) * 2)
+
+
+def test_watched_tensors_follow_the_cadence_like_outputs():
+    model = Watching()
+    model.mon = mon = hookstats.attach(model, hist_every=3, grads=False, modules=["body.0"])
+    seen = Seen(model.body, names=("2",))
+    for k, x in enumerate(inputs(7)):
+        seen.step = k
+        model(x)
+    watched = {"2": [(s, p, v * 2) for s, p, v in seen.values["2"]]}
+    seen.values = watched
+    assert_record(mon.stats()["inner:watch"], seen.of("2", set(range(7))), seen.of("2", {0, 3, 6}), mon.cfg)
+
+
+def test_compiled_model_counts_the_cadence_without_recompiling():
+    torch._dynamo.reset()
+    counters.clear()
+    model, twin = mlp(), mlp()
+    mon = hookstats.attach(model, hist_every=3, grads=False, steps="manual", linear_hist=True)
+    seen = Seen(twin)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    steps = 8
+    for k, x in enumerate(inputs(steps)):
+        seen.step = k
+        compiled(x)
+        twin(x)
+        mon.step()
+    assert dict(counters["graph_break"]) == {}
+    assert counters["stats"]["unique_graphs"] == 1  # the flag changed between 1 and 3 six times
+    for name in NAMES:
+        assert_record(mon.stats()[f"{name}:output"], seen.of(name, set(range(steps))), seen.of(name, {0, 3, 6}),
+                      mon.cfg)
+    torch._dynamo.reset()
+
+
+def test_reset_between_steps_restarts_the_histograms_with_the_totals():
+    model = mlp()
+    mon = hookstats.attach(model, hist_every=2, grads=False, steps="manual")
+    seen = Seen(model)
+    for k, x in enumerate(inputs(9)):
+        seen.step = k
+        model(x)
+        mon.step()
+        if k == 4:
+            mon.reset()
+    for name in NAMES:
+        assert_record(mon.stats()[f"{name}:output"], seen.of(name, {5, 6, 7, 8}), seen.of(name, {6, 8}), mon.cfg)
+
+
+class Records:
+    """A sink of the test's own: every record as written."""
+
+    def __init__(self):
+        self.rows = []
+
+    def write(self, step, records):
+        self.rows += [(step, r) for r in records]
+
+    def close(self):
+        pass
+
+
+def test_history_window_buckets_are_those_of_its_histogram_steps():
+    model, sink, steps = mlp(), Records(), 20
+    mon = hookstats.attach(model, hist_every=5, grads=False, steps="manual", history=True, log_every=10,
+                           sinks=[sink], alerts=False)
+    seen = Seen(model)
+    train(model, seen, steps, mon)
+    mon.remove()
+    got = {(s, r["target"]): r for s, r in sink.rows}
+    for name in NAMES:
+        for last, hist in ((9, {0, 5}), (19, {10, 15})):
+            rec = got[(last, f"{name}:output")]
+            values = seen.of(name, hist)
+            np.testing.assert_array_equal(rec["float_hist"], float_buckets(torch.from_numpy(values)))
+            assert rec["hist_count"] == np.isfinite(values).sum()
+        for k in set(range(steps)) - {9, 19}:
+            rec = got[(k, f"{name}:output")]
+            assert rec["float_hist"] is None and np.isnan(rec["hist_count"]) and np.isnan(rec["p50"])
+            assert rec["count"] == seen.of(name, {k}).size
+
+
+def test_history_per_step_bins_are_none_on_steps_without_histograms():
+    model, sink, steps = mlp(), Records(), 7
+    mon = hookstats.attach(model, hist_every=3, grads=False, steps="manual", history=True, log_every=4,
+                           sinks=[sink], alerts=False, linear_hist=True, float_hist=False, nbins=8, lo=-2, hi=2)
+    seen = Seen(model)
+    train(model, seen, steps, mon)
+    mon.remove()
+    for step, rec in sink.rows:
+        values = seen.of(rec["module"], {step})
+        assert rec["count"] == values.size and rec["nan"] == np.isnan(values).sum()
+        if step % 3:
+            assert rec["hist"] is None and rec["log2_hist"] is None and rec["hist_count"] == 0
+        else:
+            fin = values[np.isfinite(values)].astype(np.float32)
+            t = np.floor(np.clip((fin - np.float32(-2)) * np.float32(2), -1, 8)).astype(int)
+            np.testing.assert_array_equal(rec["hist"], np.bincount(t + 1, minlength=10)[1:-1])
+            assert rec["hist_count"] == fin.size
+
+
+def test_the_default_cadence_divides_log_every():
+    cfg = hookstats.StatsConfig()
+    assert cfg.hist_every == config.HIST_EVERY and 10 % cfg.hist_every == 0
+    model = mlp()
+    mon = hookstats.attach(model, grads=False)
+    seen = Seen(model)
+    for k, x in enumerate(inputs(config.HIST_EVERY + 2)):
+        seen.step = k
+        model(x)
+    rec = mon.stats()["0:output"]
+    hs = {0, config.HIST_EVERY}
+    np.testing.assert_array_equal(rec["float_hist"], float_buckets(torch.from_numpy(seen.of("0", hs))))
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "4", None], ids=repr)
+def test_bad_hist_every_is_one_clear_error(bad):
+    kwargs = {} if bad is None else {"hist_every": bad}
+    if bad is None:  # None takes the default, as the other StatsConfig fields
+        assert hookstats.StatsConfig(hist_every=None).hist_every == config.HIST_EVERY
+        return
+    with pytest.raises(ValueError, match=r"^hist_every must be an int"):
+        hookstats.attach(mlp(), **kwargs)
+    with pytest.raises(ValueError, match=r"^hist_every must be an int"):
+        hookstats.StatsConfig(**kwargs)
+
+
+def test_the_flags_tell_the_op_the_steps_mode():
+    """What the device flags hold, per phase: the op reads them, so a compiled graph never needs to change."""
+    model = mlp()
+    mon = hookstats.attach(model, hist_every=2, every=1, steps="manual", grads=False)
+    flag = {p: mon.store.flag(torch.device("cpu"), p) for p in ("train", "eval")}
+    seen = []
+    for _ in range(3):
+        seen.append({p: int(f.item()) for p, f in flag.items()})
+        mon.step()
+    mon.pause()
+    seen.append({p: int(f.item()) for p, f in flag.items()})
+    one, skip = 1, 1 | layout.SKIP_HIST
+    assert seen == [{"train": one, "eval": one}, {"train": skip, "eval": one}, {"train": one, "eval": one},
+                    {"train": 0, "eval": 0}]
