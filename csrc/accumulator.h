@@ -36,7 +36,7 @@ constexpr int kHistFlags = kLinearHist | kLogHist | kFloatHist;
 // runs it; with bit kSkipHist set, the histograms (linear bins, log2 slots, float buckets) are not counted in this
 // call (count, moments, min/max, near-zero and NaN/Inf are). A bool True (1) counts everything.
 constexpr int kSkipHist = 2;
-// The Params of a call whose enabled flag has kSkipHist: the same state layout, no histogram counted.
+// The flags of a call whose enabled flag has kSkipHist: no histogram counted (Params::layout keeps the state's).
 HS_HD int call_flags(int flags, int enabled) { return (enabled & kSkipHist) ? flags & ~kHistFlags : flags; }
 
 // Float buckets (kFloatHist; istate then ends with kFloatSlots more slots): log-linear buckets read from the
@@ -72,7 +72,8 @@ HS_HD int64_t istate_size(int nbins, int flags) {
 // lo and inv_w = nbins / (hi - lo) are float32 values: every backend bins with the same fp32 ops.
 struct Params {
   float lo, inv_w, eps;
-  int nbins, flags;
+  int nbins, flags;  // flags: what this call counts (call_flags)
+  int layout;        // the flags the istate is laid out for: every offset into istate reads these
 };
 
 HS_HD uint32_t float_bits(float v) {

@@ -145,7 +145,7 @@ inline void check_many_call(at::TensorList xs, at::TensorList fstates, at::Tenso
 
 inline Params make_params(double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
   return Params{static_cast<float>(lo), static_cast<float>(inv_w), static_cast<float>(eps),
-                static_cast<int>(nbins), static_cast<int>(flags)};
+                static_cast<int>(nbins), static_cast<int>(flags), static_cast<int>(flags)};
 }
 
 }  // namespace hookstats

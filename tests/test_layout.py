@@ -139,7 +139,7 @@ def test_running_stats_equal_a_numpy_oracle(config, backend):
     model = nn.Sequential(Mul(16), Mul(16))
     seen = []
     model[0].register_forward_hook(lambda m, i, o: seen.append(o.detach().clone()))
-    mon = hookstats.attach(model, grads=False, **CONFIGS[config])
+    mon = hookstats.attach(model, grads=False, hist_every=1, **CONFIGS[config])  # every step's bins: the oracle's
     rng = np.random.default_rng(0)
     with torch.no_grad():
         for step in range(5):
@@ -156,7 +156,7 @@ def test_ring_slot_holds_only_the_measured_fields_exact_across_flushes(config, b
     """A ring slot: the 5 moments, count, near-zero, [under, bins, over] with the linear bins, NaN/+Inf/-Inf and
     the op's log2 slots when it keeps them (float buckets off); every step's record equals the oracle of that
     step's values over 3 flushes, the float buckets (and log2 from them) those of each flush window."""
-    cfg = StatsConfig(**CONFIGS[config])
+    cfg = StatsConfig(hist_every=1, **CONFIGS[config])
     fields = 5 + 2 + (cfg.nbins + 2 if cfg.linear_hist else 0) + 3 + (0 if cfg.float_hist else 256)
 
     class Keep:
@@ -173,8 +173,9 @@ def test_ring_slot_holds_only_the_measured_fields_exact_across_flushes(config, b
     model = nn.Sequential(Mul(16), Mul(16))
     seen = {}
     model[0].register_forward_hook(lambda m, i, o: seen.setdefault(len(seen), o.detach().clone()))
+    # hist_every=1: every step's record carries its own bins (the cadence: tests/test_hist_cadence.py)
     mon = hookstats.attach(model, grads=False, history=True, log_every=3, steps="manual", sinks=[keep], alerts=False,
-                           **CONFIGS[config])
+                           hist_every=1, **CONFIGS[config])
     rng = np.random.default_rng(1)
     with torch.no_grad():
         for step in range(8):

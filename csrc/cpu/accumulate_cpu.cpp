@@ -283,8 +283,8 @@ void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t
   std::vector<ChunkResult> parts(nchunks);
   const int stride = hist_stride(p.nbins);
   // the private histograms count in the kernels' numbering; istate keeps the window the flags measure
-  const int first = static_cast<int>(kept_first(p.nbins, p.flags));
-  const int kept = static_cast<int>(float_base(p.nbins, p.flags) - kLinBase);
+  const int first = static_cast<int>(kept_first(p.nbins, p.layout));
+  const int kept = static_cast<int>(float_base(p.nbins, p.layout) - kLinBase);
   const ChunkKernel<T, kLin, kLog, kFloat> kernel{p, stride};
   const Kernel vec = kernel_in_use();
   at::parallel_for(0, nchunks, 1, [&](int64_t begin, int64_t end) {
@@ -293,7 +293,7 @@ void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t
     std::fill(h, h + kSubHists * stride, 0u);
     auto flush = [&] {
       flush_hist(h + first, stride, kept, is + kLinBase);
-      if (kFloat) flush_float(fh, is + float_base(p.nbins, p.flags));
+      if (kFloat) flush_float(fh, is + float_base(p.nbins, p.layout));
     };
     // Chunks are run in pieces that end where a flush may come: fixed by n alone (so are the moments).
     const int64_t limit = kFloat ? kFloatFlushEvery : kFlushEvery;

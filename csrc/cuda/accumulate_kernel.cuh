@@ -384,7 +384,7 @@ __device__ __forceinline__ unsigned* zero_hists(const Params& p) {
 __device__ __forceinline__ void flush_hists(const Target& tg, const Params& p, bool hists) {
   const unsigned* hist_all = float_hist();
   const int nwarps = blockDim.x / kWarp, stride = hist_stride(p), fw = float_words(p);
-  const int kept = static_cast<int>(kept_first(p.nbins, p.flags));  // istate keeps slots [kept, hist_used)
+  const int kept = static_cast<int>(kept_first(p.nbins, p.layout));  // istate keeps slots [kept, hist_used)
   const int first = hists ? kept : p.nbins + 2, used = hists ? hist_used(p) : p.nbins + kLinExtra;
   for (int s = first + threadIdx.x; s < used; s += blockDim.x) {
     unsigned long long sum = 0;
@@ -392,7 +392,7 @@ __device__ __forceinline__ void flush_hists(const Target& tg, const Params& p, b
     if (sum) atomicAdd(&tg.is[kLinBase + s - kept], sum);
   }
   if (!hists) return;
-  unsigned long long* fis = tg.is + float_base(p.nbins, p.flags);
+  unsigned long long* fis = tg.is + float_base(p.nbins, p.layout);
   for (int s = threadIdx.x; s < fw; s += blockDim.x) {
     if (hist_all[s]) atomicAdd(&fis[s], static_cast<unsigned long long>(hist_all[s]));
   }

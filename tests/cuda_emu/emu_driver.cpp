@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
   std::ifstream in(argv[1], std::ios::binary);
   std::vector<unsigned char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string dtype = argv[3];
-  const Params p{std::stof(argv[5]), std::stof(argv[6]), std::stof(argv[7]), std::stoi(argv[4]), std::stoi(argv[8])};
+  const Params p{std::stof(argv[5]), std::stof(argv[6]), std::stof(argv[7]), std::stoi(argv[4]), std::stoi(argv[8]),
+                 std::stoi(argv[8])};
   std::string launches = argv[10];
   std::replace(launches.begin(), launches.end(), ':', ',');
   const std::vector<int64_t> counts = ints(launches);
