@@ -48,7 +48,7 @@ def test_bench_help_lists_the_variants_by_their_plain_names_and_the_defaults(cap
               ln.split()[0] in names}
     assert [n for n in listed] == names and all(v.label in listed[v.name] for v in VARIANT_LIST)
     flat = " ".join(out.split())
-    for option, default in (("--workloads", "cnn,transformer"), ("--repeats", "3"), ("--steps", "5"),
+    for option, default in (("--workloads", "cnn,transformer"), ("--repeats", "3"), ("--steps", "10"),
                             ("--memory-steps", "20"), ("--clock", "wall"), ("--device", "cpu")):
         assert re.search(re.escape(option) + r" .*?\(.*?default: " + re.escape(default) + r"\)", flat), option
 
