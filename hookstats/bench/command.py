@@ -75,8 +75,8 @@ def make_parser(prog="hookstats bench"):
     p.add_argument("--repeats", type=int_in(1), default=3,
                    help="interleaved rounds of every variant (default: %(default)s)")
     p.add_argument("--steps", type=int_in(1), default=10,
-                   help="timed steps per variant per round (default: %(default)s; any 10 consecutive steps hold "
-                        "exactly one histogram step of the default hist_every=10)")
+                   help="timed steps per variant per round; any 10 consecutive steps hold exactly one histogram "
+                        "step of the default hist_every=10 (default: %(default)s)")
     p.add_argument("--memory-steps", type=int_in(0), default=20,
                    help="steps of each variant's memory run, in a fresh process (0: no memory runs; "
                         "default: %(default)s)")
