@@ -276,7 +276,9 @@ def saved_run(run, config):
     model = nn.Sequential(nn.Linear(5, 30), nn.ReLU(), nn.Linear(30, 3))
     seen = []
     model[0].register_forward_hook(lambda m, i, o: seen.append(o.detach().double()))
-    mon = hookstats.attach(model, sinks=run_dir_sinks(run, tensorboard=False), log_every=2, alerts=False, **config)
+    # hist_every=1: every step's line carries its linear bins (steps without histograms carry none: the cadence)
+    mon = hookstats.attach(model, sinks=run_dir_sinks(run, tensorboard=False), log_every=2, alerts=False, hist_every=1,
+                           **config)
     for s in range(4):
         model(torch.randn(8, 5) * (1 + s)).square().mean().backward()
     mon.remove()
