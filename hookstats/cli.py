@@ -178,20 +178,29 @@ def report(run_dir, out=None, log=print, show_progress=False):
     from . import plots
     from .history import brief
     from .progress import progress
-    from .summary import stats_table
+    from .summary import FLOAT_CELLS, stats_table
     items, alerts = load_run(run_dir)
     if not items:
         raise ValueError("the history holds no steps")
     series = plots.collect(items)
     paths = plots.save_all(series, out or run_dir / "charts", progress=lambda charts: progress(
         charts, desc=f"charts of {run_dir.name}", unit="chart", enabled=show_progress))
-    last = {}
+    last, last_buckets = {}, {}
     for step, rec in items:
         if step >= last.get(rec["target"], (-1, None))[0]:
             last[rec["target"]] = (step, rec)
+        has_buckets = rec.get("float_hist") is not None and (rec.get("hist_count") or 0) > 0
+        if has_buckets and step >= last_buckets.get(rec["target"], (-1, None))[0]:
+            last_buckets[rec["target"]] = (step, rec)
+    # A flush window without a histogram step (hist_every > log_every) has empty buckets: the figures derived from
+    # them come from the target's last window that has some, not NaN.
+    derived = [k for k, _ in FLOAT_CELLS.values()]
+    rows = [{**rec, **{k: last_buckets[t][1].get(k) for k in derived}} if t in last_buckets else rec
+            for t, (_, rec) in last.items()]
     steps = sorted({s for s, _ in items})
     log(f"== {run_dir}: {len(steps)} recorded steps ({steps[0]}..{steps[-1]}), {len(series)} targets")
-    log(stats_table([r for _, r in last.values()], title="last recorded step of each target"))
+    log(stats_table(rows, title="last recorded step of each target (|x| quantiles and near 0 rel: its last "
+                                "flush window with float buckets)" if last_buckets else "last recorded step of each target"))
     msgs = brief(alerts)
     log(f"alerts ({len(alerts)}):" + "".join(f"\n  {m}" for m in msgs) if alerts else "alerts: none")
     log(f"wrote {len(paths)} charts to {out or run_dir / 'charts'}")

@@ -317,3 +317,34 @@ def test_report_on_a_run_saved_with_and_without_linear_bins(tmp_path, capsys, co
         code, _, err = run_main(capsys, "report", str(run), "--out", str(tmp_path / "charts"))
         assert code == 2 and "history.jsonl:2: malformed hookstats record" in err, err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_report_takes_the_quantiles_from_the_last_window_with_buckets(tmp_path, capsys):
+    """log_every=2 under the default hist_every=10: most flush windows hold no histogram step, the run's last one
+    among them. The report's |x| quantiles come from the last window that has buckets (step 20's values here),
+    within the buckets' 1/17 relative error of NumPy's, not NaN."""
+    import numpy as np
+    import torch
+    from torch import nn
+
+    import hookstats
+    from hookstats.sinks import run_dir_sinks
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 30), nn.ReLU(), nn.Linear(30, 3))
+    seen = []
+    model[0].register_forward_hook(lambda m, i, o: seen.append(o.detach().double().abs().reshape(-1).numpy()))
+    mon = hookstats.attach(model, sinks=run_dir_sinks(tmp_path / "run", tensorboard=False), log_every=2, alerts=False)
+    for s in range(25):
+        model(torch.randn(8, 5) * (1 + s)).square().mean().backward()
+    mon.remove()
+    assert mon.cfg.hist_every == 10
+    code, out, err = run_main(capsys, "report", str(tmp_path / "run"), "--out", str(tmp_path / "charts"))
+    assert code == 0, err
+    header = next(ln for ln in out.splitlines() if ln.startswith("target "))
+    for words in ("near zero %", "near 0 rel %", "p1 |x|", "p50 |x|", "p99 |x|"):
+        header = header.replace(words, words.replace(" ", "_"))
+    header = header.split()
+    row = dict(zip(header, next(ln for ln in out.splitlines() if ln.startswith("0:output ")).split()))
+    for col, q in (("p1_|x|", 0.01), ("p50_|x|", 0.5), ("p99_|x|", 0.99)):
+        want = np.quantile(seen[20], q, method="inverted_cdf")
+        assert float(row[col]) == pytest.approx(want, rel=1 / 17 + 1e-3), col
