@@ -17,7 +17,12 @@ def add_histograms(writer, pairs, step):
 def _add(writer, base, rec, lin, step):
     if lin is not None:
         edges, counts = lin
+        # num: the values the histogram holds (hist_count, fewer than finite with hist_every > 1); sum and
+        # sum_squares: the moments of every finite value, scaled to num
         n, mean, std = rec["finite"], rec["mean"], rec["std"]
+        held = rec.get("hist_count")
+        if held is not None and held == held and 0 < held < n:
+            n = int(held)
         m2 = std ** 2 * (n - 1) if n > 1 else 0.0
         writer.add_histogram_raw(f"{base}/hist", min=float(edges[0]), max=float(edges[-1]), num=int(n),
                                  sum=float(mean * n), sum_squares=float(m2 + n * mean * mean),
