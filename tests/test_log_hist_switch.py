@@ -25,7 +25,8 @@ def train(tmp_path, log_hist, steps=4):
     seen = []
     model[0].register_forward_hook(lambda m, i, o: seen.append(o.detach().double().numpy().ravel().copy()))
     keep = Keep()
-    mon = hookstats.attach(model, steps="manual", history=True, log_every=2, grads=False, log_hist=log_hist,
+    # hist_every=1: the oracle counts every step's values into each window's buckets
+    mon = hookstats.attach(model, steps="manual", history=True, log_every=2, grads=False, log_hist=log_hist, hist_every=1,
                            sinks=[keep, JSONLSink(tmp_path / "h.jsonl"), TensorBoardSink(tmp_path / "tb")])
     for s in range(steps):
         with torch.no_grad():
