@@ -40,3 +40,13 @@ def every_step_histograms():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(config, "HIST_EVERY", 1)
         yield
+
+
+@pytest.fixture(params=["compiled", "reference"])
+def backend(request, monkeypatch):
+    """The test runs on the compiled op and on the pure-PyTorch reference (what runs without the extension)."""
+    if request.param == "reference":
+        from hookstats import accumulate
+        monkeypatch.setattr(accumulate, "accumulate_", reference.accumulate_)
+        monkeypatch.setattr(accumulate, "accumulate_many_", reference.accumulate_many_)
+    return request.param

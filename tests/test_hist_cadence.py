@@ -9,7 +9,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 import hookstats
-from hookstats import accumulate, config, layout, reference
+from hookstats import config, layout
 
 NAMES = ("0", "2")
 
@@ -89,14 +89,6 @@ def assert_record(rec, all_values, hist_values, cfg):
         want = np.bincount(t + 1, minlength=cfg.nbins + 2)
         np.testing.assert_array_equal(rec["hist"], want[1:-1])
         assert (rec["underflow"], rec["overflow"]) == (want[0], want[-1])
-
-
-@pytest.fixture(params=["compiled", "reference"])
-def backend(request, monkeypatch):
-    if request.param == "reference":
-        monkeypatch.setattr(accumulate, "accumulate_", reference.accumulate_)
-        monkeypatch.setattr(accumulate, "accumulate_many_", reference.accumulate_many_)
-    return request.param
 
 
 @pytest.mark.parametrize("every,n,hists", [(1, 3, dict()), (2, 2, dict(linear_hist=True, nbins=12, lo=-3, hi=3)),

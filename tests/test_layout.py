@@ -11,7 +11,7 @@ from helpers import float_buckets
 from torch import nn
 
 import hookstats
-from hookstats import accumulate, layout, reference
+from hookstats import layout, reference
 from hookstats.config import StatsConfig
 
 LIN, LOG, SNZ, FLT = 1, 2, 4, 8  # csrc/accumulator.h Flags
@@ -124,14 +124,6 @@ def assert_stats(got, want):
             np.testing.assert_array_equal(got[k], w, err_msg=k)
         elif k in got:
             assert got[k] == w, (k, got[k], w)
-
-
-@pytest.fixture(params=["compiled", "reference"])
-def backend(request, monkeypatch):
-    if request.param == "reference":
-        monkeypatch.setattr(accumulate, "accumulate_", reference.accumulate_)
-        monkeypatch.setattr(accumulate, "accumulate_many_", reference.accumulate_many_)
-    return request.param
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))

@@ -61,6 +61,16 @@ def run(keep, steps=14, **config):
     return mon, oracle, mine
 
 
+def assert_same_items(sink, want):
+    """sink.items() hold exactly the (step, record) pairs of `want`, in order, every field equal (same())."""
+    got = list(sink.items())
+    assert [(s, r["target"]) for s, r in got] == [(s, r["target"]) for s, r in want]
+    for (_, g), (_, w) in zip(got, want):
+        assert g.keys() == w.keys()
+        bad = [k for k in w if not same(g[k], w[k])]
+        assert not bad, (g["target"], bad)
+
+
 def same(a, b):
     if a is None or b is None:
         return a is None and b is None
@@ -79,12 +89,7 @@ def test_gives_back_exactly_the_kept_records(keep, config):
     kept = oracle.steps[-keep:] if keep else oracle.steps
     want = [(step, rec) for step, recs in kept for rec in recs]
     for sink in (mine, mon.history_sink):
-        got = list(sink.items())
-        assert [(s, r["target"]) for s, r in got] == [(s, r["target"]) for s, r in want]
-        for (_, g), (_, w) in zip(got, want):
-            assert g.keys() == w.keys()
-            bad = [k for k in w if not same(g[k], w[k])]
-            assert not bad, (g["target"], bad)
+        assert_same_items(sink, want)
         assert [s for s, _ in sink.steps] == [s for s, _ in kept]
 
 

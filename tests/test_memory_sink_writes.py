@@ -6,7 +6,7 @@ import copy
 
 import numpy as np
 import pytest
-from test_memory_sink import arrays_reachable, run, same
+from test_memory_sink import arrays_reachable, assert_same_items, run
 
 from hookstats.sinks import MemorySink
 
@@ -37,12 +37,7 @@ def thin(writes, pattern):
 def assert_keeps(sink, writes, keep):
     kept = writes[-keep:] if keep else writes
     want = [(s, r) for s, recs in kept for r in recs]
-    got = list(sink.items())
-    assert [(s, r["target"]) for s, r in got] == [(s, r["target"]) for s, r in want]
-    for (_, g), (_, w) in zip(got, want):
-        assert g.keys() == w.keys()
-        bad = [k for k in w if not same(g[k], w[k])]
-        assert not bad, (g["target"], bad)
+    assert_same_items(sink, want)
     assert sink.nbytes() == sum(a.nbytes for a in arrays_reachable(sink))
 
 
