@@ -48,6 +48,8 @@ def make(kind, n, dtype, seed=0):
         x = 1e4 + 1e-3 * x
     elif kind == "steps":  # the mean jumps every 1000 values, off the kernels' blocks: a block's shift is far off
         x = x + 1e3 * (torch.arange(n) // 1000 % 2)
+    elif kind == "channels":  # NCHW planes of 256 values, each with its own mean: most blocks' shift is far off
+        x = x + 10 * torch.randn(n // 256 + 1, generator=g, dtype=torch.float64).repeat_interleave(256)[:n]
     elif kind == "ramp":  # the mean drifts by ~3 standard deviations per 1024 values
         x = 1e-3 * x + 1e-5 * torch.arange(n, dtype=torch.float64)
     elif kind == "huge":  # fp32 squares and sums of these overflow: the kernels redo such blocks in fp64
@@ -93,7 +95,7 @@ def assert_matches(got, want, dtype, exact_floats=False):
     assert abs(fg[layout.M2] - fw[layout.M2]) <= tol_m2 * fw[layout.M2], "M2"
 
 
-KINDS = ["normal", "zeros", "relu", "nonfinite", "edges", "outliers", "offset", "steps", "ramp", "huge",
+KINDS = ["normal", "zeros", "relu", "nonfinite", "edges", "outliers", "offset", "steps", "channels", "ramp", "huge",
          "huge_outliers", *TINY]
 # The CPU kernels take another path without the linear and log2 histograms (the moments in one pass per block).
 MOMENTS_ONLY = StatsConfig(linear_hist=False, log_hist=False, float_hist=False)

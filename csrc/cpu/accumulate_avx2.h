@@ -239,8 +239,10 @@ struct OnePass {
   // pass's sums were kept (else its min/max, which may be +-Inf, are not the block's).
   template <typename AllK>
   bool end_block(const T* x, int kB, double s1, double s2, AllK&& all_k, Partial& res, int64_t* nonfin) {
-    bool near = s1 - s1 == 0.0 && s2 - s2 == 0.0 && s1 * s1 <= s2 * (kB / 16.0);
+    const bool finite = s1 - s1 == 0.0 && s2 - s2 == 0.0;
+    bool near = finite && s1 * s1 <= s2 * (kB / 16.0);
     if (near && s2 < 0x1p-100) near = all_k();
+    if (!near && finite && s2 >= 0x1p-100) near = reshift(x, kB, s1, s2);
     Partial bp;
     if (near) {
       shifted_to_partial(bp, kB, K, s1, s2);
@@ -265,6 +267,25 @@ struct OnePass {
     prev_n = kB;
     cur ^= 1;
     return near;
+  }
+  // A block of finite values whose K was too far (NCHW data: the previous block held other channels, with other
+  // means): its shifted sums again, about its own mean K + s1 / kB, in one more pass over the block, which is in L1
+  // now (exact_block would take two, and the min/max again). Returns whether that K is near (then in K, s1, s2).
+  bool reshift(const T* x, int kB, double& s1, double& s2) {
+    const float K2 = static_cast<float>(K + s1 / kB);
+    if (K2 - K2 != 0.0f) return false;
+    const float* vals = reinterpret_cast<const float*>(x);
+    if constexpr (!std::is_same_v<T, float>) {
+      for (int j = 0; j < kB / kVec; ++j) _mm256_store_ps(buf + j * kVec, load8(x + j * kVec));
+      vals = buf;
+    }
+    double t1, t2;
+    shifted_sums<false>(vals, kB / kVec, K2, true, t1, t2, [](int, __m256) {});
+    if (!(t1 - t1 == 0.0 && t2 - t2 == 0.0 && t1 * t1 <= t2 * (kB / 16.0) && t2 >= 0x1p-100)) return false;
+    K = K2;
+    s1 = t1;
+    s2 = t2;
+    return true;
   }
   // After the last block: its slots, and the min/max of the pass (NaN drops out) merged with rmn, rmx into res.
   void end(float mn, float mx, Partial& res) {
