@@ -225,8 +225,9 @@ TABLE = (
     Statistic("nan", lambda s: s.nonfinite(0), INT, scalar=True),
     Statistic("posinf", lambda s: s.nonfinite(1), INT, scalar=True),
     Statistic("neginf", lambda s: s.nonfinite(2), INT, scalar=True),
-    Statistic("underflow", lambda s: s.lin(0), INT, scalar=True, needs="linear_hist"),
-    Statistic("overflow", lambda s: s.lin(s.nbins + 1), INT, scalar=True, needs="linear_hist"),
+    # the linear bins' outer slots; float: NaN on a history step that counted no histograms (hist_every), not 0
+    Statistic("underflow", lambda s: s.as_float(s.lin(0)), FLOAT, scalar=True, needs="linear_hist"),
+    Statistic("overflow", lambda s: s.as_float(s.lin(s.nbins + 1)), FLOAT, scalar=True, needs="linear_hist"),
     Statistic("hist", lambda s: s.lin(1, s.nbins + 1), COUNTS, needs="linear_hist"),
     Statistic("hist_edges", lambda s: s.cfg.edges(), EDGES, needs="linear_hist"),
     Statistic("log2_hist", _log2, COUNTS, needs="log_hist"),  # with float_hist: summed from the buckets

@@ -246,11 +246,13 @@ def test_history_per_step_bins_are_none_on_steps_without_histograms():
         assert rec["count"] == values.size and rec["nan"] == np.isnan(values).sum()
         if step % 3:
             assert rec["hist"] is None and rec["log2_hist"] is None and rec["hist_count"] == 0
+            assert np.isnan(rec["underflow"]) and np.isnan(rec["overflow"])  # unknown there, not 0
         else:
             fin = values[np.isfinite(values)].astype(np.float32)
             t = np.floor(np.clip((fin - np.float32(-2)) * np.float32(2), -1, 8)).astype(int)
             np.testing.assert_array_equal(rec["hist"], np.bincount(t + 1, minlength=10)[1:-1])
             assert rec["hist_count"] == fin.size
+            assert (rec["underflow"], rec["overflow"]) == ((fin < -2).sum(), (fin >= 2).sum())
 
 
 def test_the_default_cadence_divides_log_every():

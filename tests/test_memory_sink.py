@@ -147,7 +147,10 @@ def test_a_flush_written_as_arrays_equals_the_same_steps_written_one_by_one(keep
     present[:6, 4], present[6, 4], present[:3, 5], present[3, 5] = False, True, False, True  # t5 before t4
     present[5] = False  # a step where nothing was measured still counts as a write
     cols = {k: rng.integers(0, 9, (steps, targets)) for k in ("count", "finite", "near_zero_count", "nan", "posinf",
-                                                               "neginf", "underflow", "overflow")}
+                                                               "neginf")}
+    for k in ("underflow", "overflow"):  # floats: NaN on steps that counted no histograms (hist_every)
+        cols[k] = rng.integers(0, 9, (steps, targets)).astype(np.float64)
+        cols[k][7] = np.nan
     cols.update({k: rng.normal(size=(steps, targets)) for k in ("mean", "std", "var", "near_zero", "running_min",
                                                                  "running_max")})
     cols["mean"][3, 2] = np.nan
