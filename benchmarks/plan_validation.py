@@ -57,7 +57,7 @@ def validate(workload, repeats, steps, warmup=2):
     med = statistics.median
     return {
         "targets_equal_attach": ids == sorted(t.id for t in p.targets), "targets": len(p.targets),
-        "memory_equal": memory == p.memory, "memory": memory,
+        "memory_equal": all(p.memory.get(k) == v for k, v in memory.items()), "memory": memory,  # (+ plan's bound)
         "values_per_step": p.values, "bytes_per_step": p.bytes,
         "op_seconds_per_call_measured": {str(k): dict(zip(speed.sizes, v)) for k, v in speed.points.items()},
         "plan_cpu_seconds": plan_cpu_s,

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from . import accumulate
+from . import accumulate, layout
 from .state import scratch_bytes
 
 MB = 1 << 20
@@ -67,7 +67,9 @@ class MeasuredSpeed:
     the next slice of a buffer of `pool` values, so that tensors above the caches' size are read from memory,
     as in a training step, where the activations of a layer are long out of cache when their gradient comes:
     timing one tensor again and again read it from cache and predicted the benchmark transformer's op time 25%
-    low. The H100 table is "cold" for the same reason."""
+    low. The H100 table is "cold" for the same reason. With histograms and hist_every=N > 1 a train step's call
+    counts them on one measured step in N: the figure is the mean over the cadence, (with + (N - 1) * without) / N,
+    both timed (the op with its device flag at 1 and at 1 | SKIP_HIST)."""
 
     SIZES = (256, 1 << 12, 1 << 16, 1 << 20, 1 << 23)
 
@@ -78,11 +80,13 @@ class MeasuredSpeed:
         self.source = (f"the op measured on this machine ({self.device}, {torch.get_num_threads()} torch thread(s), "
                        f"{accumulate.backend()} backend)")
 
-    def _time_calls(self, buf, n):
+    def time_calls(self, buf, n, mode=1):
+        """Seconds per call on slices of n values of buf, the op's device flag at `mode` (1: everything,
+        1 | layout.SKIP_HIST: no histograms)."""
         fstate = torch.zeros(5, dtype=torch.float64, device=self.device)
         istate = torch.zeros(self.cfg.istate_size, dtype=torch.int64, device=self.device)
         scratch = torch.zeros(scratch_bytes(self.device), dtype=torch.uint8, device=self.device)
-        flag = torch.ones(1, dtype=torch.bool, device=self.device)
+        flag = torch.tensor([mode], dtype=torch.uint8, device=self.device)
         args = (fstate, istate, scratch, flag, *self.cfg.op_args())
         xs = list(buf[: buf.numel() // n * n].view(-1, n).unbind(0))
         calls = max(2, min(200, (1 << 22) // n))
@@ -104,7 +108,12 @@ class MeasuredSpeed:
     def measure(self, dtype):
         if dtype not in self.points:
             buf = torch.randn(self.pool, generator=torch.Generator().manual_seed(0)).to(dtype=dtype, device=self.device)
-            self.points[dtype] = [self._time_calls(buf, n) for n in self.sizes]
+            points = [self.time_calls(buf, n) for n in self.sizes]
+            every = self.cfg.hist_every
+            if every > 1 and self.cfg.flags & layout.HIST_FLAGS:
+                without = [self.time_calls(buf, n, 1 | layout.SKIP_HIST) for n in self.sizes]
+                points = [(t + (every - 1) * u) / every for t, u in zip(points, without)]
+            self.points[dtype] = points
         return self.points[dtype]
 
     def seconds(self, dtype, numel):

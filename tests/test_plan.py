@@ -377,3 +377,24 @@ def test_numpy_scalar_arguments_plan_to_plain_json():
     p = plan(CNN(), torch.ones(1, 3, 4, 4), speed=False, every=np.int64(2), history=np.int64(3), keep=np.int32(7))
     d = json.loads(json.dumps(p.to_dict()))
     assert d["total"]["every"] == 2 and d["memory"]["host_history_bytes"] > 0 and "after 7 measured steps" in p.table()
+
+
+@pytest.mark.parametrize("cfg,mean_of", [
+    (hookstats.StatsConfig(), lambda full, skip: (full + 9 * skip) / 10),  # defaults: buckets on one step in 10
+    (hookstats.StatsConfig(hist_every=1), lambda full, skip: full),
+    (hookstats.StatsConfig(hist_every=4, linear_hist=True, float_hist=False), lambda full, skip: (full + 3 * skip) / 4),
+    (hookstats.StatsConfig(float_hist=False, log_hist=False), lambda full, skip: full),  # nothing to skip
+])
+def test_cpu_op_time_is_the_mean_over_the_histogram_cadence(cfg, mean_of):
+    """A train step's op counts the histograms on one measured step in hist_every: plan() predicts the mean call,
+    not a call with histograms each time (which put the defaults' CNN figure ~40% high)."""
+    speed = op_speed.MeasuredSpeed(cfg, sizes=(16, 1024), repeats=1, pool=1 << 12)
+    modes = []
+
+    def timed(buf, n, mode=1):
+        modes.append(mode)
+        return {1: 10e-6, 1 | hookstats.layout.SKIP_HIST: 2e-6}[mode] * n  # the op's flag values: all, no histograms
+    speed.time_calls = timed
+    got = speed.measure(torch.float32)
+    assert got == pytest.approx([mean_of(10e-6 * n, 2e-6 * n) for n in (16, 1024)])
+    assert set(modes) == ({1, 3} if mean_of(1.0, 0.0) != 1.0 else {1})
