@@ -13,10 +13,14 @@ from hookstats import accumulate, bench, reference
 from hookstats.config import StatsConfig
 
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
+# Spelled out: the labels of the saved results (results/op_throughput*.json) predate the float buckets, when
+# StatsConfig() meant both fixed histograms.
+BOTH = StatsConfig(linear_hist=True, log_hist=True, float_hist=False)
 CONFIGS = {
-    "op, no histograms": StatsConfig(linear_hist=False, log_hist=False),
-    "op, linear histogram": StatsConfig(log_hist=False),
-    "op, both histograms": StatsConfig(),
+    "op, no histograms": StatsConfig(linear_hist=False, log_hist=False, float_hist=False),
+    "op, linear histogram": StatsConfig(linear_hist=True, log_hist=False, float_hist=False),
+    "op, both histograms": BOTH,
+    "op, float buckets (the default)": StatsConfig(),
 }
 
 
@@ -48,10 +52,10 @@ def variants(compile_reference=True):
         v["fastai hook, with_hist"] = fastai_call(True)
     except ImportError:
         pass
-    v["reference path, both histograms"] = op_call(reference.accumulate_, StatsConfig())
+    v["reference path, both histograms"] = op_call(reference.accumulate_, BOTH)
     if compile_reference:
         v["torch.compile(reference), both histograms"] = op_call(
-            torch.compile(reference.accumulate_, dynamic=True), StatsConfig())
+            torch.compile(reference.accumulate_, dynamic=True), BOTH)
     return v
 
 

@@ -327,7 +327,7 @@ def add_arguments(p):
         p.add_argument(flag, dest=dest, action="store_true", help=f"attach({dest}=True): {what}")
     p.add_argument("--no-outputs", dest="outputs", action="store_false", help="attach(outputs=False)")
     p.add_argument("--no-grads", dest="grads", action="store_false", help="attach(grads=False)")
-    p.add_argument("--no-hist", action="store_true", help="attach(linear_hist=False, log_hist=False)")
+    p.add_argument("--no-hist", action="store_true", help="attach(linear_hist=False, log_hist=False, float_hist=False)")
     p.add_argument("--modules", nargs="+", help="attach(modules=[...]): names or globs")
     p.add_argument("--totals", action="store_true", help="print the totals only, not one line per target")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -350,7 +350,7 @@ def main(argv=None):
     attach_kwargs = {k: getattr(args, k) for k in ("inputs", "input_grads", "param_grads", "separate_calls",
                                                   "history", "outputs", "grads", "every", "modules")}
     if args.no_hist:
-        attach_kwargs.update(linear_hist=False, log_hist=False)
+        attach_kwargs.update(linear_hist=False, log_hist=False, float_hist=False)
     device = args.device if torch.device(args.device).type != "cuda" or torch.cuda.is_available() else "cpu"
     try:
         result = plan(model, *inputs, example_kwargs=kwargs, device=device, speed=args.device, **attach_kwargs)

@@ -312,6 +312,15 @@ def test_cli_gpt2_table_and_json(capsys):
     assert d["targets"][0]["dtype"] == "bfloat16" and d["memory"]["state_bytes"] > 0
 
 
+def test_cli_no_hist_plans_states_without_any_histogram(capsys):
+    """--no-hist turns the float buckets off too (the default histogram): each state is then 5 float64 moments and
+    5 int64 counts (count, near-zero, NaN, +Inf, -Inf), plus a 1-byte flag per phase in use."""
+    pytest.importorskip("transformers")
+    assert plan_cli.main(["gpt2", "--seq", "16", "--json", "--totals", "--no-hist"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["memory"]["state_bytes"] == len(d["targets"]) * (5 * 8 + 5 * 8) + 2
+
+
 def test_cli_llama_presets_and_a_local_config(capsys, tmp_path):
     pytest.importorskip("transformers")
     assert plan_cli.main(["llama-7b", "--batch", "2", "--seq", "8", "--totals", "--json"]) == 0
