@@ -2,7 +2,7 @@
 # Probes of the CPU op's float-bucket counting (session op64), outside the extension: builds ./ab, which times
 # avx512::run_one_pass (FLOAT_HIST alone, pieces of 255*1024 values, flushed like flush_float) of two csrc trees
 # side by side, an AVX-512 sum (memory reference) and the increments alone from precomputed slots.
-#   benchmarks/results/op64_probes/build.sh BASE_CSRC NEW_CSRC && ./ab 64 9     # MB, rounds [randn|relu|narrow] [bf16]
+#   benchmarks/count_floor/build.sh BASE_CSRC NEW_CSRC && ./ab 64 9     # MB, rounds [randn|relu|narrow] [bf16]
 #   g++ -O3 -march=sapphirerapids st.cpp -o st && ./st 100                       # random vs same-line stores
 #   g++ -O3 -march=sapphirerapids vb3.cpp -o vb3 && ./vb3                         # pair-table prototype
 #   g++ -O3 -march=sapphirerapids floor.cpp -o floor && ./floor randn 65536 4     # increments alone: data, slots streamed, copies (PAIRLAYOUT=1: copy per pair)
