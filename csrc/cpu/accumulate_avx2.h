@@ -316,7 +316,7 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
     __m256 bmn = inf, bmx = ninf;
     __m256d s1v = _mm256_setzero_pd(), s2v = s1v;
     auto one = [&](int j, __m256& c1, __m256& c2) {
-      if (kFloat && (j * kVec * sizeof(T)) % 64 == 0)
+      if ((j * kVec * sizeof(T)) % 64 == 0)  // with or without buckets: accumulate_avx512.h says why
         _mm_prefetch(reinterpret_cast<const char*>(x + b + j * kVec) + kPrefetchBytes, _MM_HINT_T0);
       const __m256 v = load8(x + b + j * kVec);
       const __m256 d = _mm256_sub_ps(v, kv);
