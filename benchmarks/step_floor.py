@@ -1,7 +1,8 @@
 """What a monitored CPU training step costs, split into its floors: the hooks alone (the op replaced by a no-op),
 the hooks with `x.sum()` in place of the op (reading every measured value once, the least any exact statistic
 costs), the op without histograms, and the defaults (float buckets every `hist_every` sampled steps) and every
-step's histograms. One model copy per variant, stepped round-robin (one step each, rotated order), one torch
+step's histograms, all with parameter gradients measured too; and attach(model) as it is (outputs and their
+gradients). One model copy per variant, stepped round-robin (one step each, rotated order), one torch
 thread, the thread's CPU clock; the ratios are medians over blocks of 10 steps of (variant's time / no hooks'
 time) with their [min..max].
 
@@ -25,9 +26,13 @@ import torch
 STABLE_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(2 ** 32), "MALLOC_TRIM_THRESHOLD_": str(2 ** 34),
                  "MALLOC_TOP_PAD_": str(2 ** 28)}
 OFF = {"float_hist": False, "linear_hist": False, "log_hist": False}
-# label: attach() keywords (None: no hooks), and what replaces the op ("noop", "sum" or None: the op itself)
+# label: attach() keywords (None: no hooks), and what replaces the op ("noop", "sum" or None: the op itself). All
+# but the first measured variant add param_grads=True to attach()'s defaults (outputs and their gradients), as
+# `hookstats bench` does: every target measured each step.
+PLAIN = "attach(model) as it is"
 VARIANTS = {
     "no hooks": (None, None),
+    PLAIN: ({}, None),
     "hooks, op a no-op": ({}, "noop"),
     "hooks, x.sum() for the op": ({}, "sum"),
     "op without histograms": (OFF, None),
@@ -36,10 +41,10 @@ VARIANTS = {
 }
 
 
-def install(model, kwargs, replace):
+def install(model, label, kwargs, replace):
     import hookstats
     from hookstats.bench.variants import hookstats_kwargs
-    mon = hookstats.attach(model, **hookstats_kwargs(), **kwargs)
+    mon = hookstats.attach(model, **({} if label == PLAIN else hookstats_kwargs()), **kwargs)
     if replace is not None:
         # the monitor's own hooks, the same calls; only what they call changes
         mon.store.accumulate = (lambda t, *a: t.sum()) if replace == "sum" else (lambda *a: None)
@@ -55,7 +60,7 @@ def measure(workload, rounds, warmup=3):
         model, step = make_workload(workload)
         steps[label] = step
         if kwargs is not None:
-            monitors.append(install(model, kwargs, replace))
+            monitors.append(install(model, label, kwargs, replace))
     for step in steps.values():
         for _ in range(warmup):
             step()
