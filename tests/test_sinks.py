@@ -391,3 +391,36 @@ def test_statistics_table_keeps_the_record_and_file_formats():
     # underflow/overflow: NaN on history steps that counted no histograms (hist_every)
     assert FLOATS == ("mean", "std", "var", "near_zero", *floats, "underflow", "overflow", "running_min", "running_max")
     assert HISTS == ("hist", "log2_hist", "float_hist")
+
+
+def test_callbacks_windows_without_a_histogram_step_get_no_linear_histogram(tmp_path):
+    """The HF/Lightning callbacks' windows (stats() then reset(), integrations/metrics.py) with the linear bins and
+    hist_every=10, one step a window: the window of step 0 gets a `hist` whose counts are that step's values (the
+    test's own hook, NumPy's bins, under/overflow as the outer buckets); the windows of steps 1 and 2 counted no
+    histogram and get none in TensorBoard and W&B (not one of zero counts claiming `finite` values)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from hookstats.integrations.metrics import measured, tensorboard_histograms, window_stats
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 50)
+    seen = []
+    lin.register_forward_hook(lambda m, i, o: seen.append(o.detach().double().reshape(-1).numpy()))
+    mon = hookstats.attach(lin, linear_hist=True, float_hist=False, log_hist=False, lo=-1.0, hi=1.0, nbins=8,
+                           grads=False, hist_every=10, alerts=False)
+    writer = SummaryWriter(str(tmp_path))
+    got_wandb = []
+    for step in range(3):
+        with torch.no_grad():
+            lin(torch.randn(2, 4))
+        mon.step()
+        targets = list(measured(window_stats(mon)))
+        tensorboard_histograms(writer, targets, step)
+        wandb = pytest.importorskip("wandb")
+        got_wandb.append(sorted(hookstats.sinks.wandb.histograms(wandb, targets)))
+    mon.remove()
+    writer.close()
+    (ev,) = tb_events(tmp_path).Histograms("hookstats/Linear/output/hist")
+    v = seen[0]
+    want = [(v < -1).sum(), *np.histogram(v[(v >= -1) & (v < 1)], bins=8, range=(-1, 1))[0], (v >= 1).sum()]
+    assert ev.step == 0 and list(ev.histogram_value.bucket) == want and ev.histogram_value.num == v.size
+    assert got_wandb == [["hookstats/Linear/output/hist"], [], []]

@@ -22,7 +22,7 @@ def value_range(rec):
 def linear_buckets(rec):
     """(edges, counts) of the linear histogram with underflow and overflow as the outer buckets, which reach
     down to the minimum and up to the maximum (one bin width past the range when those are inside it);
-    None when the record has no linear histogram or no finite value."""
+    None when the record has no linear histogram, no finite value, or bins that counted none of them (hist_every)."""
     if rec.get("hist") is None or not rec.get("finite"):
         return None
     edges = np.asarray(rec["hist_edges"], dtype=np.float64)
@@ -31,6 +31,8 @@ def linear_buckets(rec):
     bottom = lo if math.isfinite(lo) and lo < edges[0] else edges[0] - width
     top = hi if math.isfinite(hi) and hi > edges[-1] else edges[-1] + width
     counts = np.concatenate([[rec["underflow"]], rec["hist"], [rec["overflow"]]]).astype(np.float64)
+    if not counts.any():  # a stats() window without a histogram step (hist_every): no histogram, not an empty one
+        return None
     return np.concatenate([[bottom], edges, [top]]), counts
 
 
