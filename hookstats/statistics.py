@@ -168,6 +168,13 @@ def _hist_count(s):
     return s.as_float(n)
 
 
+def _outer_bin(s, k):
+    """Linear slot k (underflow or overflow) as a float, NaN where the bins hold nothing though finite values were
+    measured: the record spans no histogram step (hist_every), so how many values fell outside is unknown."""
+    unknown = (s.lin(0, s.nbins + 2).sum(axis=-1) == 0) & (s.fcol(layout.N_FINITE) > 0)
+    return s.where(unknown, math.nan, s.as_float(s.lin(k)))
+
+
 def _quantiles(s):
     lo, hi = s.exact_range()
     if lo is not None:  # the exact min/max bound the buckets' values only when the buckets hold every finite value
@@ -225,9 +232,9 @@ TABLE = (
     Statistic("nan", lambda s: s.nonfinite(0), INT, scalar=True),
     Statistic("posinf", lambda s: s.nonfinite(1), INT, scalar=True),
     Statistic("neginf", lambda s: s.nonfinite(2), INT, scalar=True),
-    # the linear bins' outer slots; float: NaN on a history step that counted no histograms (hist_every), not 0
-    Statistic("underflow", lambda s: s.as_float(s.lin(0)), FLOAT, scalar=True, needs="linear_hist"),
-    Statistic("overflow", lambda s: s.as_float(s.lin(s.nbins + 1)), FLOAT, scalar=True, needs="linear_hist"),
+    # the linear bins' outer slots; float: NaN where the record spans no histogram step (hist_every), not 0
+    Statistic("underflow", lambda s: _outer_bin(s, 0), FLOAT, scalar=True, needs="linear_hist"),
+    Statistic("overflow", lambda s: _outer_bin(s, s.nbins + 1), FLOAT, scalar=True, needs="linear_hist"),
     Statistic("hist", lambda s: s.lin(1, s.nbins + 1), COUNTS, needs="linear_hist"),
     Statistic("hist_edges", lambda s: s.cfg.edges(), EDGES, needs="linear_hist"),
     Statistic("log2_hist", _log2, COUNTS, needs="log_hist"),  # with float_hist: summed from the buckets

@@ -468,7 +468,9 @@ def state_statistics(f, i, cfg):
            "near_zero": nz / count if count else math.nan, "near_zero_count": nz,
            "nan": int(lin[-3]), "posinf": int(lin[-2]), "neginf": int(lin[-1])}
     if cfg.linear_hist:
-        out.update(underflow=float(lin[0]), overflow=float(lin[-4]))  # floats: NaN on steps without histograms
+        # floats: NaN where the bins hold nothing though finite values were measured (no histogram step spanned)
+        unknown = n > 0 and not lin[: cfg.nbins + 2].any()
+        out.update(underflow=math.nan if unknown else float(lin[0]), overflow=math.nan if unknown else float(lin[-4]))
     return out
 
 

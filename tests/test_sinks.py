@@ -408,12 +408,13 @@ def test_callbacks_windows_without_a_histogram_step_get_no_linear_histogram(tmp_
     mon = hookstats.attach(lin, linear_hist=True, float_hist=False, log_hist=False, lo=-1.0, hi=1.0, nbins=8,
                            grads=False, hist_every=10, alerts=False)
     writer = SummaryWriter(str(tmp_path))
-    got_wandb = []
+    got_wandb, outer = [], []
     for step in range(3):
         with torch.no_grad():
             lin(torch.randn(2, 4))
         mon.step()
         targets = list(measured(window_stats(mon)))
+        outer.append([(r["underflow"], r["overflow"]) for _, r in targets])
         tensorboard_histograms(writer, targets, step)
         wandb = pytest.importorskip("wandb")
         got_wandb.append(sorted(hookstats.sinks.wandb.histograms(wandb, targets)))
@@ -424,3 +425,4 @@ def test_callbacks_windows_without_a_histogram_step_get_no_linear_histogram(tmp_
     want = [(v < -1).sum(), *np.histogram(v[(v >= -1) & (v < 1)], bins=8, range=(-1, 1))[0], (v >= 1).sum()]
     assert ev.step == 0 and list(ev.histogram_value.bucket) == want and ev.histogram_value.num == v.size
     assert got_wandb == [["hookstats/Linear/output/hist"], [], []]
+    assert outer[0] == [(want[0], want[-1])] and all(np.isnan(outer[k][0]).all() for k in (1, 2))  # unknown, not 0

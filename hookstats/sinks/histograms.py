@@ -23,7 +23,8 @@ def linear_buckets(rec):
     """(edges, counts) of the linear histogram with underflow and overflow as the outer buckets, which reach
     down to the minimum and up to the maximum (one bin width past the range when those are inside it);
     None when the record has no linear histogram, no finite value, or bins that counted none of them (hist_every)."""
-    if rec.get("hist") is None or not rec.get("finite"):
+    # underflow is NaN where the record spans no histogram step (hist_every): no histogram, not an empty one
+    if rec.get("hist") is None or not rec.get("finite") or math.isnan(rec["underflow"]):
         return None
     edges = np.asarray(rec["hist_edges"], dtype=np.float64)
     width = edges[1] - edges[0]
@@ -31,8 +32,6 @@ def linear_buckets(rec):
     bottom = lo if math.isfinite(lo) and lo < edges[0] else edges[0] - width
     top = hi if math.isfinite(hi) and hi > edges[-1] else edges[-1] + width
     counts = np.concatenate([[rec["underflow"]], rec["hist"], [rec["overflow"]]]).astype(np.float64)
-    if not counts.any():  # a stats() window without a histogram step (hist_every): no histogram, not an empty one
-        return None
     return np.concatenate([[bottom], edges, [top]]), counts
 
 
