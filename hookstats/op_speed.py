@@ -131,6 +131,10 @@ def speed_for(device, cfg, **measure_kwargs):
     on CPU, None elsewhere (no figure)."""
     device = torch.device(device)
     if device.type == "cuda":
+        # The float buckets alone (the default) take the "none" column until measured on a GPU: their hot loop is
+        # 19.6 SASS instructions per element on sm_90, that of the table's kernel without histograms 36 (RESULTS.md,
+        # "Float buckets in the CUDA kernel"). On CUDA hist_every saves little (a call without histograms still
+        # counts them in shared memory), so the cadence is not averaged here.
         return H100Speed(histograms=cfg.linear_hist or cfg.log_hist)
     if device.type == "cpu":
         return MeasuredSpeed(cfg, device, **measure_kwargs)
