@@ -23,8 +23,10 @@ def linear_buckets(rec):
     """(edges, counts) of the linear histogram with underflow and overflow as the outer buckets, which reach
     down to the minimum and up to the maximum (one bin width past the range when those are inside it);
     None when the record has no linear histogram, no finite value, or bins that counted none of them (hist_every)."""
-    # underflow is NaN where the record spans no histogram step (hist_every): no histogram, not an empty one
-    if rec.get("hist") is None or not rec.get("finite") or math.isnan(rec["underflow"]):
+    # underflow is NaN (None once through JSON) where the record spans no histogram step (hist_every): no
+    # histogram, not an empty one
+    under = rec.get("underflow")
+    if rec.get("hist") is None or not rec.get("finite") or under is None or math.isnan(under):
         return None
     edges = np.asarray(rec["hist_edges"], dtype=np.float64)
     width = edges[1] - edges[0]
