@@ -172,6 +172,24 @@ class StepClock:
     def measures_phase(self):
         return self.phase == "train" or self.track_eval
 
+    def hook_phase(self, module=None, recompute=False):
+        """The phase a hook running now measures into, or None when it measures nothing. Inside a root forward
+        (and in compiled code, where the device flag masks unsampled steps) it is that forward's phase. Two eager
+        calls are not inside the last root forward: a checkpointed segment recomputed in backward belongs to the
+        mode the root model is in then (a validation forward between a train forward and its backward must not
+        take that step's gradients), and a hooked module called outside any root forward (a second model sharing
+        it) to its own mode (a shared encoder validating must not join the train step it falls in)."""
+        if torch.compiler.is_compiling():
+            return self.phase if self.measures_phase() else None
+        if recompute:
+            training = self.model.training
+        elif module is not None and self.root_running == 0:
+            training = module.training
+        else:
+            return self.phase if self.measuring else None
+        phase = "train" if training else "eval"
+        return phase if self.sampling and (phase == "train" or self.track_eval) else None
+
     def pause(self):
         self.paused = True
         self.update_active()

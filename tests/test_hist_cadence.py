@@ -7,6 +7,7 @@ import torch
 from helpers import float_buckets
 from torch import nn
 from torch._dynamo.utils import counters
+from torch.utils.checkpoint import checkpoint
 
 import hookstats
 from hookstats import config, layout
@@ -295,3 +296,96 @@ def test_the_flags_tell_the_op_the_steps_mode():
     one, skip = 1, 1 | layout.SKIP_HIST
     assert seen == [{"train": one, "eval": one}, {"train": skip, "eval": one}, {"train": one, "eval": one},
                     {"train": 0, "eval": 0}]
+
+
+class Checkpointed(nn.Module):
+    """mlp()'s shape with its first layer under activation checkpointing in training mode."""
+
+    def __init__(self, reentrant):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b, self.reentrant = nn.Linear(6, 16), nn.Linear(16, 5), reentrant
+
+    def forward(self, x):
+        h = checkpoint(self.a, x, use_reentrant=self.reentrant) if self.training else self.a(x)
+        return self.b(torch.relu(h))
+
+
+class SeenGrads:
+    """The test's own gradient taps: a forward hook that hooks each output requiring grad (with reentrant
+    checkpointing that is the recomputed output, in backward), the gradients as float64 with the loop's step."""
+
+    def __init__(self, module):
+        self.step, self.values = 0, []
+        module.register_forward_hook(self.hook)
+
+    def hook(self, module, args, out):
+        if out.requires_grad:
+            out.register_hook(self.keep)
+
+    def keep(self, g):
+        self.values.append((self.step, g.detach().double().numpy().reshape(-1).copy()))
+
+    def of(self, steps):
+        return np.concatenate([v for s, v in self.values if s in steps])
+
+
+@pytest.mark.parametrize("track_eval", [False, True], ids=["eval-off", "eval-on"])
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_checkpointed_gradients_after_a_validation_forward_stay_in_the_train_step(reentrant, track_eval):
+    """A forward in eval mode between a train forward and its backward (validation, a teacher pass of the same
+    model) must not take the train step's gradients: with reentrant checkpointing they are tapped when the segment
+    is recomputed in backward, after that eval forward."""
+    model, steps = Checkpointed(reentrant), 5
+    mon = hookstats.attach(model, hist_every=2, eval=track_eval, steps="manual")
+    seen, grads = Seen(model, names=("a",)), SeenGrads(model.a)
+    xs = inputs(steps)
+    for k, x in enumerate(xs):
+        seen.step = grads.step = k
+        out = model(x.requires_grad_())
+        model.eval()
+        with torch.no_grad():
+            model(xs[0] * (k + 2))
+        model.train()
+        seen.step = None  # the recomputed forward in backward: measured once, in the forward
+        (out ** 2).sum().backward()
+        mon.step()
+    train, ev = mon.stats(), mon.stats(phase="eval")
+    assert_record(train["a:grad_output"], grads.of(set(range(steps))), grads.of({0, 2, 4}), mon.cfg)
+    assert_record(train["a:output"], seen.of("a", set(range(steps))), seen.of("a", {0, 2, 4}), mon.cfg)
+    if track_eval:
+        assert sorted(ev) == ["a:output", "b:output"]  # no gradient of a train step in the eval phase
+        all_eval = seen.of("a", set(range(steps)), "eval")
+        assert_record(ev["a:output"], all_eval, all_eval, mon.cfg)
+    else:
+        assert ev == {}
+    mon.remove()
+
+
+@pytest.mark.parametrize("track_eval", [False, True], ids=["eval-off", "eval-on"])
+def test_a_second_model_sharing_a_module_validates_in_the_eval_phase(track_eval):
+    """A hooked module called outside the monitored model's forward (a second model sharing the encoder, run for
+    validation in eval mode) is in that call's mode: its eval values neither join the train step the call falls
+    in (nor take its histogram cadence) nor are measured without eval=True."""
+    model, steps = mlp(), 5
+    other = nn.Sequential(model[0], nn.Linear(16, 2))
+    mon = hookstats.attach(model, hist_every=2, eval=track_eval, grads=False)
+    seen = Seen(model)
+    xs = inputs(steps)
+    for k, x in enumerate(xs):
+        seen.step = k
+        model.train()  # each epoch: other.eval() set the shared module's mode too
+        model(x)
+        other.eval()
+        with torch.no_grad():
+            other(xs[0] * (k + 2))
+    train, ev = mon.stats(), mon.stats(phase="eval")
+    for name in NAMES:
+        assert_record(train[f"{name}:output"], seen.of(name, set(range(steps))), seen.of(name, {0, 2, 4}), mon.cfg)
+    if track_eval:
+        assert sorted(ev) == ["0:output"]
+        all_eval = seen.of("0", set(range(steps)), "eval")
+        assert_record(ev["0:output"], all_eval, all_eval, mon.cfg)
+    else:
+        assert ev == {}
+    mon.remove()
