@@ -172,22 +172,19 @@ class StepClock:
     def measures_phase(self):
         return self.phase == "train" or self.track_eval
 
-    def hook_phase(self, module=None, recompute=False):
+    def hook_phase(self, recompute=False):
         """The phase a hook running now measures into, or None when it measures nothing. Inside a root forward
         (and in compiled code, where the device flag masks unsampled steps) it is that forward's phase. Two eager
-        calls are not inside the last root forward: a checkpointed segment recomputed in backward belongs to the
-        mode the root model is in then (a validation forward between a train forward and its backward must not
-        take that step's gradients), and a hooked module called outside any root forward (a second model sharing
-        it) to its own mode (a shared encoder validating must not join the train step it falls in)."""
+        calls are not inside the last root forward, and take the mode the root model is in now instead of that
+        forward's: a checkpointed segment recomputed in backward (a validation forward between a train forward
+        and its backward must not take that step's gradients) and a hooked module called outside any root
+        forward (model.eval(); model.encoder(x) must not join the train step it falls in, nor model.train();
+        model.encoder(x) after a validation forward be lost to the eval phase)."""
         if torch.compiler.is_compiling():
             return self.phase if self.measures_phase() else None
-        if recompute:
-            training = self.model.training
-        elif module is not None and self.root_running == 0:
-            training = module.training
-        else:
+        if not recompute and self.root_running > 0:
             return self.phase if self.measuring else None
-        phase = "train" if training else "eval"
+        phase = "train" if self.model.training else "eval"
         return phase if self.sampling and (phase == "train" or self.track_eval) else None
 
     def pause(self):

@@ -363,29 +363,34 @@ def test_checkpointed_gradients_after_a_validation_forward_stay_in_the_train_ste
 
 
 @pytest.mark.parametrize("track_eval", [False, True], ids=["eval-off", "eval-on"])
-def test_a_second_model_sharing_a_module_validates_in_the_eval_phase(track_eval):
-    """A hooked module called outside the monitored model's forward (a second model sharing the encoder, run for
-    validation in eval mode) is in that call's mode: its eval values neither join the train step the call falls
-    in (nor take its histogram cadence) nor are measured without eval=True."""
+def test_a_module_called_outside_the_models_forward_is_in_the_models_mode(track_eval):
+    """A hooked module called directly, outside the root model's forward (model.eval(); model.encoder(x) to embed
+    a validation set; model.train(); model.encoder(x) for an auxiliary loss), is in the mode the model is in
+    then, not in the last root forward's: eval values neither join the train step they fall in (nor take its
+    histogram cadence) nor are measured without eval=True, and train values after a validation forward are not
+    lost to the eval phase."""
     model, steps = mlp(), 5
-    other = nn.Sequential(model[0], nn.Linear(16, 2))
     mon = hookstats.attach(model, hist_every=2, eval=track_eval, grads=False)
     seen = Seen(model)
     xs = inputs(steps)
     for k, x in enumerate(xs):
         seen.step = k
-        model.train()  # each epoch: other.eval() set the shared module's mode too
+        model.train()
         model(x)
-        other.eval()
+        model.eval()
         with torch.no_grad():
-            other(xs[0] * (k + 2))
+            model(xs[0] * (k + 2))
+            model[0](xs[0] * (k + 3))
+        model.train()
+        model[0](x * 2)
     train, ev = mon.stats(), mon.stats(phase="eval")
     for name in NAMES:
         assert_record(train[f"{name}:output"], seen.of(name, set(range(steps))), seen.of(name, {0, 2, 4}), mon.cfg)
     if track_eval:
-        assert sorted(ev) == ["0:output"]
-        all_eval = seen.of("0", set(range(steps)), "eval")
-        assert_record(ev["0:output"], all_eval, all_eval, mon.cfg)
+        assert sorted(ev) == [f"{name}:output" for name in NAMES]
+        for name in NAMES:
+            all_eval = seen.of(name, set(range(steps)), "eval")
+            assert_record(ev[f"{name}:output"], all_eval, all_eval, mon.cfg)
     else:
         assert ev == {}
     mon.remove()

@@ -30,7 +30,7 @@ class InputGrads:
 
     def pre_hook(self, module, args):
         port, clock, calls = self.port, self.port.clock, self.port.calls
-        phase = clock.hook_phase(module, recomputing())
+        phase = clock.hook_phase(recomputing())
         skip = phase is None
         if not skip and calls.separate:
             skip = calls.skip_recomputed(self.name, recomputing(), port.tell)

@@ -16,7 +16,7 @@ def output_hook(port, name, values=True, grads=True):
         # a recomputed forward (checkpointing) was measured the first time; with use_reentrant=True
         # its gradients flow through the recomputed graph only, so they are tapped there
         recompute = recomputing()
-        phase = clock.hook_phase(module, recompute)
+        phase = clock.hook_phase(recompute)
         if phase is None or recompute and not grads:
             return None
         if calls.separate and calls.skip_recomputed(name, recompute, port.tell):
@@ -63,7 +63,7 @@ def input_hook(port, name, module):
     clock, calls = port.clock, port.calls
 
     def hook(module, args, kwargs):
-        phase = None if recomputing() else clock.hook_phase(module)
+        phase = None if recomputing() else clock.hook_phase()
         if phase is None:
             return None
         calls.saw(name)
