@@ -415,3 +415,99 @@ def test_validation_after_an_unsampled_step_is_measured():
     ev = mon.stats(phase="eval")
     all_eval = seen.of("0", {0}, "eval")  # Seen files every call under step 0 here
     assert ev["0:output"]["count"] == all_eval.size
+
+
+def random_loop(seed, steps_mode):
+    """A random mix of train steps (forward, backward, optimizer step; some with pause() or resume() between the
+    forward and the backward), validation forwards, pause/resume, mon.step() and reset(), every in (1, 2, 3),
+    hist_every in (1, 2, 3, 10), param_grads on. Returns the monitor and what the test's own hooks say each
+    (phase, target) must hold: [(values, counted in the histograms)], since the last reset()."""
+    rnd = __import__("random").Random(seed)
+    every, n = rnd.choice([1, 2, 3]), rnd.choice([1, 2, 3, 10])
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    mon = hookstats.attach(model, every=every, hist_every=n, eval=True, steps=steps_mode, param_grads=True)
+    g = torch.Generator().manual_seed(seed)
+    want = {}
+    step, paused, started = 0, False, False
+    layers = {name: model[int(name)] for name in NAMES}
+
+    def sampled():
+        return not paused and step % every == 0
+
+    def forward(x, outs):
+        handles = [m.register_forward_hook(lambda m, a, o, name=name: outs.__setitem__(name, o))
+                   for name, m in layers.items()]
+        out = model(x)
+        for h in handles:
+            h.remove()
+        return out
+
+    def add(phase, tid, t, hist):
+        want.setdefault((phase, tid), []).append((t.detach().double().numpy().reshape(-1).copy(), hist))
+
+    for _ in range(40):
+        op = rnd.choice(["train", "train", "eval", "pause", "resume", "step", "step", "reset", "train+toggle"])
+        if steps_mode == "forward" and op == "step":
+            op = "train"
+        if op.startswith("train"):
+            if steps_mode == "forward":
+                step, started = step + started, True
+            outs, grads = {}, {}
+            out = forward(torch.randn(4, 6, generator=g), outs)
+            forward_sampled, hist = sampled(), step % (every * n) == 0
+            for name, o in outs.items():
+                o.register_hook(lambda gr, name=name: grads.__setitem__(name, gr))
+                if forward_sampled:
+                    add("train", f"{name}:output", o, hist)
+            if op == "train+toggle":
+                paused = not paused
+                mon.pause() if paused else mon.resume()
+            (out ** 2).sum().backward()
+            if sampled() and forward_sampled:  # a tap needs both: set up in the forward, the flag read in backward
+                for name, gr in grads.items():
+                    add("train", f"{name}:grad_output", gr, hist)
+            if sampled():
+                for name, p in model.named_parameters():
+                    add("train", f"{name}:param_grad", p.grad, hist)
+            opt.step()
+            opt.zero_grad()
+        elif op == "eval":
+            model.eval()
+            outs = {}
+            with torch.no_grad():
+                forward(torch.randn(3, 6, generator=g), outs)
+            model.train()
+            if sampled():
+                for name, o in outs.items():
+                    add("eval", f"{name}:output", o, True)
+        elif op in ("pause", "resume"):
+            paused = op == "pause"
+            getattr(mon, op)()
+        elif op == "step":
+            mon.step()
+            step += 1
+        else:
+            mon.reset()
+            want.clear()
+    return mon, want
+
+
+@pytest.mark.parametrize("steps_mode", ["manual", "forward"])
+@pytest.mark.parametrize("seed", range(8))
+def test_random_loops_match_the_tests_own_hooks(seed, steps_mode):
+    mon, want = random_loop(seed, steps_mode)
+    for phase in ("train", "eval"):
+        stats = mon.stats(phase=phase)
+        for (ph, tid), parts in want.items():
+            if ph != phase:
+                continue
+            values = np.concatenate([v for v, _ in parts])
+            hist = [v for v, h in parts if h]
+            hist = np.concatenate(hist) if hist else np.zeros(0)
+            rec = stats[tid]
+            assert rec["count"] == values.size, (phase, tid)
+            assert rec["mean"] == pytest.approx(values.mean(), rel=1e-6, abs=1e-6 * values.std()), (phase, tid)
+            np.testing.assert_array_equal(rec["float_hist"], float_buckets(torch.from_numpy(hist)), err_msg=tid)
+        assert not [t for t, r in stats.items() if (phase, t) not in want and r["count"]], phase
+    mon.remove()
