@@ -172,6 +172,21 @@ class StepClock:
     def measures_phase(self):
         return self.phase == "train" or self.track_eval
 
+    def hook_phase(self, recompute=False):
+        """The phase a hook running now measures into, or None when it measures nothing. Inside a root forward
+        (and in compiled code, where the device flag masks unsampled steps) it is that forward's phase. Two eager
+        calls are not inside the last root forward, and take the mode the root model is in now instead of that
+        forward's: a checkpointed segment recomputed in backward (a validation forward between a train forward
+        and its backward must not take that step's gradients) and a hooked module called outside any root
+        forward (model.eval(); model.encoder(x) must not join the train step it falls in, nor model.train();
+        model.encoder(x) after a validation forward be lost to the eval phase)."""
+        if torch.compiler.is_compiling():
+            return self.phase if self.measures_phase() else None
+        if not recompute and self.root_running > 0:
+            return self.phase if self.measuring else None
+        phase = "train" if self.model.training else "eval"
+        return phase if self.sampling and (phase == "train" or self.track_eval) else None
+
     def pause(self):
         self.paused = True
         self.update_active()

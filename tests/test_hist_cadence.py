@@ -7,6 +7,7 @@ import torch
 from helpers import float_buckets
 from torch import nn
 from torch._dynamo.utils import counters
+from torch.utils.checkpoint import checkpoint
 
 import hookstats
 from hookstats import config, layout
@@ -295,3 +296,218 @@ def test_the_flags_tell_the_op_the_steps_mode():
     one, skip = 1, 1 | layout.SKIP_HIST
     assert seen == [{"train": one, "eval": one}, {"train": skip, "eval": one}, {"train": one, "eval": one},
                     {"train": 0, "eval": 0}]
+
+
+class Checkpointed(nn.Module):
+    """mlp()'s shape with its first layer under activation checkpointing in training mode."""
+
+    def __init__(self, reentrant):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b, self.reentrant = nn.Linear(6, 16), nn.Linear(16, 5), reentrant
+
+    def forward(self, x):
+        h = checkpoint(self.a, x, use_reentrant=self.reentrant) if self.training else self.a(x)
+        return self.b(torch.relu(h))
+
+
+class SeenGrads:
+    """The test's own gradient taps: a forward hook that hooks each output requiring grad (with reentrant
+    checkpointing that is the recomputed output, in backward), the gradients as float64 with the loop's step."""
+
+    def __init__(self, module):
+        self.step, self.values = 0, []
+        module.register_forward_hook(self.hook)
+
+    def hook(self, module, args, out):
+        if out.requires_grad:
+            out.register_hook(self.keep)
+
+    def keep(self, g):
+        self.values.append((self.step, g.detach().double().numpy().reshape(-1).copy()))
+
+    def of(self, steps):
+        return np.concatenate([v for s, v in self.values if s in steps])
+
+
+@pytest.mark.parametrize("track_eval", [False, True], ids=["eval-off", "eval-on"])
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_checkpointed_gradients_after_a_validation_forward_stay_in_the_train_step(reentrant, track_eval):
+    """A forward in eval mode between a train forward and its backward (validation, a teacher pass of the same
+    model) must not take the train step's gradients: with reentrant checkpointing they are tapped when the segment
+    is recomputed in backward, after that eval forward."""
+    model, steps = Checkpointed(reentrant), 5
+    mon = hookstats.attach(model, hist_every=2, eval=track_eval, steps="manual")
+    seen, grads = Seen(model, names=("a",)), SeenGrads(model.a)
+    xs = inputs(steps)
+    for k, x in enumerate(xs):
+        seen.step = grads.step = k
+        out = model(x.requires_grad_())
+        model.eval()
+        with torch.no_grad():
+            model(xs[0] * (k + 2))
+        model.train()
+        seen.step = None  # the recomputed forward in backward: measured once, in the forward
+        (out ** 2).sum().backward()
+        mon.step()
+    train, ev = mon.stats(), mon.stats(phase="eval")
+    assert_record(train["a:grad_output"], grads.of(set(range(steps))), grads.of({0, 2, 4}), mon.cfg)
+    assert_record(train["a:output"], seen.of("a", set(range(steps))), seen.of("a", {0, 2, 4}), mon.cfg)
+    if track_eval:
+        assert sorted(ev) == ["a:output", "b:output"]  # no gradient of a train step in the eval phase
+        all_eval = seen.of("a", set(range(steps)), "eval")
+        assert_record(ev["a:output"], all_eval, all_eval, mon.cfg)
+    else:
+        assert ev == {}
+    mon.remove()
+
+
+@pytest.mark.parametrize("track_eval", [False, True], ids=["eval-off", "eval-on"])
+def test_a_module_called_outside_the_models_forward_is_in_the_models_mode(track_eval):
+    """A hooked module called directly, outside the root model's forward (model.eval(); model.encoder(x) to embed
+    a validation set; model.train(); model.encoder(x) for an auxiliary loss), is in the mode the model is in
+    then, not in the last root forward's: eval values neither join the train step they fall in (nor take its
+    histogram cadence) nor are measured without eval=True, and train values after a validation forward are not
+    lost to the eval phase."""
+    model, steps = mlp(), 5
+    mon = hookstats.attach(model, hist_every=2, eval=track_eval, grads=False)
+    seen = Seen(model)
+    xs = inputs(steps)
+    for k, x in enumerate(xs):
+        seen.step = k
+        model.train()
+        model(x)
+        model.eval()
+        with torch.no_grad():
+            model(xs[0] * (k + 2))
+            model[0](xs[0] * (k + 3))
+        model.train()
+        model[0](x * 2)
+    train, ev = mon.stats(), mon.stats(phase="eval")
+    for name in NAMES:
+        assert_record(train[f"{name}:output"], seen.of(name, set(range(steps))), seen.of(name, {0, 2, 4}), mon.cfg)
+    if track_eval:
+        assert sorted(ev) == [f"{name}:output" for name in NAMES]
+        for name in NAMES:
+            all_eval = seen.of(name, set(range(steps)), "eval")
+            assert_record(ev[f"{name}:output"], all_eval, all_eval, mon.cfg)
+    else:
+        assert ev == {}
+    mon.remove()
+
+
+@pytest.mark.xfail(strict=True, reason="open design question for the lead: eval forwards follow every=N's sampling "
+                   "of the train step they fall in, so a validation pass after an unsampled last step is lost whole, "
+                   "silently (tests/zoo_oracle.py encodes that rule); the cadence already keeps eval histograms")
+def test_validation_after_an_unsampled_step_is_measured():
+    """every=10, 25 batches an epoch, validation after each epoch: it falls in steps 24, 49, 74, none sampled."""
+    model = mlp()
+    mon = hookstats.attach(model, every=10, eval=True, grads=False)
+    seen = Seen(model)
+    g = torch.Generator().manual_seed(3)
+    for epoch in range(3):
+        model.train()
+        for _ in range(25):
+            model(torch.randn(4, 6, generator=g))
+        model.eval()
+        with torch.no_grad():
+            model(torch.randn(5, 6, generator=g))
+    ev = mon.stats(phase="eval")
+    all_eval = seen.of("0", {0}, "eval")  # Seen files every call under step 0 here
+    assert ev["0:output"]["count"] == all_eval.size
+
+
+def random_loop(seed, steps_mode):
+    """A random mix of train steps (forward, backward, optimizer step; some with pause() or resume() between the
+    forward and the backward), validation forwards, pause/resume, mon.step() and reset(), every in (1, 2, 3),
+    hist_every in (1, 2, 3, 10), param_grads on. Returns the monitor and what the test's own hooks say each
+    (phase, target) must hold: [(values, counted in the histograms)], since the last reset()."""
+    rnd = __import__("random").Random(seed)
+    every, n = rnd.choice([1, 2, 3]), rnd.choice([1, 2, 3, 10])
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    mon = hookstats.attach(model, every=every, hist_every=n, eval=True, steps=steps_mode, param_grads=True)
+    g = torch.Generator().manual_seed(seed)
+    want = {}
+    step, paused, started = 0, False, False
+    layers = {name: model[int(name)] for name in NAMES}
+
+    def sampled():
+        return not paused and step % every == 0
+
+    def forward(x, outs):
+        handles = [m.register_forward_hook(lambda m, a, o, name=name: outs.__setitem__(name, o))
+                   for name, m in layers.items()]
+        out = model(x)
+        for h in handles:
+            h.remove()
+        return out
+
+    def add(phase, tid, t, hist):
+        want.setdefault((phase, tid), []).append((t.detach().double().numpy().reshape(-1).copy(), hist))
+
+    for _ in range(40):
+        op = rnd.choice(["train", "train", "eval", "pause", "resume", "step", "step", "reset", "train+toggle"])
+        if steps_mode == "forward" and op == "step":
+            op = "train"
+        if op.startswith("train"):
+            if steps_mode == "forward":
+                step, started = step + started, True
+            outs, grads = {}, {}
+            out = forward(torch.randn(4, 6, generator=g), outs)
+            forward_sampled, hist = sampled(), step % (every * n) == 0
+            for name, o in outs.items():
+                o.register_hook(lambda gr, name=name: grads.__setitem__(name, gr))
+                if forward_sampled:
+                    add("train", f"{name}:output", o, hist)
+            if op == "train+toggle":
+                paused = not paused
+                mon.pause() if paused else mon.resume()
+            (out ** 2).sum().backward()
+            if sampled() and forward_sampled:  # a tap needs both: set up in the forward, the flag read in backward
+                for name, gr in grads.items():
+                    add("train", f"{name}:grad_output", gr, hist)
+            if sampled():
+                for name, p in model.named_parameters():
+                    add("train", f"{name}:param_grad", p.grad, hist)
+            opt.step()
+            opt.zero_grad()
+        elif op == "eval":
+            model.eval()
+            outs = {}
+            with torch.no_grad():
+                forward(torch.randn(3, 6, generator=g), outs)
+            model.train()
+            if sampled():
+                for name, o in outs.items():
+                    add("eval", f"{name}:output", o, True)
+        elif op in ("pause", "resume"):
+            paused = op == "pause"
+            getattr(mon, op)()
+        elif op == "step":
+            mon.step()
+            step += 1
+        else:
+            mon.reset()
+            want.clear()
+    return mon, want
+
+
+@pytest.mark.parametrize("steps_mode", ["manual", "forward"])
+@pytest.mark.parametrize("seed", range(8))
+def test_random_loops_match_the_tests_own_hooks(seed, steps_mode):
+    mon, want = random_loop(seed, steps_mode)
+    for phase in ("train", "eval"):
+        stats = mon.stats(phase=phase)
+        for (ph, tid), parts in want.items():
+            if ph != phase:
+                continue
+            values = np.concatenate([v for v, _ in parts])
+            hist = [v for v, h in parts if h]
+            hist = np.concatenate(hist) if hist else np.zeros(0)
+            rec = stats[tid]
+            assert rec["count"] == values.size, (phase, tid)
+            assert rec["mean"] == pytest.approx(values.mean(), rel=1e-6, abs=1e-6 * values.std()), (phase, tid)
+            np.testing.assert_array_equal(rec["float_hist"], float_buckets(torch.from_numpy(hist)), err_msg=tid)
+        assert not [t for t, r in stats.items() if (phase, t) not in want and r["count"]], phase
+    mon.remove()

@@ -8,7 +8,7 @@ from ..state import Kind, TargetKey
 from ..tensors import tensor_leaves
 from .calls import CallStacks
 from .outputs import positional_leaves, positional_names
-from .port import recomputing, skip_now
+from .port import recomputing
 
 
 class InputGrads:
@@ -30,13 +30,14 @@ class InputGrads:
 
     def pre_hook(self, module, args):
         port, clock, calls = self.port, self.port.clock, self.port.calls
-        skip = not clock.measures_phase() or skip_now(clock)
+        phase = clock.hook_phase(recomputing())
+        skip = phase is None
         if not skip and calls.separate:
             skip = calls.skip_recomputed(self.name, recomputing(), port.tell)
         if skip or not (torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
             self.open.push(None)
             return None
-        bw = BackwardHook(module, [self._measure(calls.call_of(self.name), clock.phase)], [])
+        bw = BackwardHook(module, [self._measure(calls.call_of(self.name), phase)], [])
         self.open.push(bw)
         return bw.setup_input_hook(args)
 

@@ -5,7 +5,7 @@ import inspect
 from ..state import Kind, TargetKey
 from ..tensors import tensor_leaves
 from .grad_taps import tap_grad
-from .port import recomputing, skip_now
+from .port import recomputing
 
 
 def output_hook(port, name, values=True, grads=True):
@@ -16,13 +16,13 @@ def output_hook(port, name, values=True, grads=True):
         # a recomputed forward (checkpointing) was measured the first time; with use_reentrant=True
         # its gradients flow through the recomputed graph only, so they are tapped there
         recompute = recomputing()
-        if not clock.measures_phase() or skip_now(clock) or recompute and not grads:
+        phase = clock.hook_phase(recompute)
+        if phase is None or recompute and not grads:
             return None
         if calls.separate and calls.skip_recomputed(name, recompute, port.tell):
             return None
         calls.saw(name)
         call = calls.call_of(name)
-        phase = clock.phase
         for leaf, t in tensor_leaves(out):
             if values and not recompute:
                 port.measure_in(TargetKey(name, Kind.OUTPUT, leaf, call), t, phase)
@@ -63,11 +63,12 @@ def input_hook(port, name, module):
     clock, calls = port.clock, port.calls
 
     def hook(module, args, kwargs):
-        if not clock.measures_phase() or skip_now(clock) or recomputing():
+        phase = None if recomputing() else clock.hook_phase()
+        if phase is None:
             return None
         calls.saw(name)
         call = calls.call_of(name)
         for leaf, t in (*positional_leaves(args, names), *tensor_leaves(kwargs)):
-            port.measure_in(TargetKey(name, Kind.INPUT, leaf, call), t, clock.phase)
+            port.measure_in(TargetKey(name, Kind.INPUT, leaf, call), t, phase)
         return None
     return hook

@@ -48,11 +48,5 @@ class Port:
                                      "module); they still run eagerly.")
 
 
-def skip_now(clock):
-    """Eager fast path: skip unsampled steps. Compiled code never branches on the step (that would
-    recompile each step); there the device-side flag masks the op instead."""
-    return not torch.compiler.is_compiling() and not clock.measuring
-
-
 def recomputing():
     return not torch.compiler.is_compiling() and in_recompute()

@@ -5,7 +5,7 @@ import torch
 from ..state import Kind, TargetKey
 from ..tensors import is_measurable
 from .grad_taps import tap_grad
-from .port import recomputing, skip_now
+from .port import recomputing
 
 
 def watch(port, name, t):
@@ -16,14 +16,14 @@ def watch(port, name, t):
         raise ValueError(f"watch({name!r}, ...): expected a float32/float64/float16/bfloat16 tensor, got "
                          f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
     clock, calls = port.clock, port.calls
-    if not clock.attached or not clock.measures_phase() or skip_now(clock):
-        return t
     recompute = recomputing()
+    phase = clock.hook_phase(recompute=recompute) if clock.attached else None
+    if phase is None:
+        return t
     if calls.separate and calls.skip_recomputed(name, recompute, port.tell):
         return t
     calls.saw(name)
     call = calls.next_watch_call(name)
-    phase = clock.phase
     if not recompute:
         port.measure_in(TargetKey(name, Kind.WATCH, "", call), t, phase)
     tap_grad(port, TargetKey(name, Kind.WATCH_GRAD, "", call), t, phase)
