@@ -48,7 +48,7 @@ class StepClock:
 
     Listeners: step_listeners(clock, finished_step, it_was_sampled, it_counted_histograms) when a step ends,
     forward_listeners() at the start of each root forward (not nested; compiled too), eager_listeners() at each
-    eager point; on_sampling(sampled, hist) when the step's mode changes (the device flags follow it)."""
+    eager point; on_sampling(sampled, hist, paused) when the step's mode changes (the device flags follow it)."""
 
     def __init__(self, model, every=1, track_eval=False, steps="forward", on_sampling=None,
                  exclusive=contextlib.nullcontext, hist_every=1):
@@ -62,6 +62,7 @@ class StepClock:
         self.phase = "train"
         self.measuring = True  # this step is sampled and its phase is measured: the eager hooks' fast check
         self.sampling = True  # this step is sampled (not paused, step % every == 0): what the device flags hold
+        self._flag_paused = False  # the pause the device flags hold (eval flags follow pause() only)
         self.hist = True  # and it counts the histograms (step % (every * hist_every) == 0): the flags hold it too
         # Whether the open step was sampled at any time in it (a pause or an eval forward since does not undo
         # what it measured): History records exactly these steps; and whether it counted histograms then.
@@ -163,14 +164,20 @@ class StepClock:
         hist = self.step_count % (self.every * self.hist_every) == 0
         self.step_sampled = self.step_sampled or sampled
         self.step_hist = self.step_hist or (sampled and hist)
-        self.measuring = sampled and self.measures_phase()
-        if (sampled, hist) != (self.sampling, self.hist):
-            self.sampling, self.hist = sampled, hist
-            if self.on_sampling is not None:
-                self.on_sampling(sampled, hist)
+        changed = (sampled, hist) != (self.sampling, self.hist) or self.paused != self._flag_paused
+        self.sampling, self.hist, self._flag_paused = sampled, hist, self.paused
+        self.measuring = self.measures(self.phase)
+        if changed and self.on_sampling is not None:
+            self.on_sampling(sampled, hist, self.paused)
 
     def measures_phase(self):
         return self.phase == "train" or self.track_eval
+
+    def measures(self, phase):
+        """Whether values of `phase` are measured now: train values on sampled steps (every=N, not paused), eval
+        values (eval=True) whenever the clock is not paused, whatever step they fall in: a validation pass after
+        an unsampled train step must not be lost whole. The device flags hold the same (StateStore._mode)."""
+        return self.sampling if phase == "train" else self.track_eval and not self.paused
 
     def hook_phase(self, recompute=False):
         """The phase a hook running now measures into, or None when it measures nothing. Inside a root forward
@@ -185,7 +192,7 @@ class StepClock:
         if not recompute and self.root_running > 0:
             return self.phase if self.measuring else None
         phase = "train" if self.model.training else "eval"
-        return phase if self.sampling and (phase == "train" or self.track_eval) else None
+        return phase if self.measures(phase) else None
 
     def pause(self):
         self.paused = True

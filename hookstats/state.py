@@ -110,11 +110,11 @@ class StateStore:
     """Every target's state of one monitor: (phase, TargetKey, device) -> TargetState, and per device and phase a
     1-element uint8 flag, the device-side copy of the step's mode that the op reads (compiled code too): 0 not
     sampled, 1 sampled, 1 | SKIP_HIST sampled without histograms (train steps between histogram steps; the eval
-    phase's flag never skips them). Changing a flag's value recompiles and re-captures nothing."""
+    phase's flag never skips them, and is 1 whenever the monitor is not paused, whatever every=N says). Changing a flag's value recompiles and re-captures nothing."""
 
     def __init__(self, cfg):
         self.cfg = cfg
-        self.sampling, self.hist = True, True  # what the flags hold (the step clock sets it)
+        self.sampling, self.hist, self.paused = True, True, False  # what the flags hold (the step clock sets it)
         self._states = {}  # (phase, TargetKey, device) -> TargetState
         self._flags = {}  # (device, phase) -> flag
         self._late = set()  # (phase, *key fields, device) first reached inside compiled code
@@ -138,15 +138,18 @@ class StateStore:
             self.flag(device, phase)
 
     def _mode(self, phase):
+        if phase != "train":  # eval values follow pause() only (StepClock.measures), with their histograms
+            return 0 if self.paused else 1
         if not self.sampling:
             return 0
-        return 1 if self.hist or phase != "train" else 1 | layout.SKIP_HIST
+        return 1 if self.hist else 1 | layout.SKIP_HIST
 
-    def set_sampling(self, sampled, hist=True):
-        """The step's mode: sampled or not, and whether its train phase counts the histograms."""
-        if (sampled, hist) == (self.sampling, self.hist):
+    def set_sampling(self, sampled, hist=True, paused=False):
+        """The step's mode: sampled or not, whether its train phase counts the histograms, and whether the monitor
+        is paused (the eval phase's flag follows that alone)."""
+        if (sampled, hist, paused) == (self.sampling, self.hist, self.paused):
             return
-        self.sampling, self.hist = sampled, hist
+        self.sampling, self.hist, self.paused = sampled, hist, paused
         for (_, phase), flag in self._flags.items():
             flag.fill_(self._mode(phase))
 

@@ -304,3 +304,34 @@ def test_tuple_output_targets_of_a_compiled_optimizer_loop_are_measured_from_the
     assert rec["count"] == measured.size == 4 * 2 * 5 * 8
     assert rec["mean"] == pytest.approx(measured.mean(), rel=1e-5, abs=1e-7)
     assert got["attn:grad_output[0]"]["count"] == 4 * 2 * 5 * 8
+
+
+def test_compiled_validation_in_unsampled_steps_is_measured(fresh_dynamo):
+    """every=3 and a validation forward in every step, compiled: the eval phase's device flag follows pause() only,
+    so each validation pass is measured (the test's own count of the values), the train forwards on steps 0 and 3;
+    no recompile when the flags change."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3))
+    mon = hookstats.attach(model, every=3, eval=True, grads=False)
+    cm = torch.compile(model, backend="aot_eager")
+    seen = {"train": 0, "eval": 0}
+    for step in range(5):
+        model.train()
+        cm(torch.randn(4, 6))
+        seen["train"] += 4 * 5 if step % 3 == 0 else 0
+        model.eval()
+        with torch.no_grad():
+            cm(torch.randn(2, 6))
+        seen["eval"] += 2 * 5
+        if step == 3:
+            mon.pause()
+            with torch.no_grad():
+                cm(torch.randn(7, 6))  # paused: not measured
+            mon.resume()
+        model.train()
+        mon.step()
+    frames = counters["stats"]["unique_graphs"]
+    assert mon.stats(phase="eval")["0:output"]["count"] == seen["eval"]
+    assert mon.stats()["0:output"]["count"] == seen["train"]
+    assert frames <= 2  # one graph per mode (train, eval): the flags' values recompile nothing
+    mon.remove()

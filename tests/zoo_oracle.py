@@ -84,7 +84,8 @@ class Oracle:
 
     # ---- what is recorded ----
     def sampled(self):
-        return self.step % self.every == 0 and (self.phase == "train" or self.track_eval)
+        # train values on steps k % every == 0; eval values (eval=True) in any step: a validation pass is never lost
+        return self.step % self.every == 0 if self.phase == "train" else self.track_eval
 
     def record(self, tid, t, step=None, phase=None):
         self.data[(phase or self.phase, tid, self.step if step is None else step)].append((t.dtype, values(t)))

@@ -83,7 +83,7 @@ def tap_grad(port, key, t, phase):
         elif clock.attached and (g := measured(g)) is not None:
             if step is not None and clock.step_count != step:
                 tell_split_step(port.tell, key, step, clock.step_count)
-            st.reached = st.reached or clock.sampling  # paused since the forward: the flag masks the op
+            st.reached = st.reached or clock.measures(phase)  # paused since the forward: the flag masks the op
             store.accumulate(g, st, flag)
         return None
 
