@@ -283,7 +283,10 @@ class History:
             # the window's buckets go with its last measured step; the steps before it carry none
             last = active[-1]
             self._write_runs(steps[:-1], keys, no_bucket_columns(cols, len(steps) - 1, self.cfg), present[:-1], hist)
-            tail = bucket_columns(fs[last], counts[last], None if host_b is None else host_b.numpy(), self.cfg)
+            grown = None if host_b is None else host_b.numpy()
+            if grown is not None and not grown.any():  # a window without a histogram step: no buckets, not empty ones
+                grown = None
+            tail = bucket_columns(fs[last], counts[last], grown, self.cfg)
             self._write_runs(steps[-1:], keys, tail, present[-1:], hist[-1:])
         new = self.rules.read(arow, keys, self._reported, order=self._order)
         if new:

@@ -235,6 +235,27 @@ def test_history_window_buckets_are_those_of_its_histogram_steps():
             assert rec["count"] == seen.of(name, {k}).size
 
 
+def test_a_history_window_without_a_histogram_step_carries_no_buckets():
+    """log_every=2, hist_every=3: the window of steps 4-5 holds no histogram step; its last record has no buckets
+    (None, hist_count NaN), as every record without them, not an all-zero histogram; the windows of steps 0-1 and
+    2-3 carry the buckets of steps 0 and 3 (the test's own hook, the bucket oracle)."""
+    model, sink, steps = mlp(), Records(), 6
+    mon = hookstats.attach(model, hist_every=3, grads=False, steps="manual", history=True, log_every=2,
+                           sinks=[sink], alerts=False)
+    seen = Seen(model)
+    train(model, seen, steps, mon)
+    mon.remove()
+    got = {(s, r["target"]): r for s, r in sink.rows}
+    for name in NAMES:
+        for last, hist in ((1, {0}), (3, {3})):
+            values = seen.of(name, hist)
+            np.testing.assert_array_equal(got[(last, f"{name}:output")]["float_hist"],
+                                          float_buckets(torch.from_numpy(values)))
+        rec = got[(5, f"{name}:output")]
+        assert rec["float_hist"] is None and np.isnan(rec["hist_count"]) and np.isnan(rec["p50"])
+        assert rec["count"] == seen.of(name, {5}).size
+
+
 def test_history_per_step_bins_are_none_on_steps_without_histograms():
     model, sink, steps = mlp(), Records(), 7
     mon = hookstats.attach(model, hist_every=3, grads=False, steps="manual", history=True, log_every=4,

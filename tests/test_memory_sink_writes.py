@@ -91,7 +91,8 @@ def test_a_histogram_changing_size_or_the_fields_changing_is_one_error_that_chan
         del r["near_zero_rel"]
     with pytest.raises(ValueError, match="changed fields"):
         sink.write(writes[3][0], recs)
-    recs = copy.deepcopy(writes[5][1])  # a bucket step: every record has its log2 histogram
+    # a bucket step of two targets (a run with histograms every step: its window of steps 3-5 holds some)
+    recs = copy.deepcopy(run_records({"hist_every": 1})[5][1])
     assert len(recs) > 1 and all(r["log2_hist"] is not None for r in recs)
     recs[-1]["log2_hist"] = np.ones(3, dtype=np.int64)
     with pytest.raises(ValueError, match="log2_hist.*differ in size"):
