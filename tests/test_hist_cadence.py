@@ -215,45 +215,31 @@ class Records:
         pass
 
 
-def test_history_window_buckets_are_those_of_its_histogram_steps():
-    model, sink, steps = mlp(), Records(), 20
-    mon = hookstats.attach(model, hist_every=5, grads=False, steps="manual", history=True, log_every=10,
-                           sinks=[sink], alerts=False)
+@pytest.mark.parametrize("hist_every,log_every,steps,windows", [
+    (5, 10, 20, {9: {0, 5}, 19: {10, 15}}),
+    (3, 2, 6, {1: {0}, 3: {3}}),  # the window of steps 4-5 holds no histogram step
+], ids=["every-window", "a-window-without"])
+def test_history_window_buckets_are_those_of_its_histogram_steps(hist_every, log_every, steps, windows):
+    """A flush window's last record carries the buckets of its histogram steps (the test's own hook, the bucket
+    oracle); every other record, the last of a window without a histogram step too, carries none (None, hist_count
+    NaN), not an all-zero histogram."""
+    model, sink = mlp(), Records()
+    mon = hookstats.attach(model, hist_every=hist_every, grads=False, steps="manual", history=True,
+                           log_every=log_every, sinks=[sink], alerts=False)
     seen = Seen(model)
     train(model, seen, steps, mon)
     mon.remove()
     got = {(s, r["target"]): r for s, r in sink.rows}
     for name in NAMES:
-        for last, hist in ((9, {0, 5}), (19, {10, 15})):
+        for last, hist in windows.items():
             rec = got[(last, f"{name}:output")]
             values = seen.of(name, hist)
             np.testing.assert_array_equal(rec["float_hist"], float_buckets(torch.from_numpy(values)))
             assert rec["hist_count"] == np.isfinite(values).sum()
-        for k in set(range(steps)) - {9, 19}:
+        for k in set(range(steps)) - set(windows):
             rec = got[(k, f"{name}:output")]
             assert rec["float_hist"] is None and np.isnan(rec["hist_count"]) and np.isnan(rec["p50"])
             assert rec["count"] == seen.of(name, {k}).size
-
-
-def test_a_history_window_without_a_histogram_step_carries_no_buckets():
-    """log_every=2, hist_every=3: the window of steps 4-5 holds no histogram step; its last record has no buckets
-    (None, hist_count NaN), as every record without them, not an all-zero histogram; the windows of steps 0-1 and
-    2-3 carry the buckets of steps 0 and 3 (the test's own hook, the bucket oracle)."""
-    model, sink, steps = mlp(), Records(), 6
-    mon = hookstats.attach(model, hist_every=3, grads=False, steps="manual", history=True, log_every=2,
-                           sinks=[sink], alerts=False)
-    seen = Seen(model)
-    train(model, seen, steps, mon)
-    mon.remove()
-    got = {(s, r["target"]): r for s, r in sink.rows}
-    for name in NAMES:
-        for last, hist in ((1, {0}), (3, {3})):
-            values = seen.of(name, hist)
-            np.testing.assert_array_equal(got[(last, f"{name}:output")]["float_hist"],
-                                          float_buckets(torch.from_numpy(values)))
-        rec = got[(5, f"{name}:output")]
-        assert rec["float_hist"] is None and np.isnan(rec["hist_count"]) and np.isnan(rec["p50"])
-        assert rec["count"] == seen.of(name, {5}).size
 
 
 def test_history_per_step_bins_are_none_on_steps_without_histograms():
