@@ -40,7 +40,7 @@ def op_time(workload="cnn", steps=6, warmup=2, repeats=3):
     for _ in range(repeats):  # interleaved: every variant once per repeat
         samples.setdefault("no hooks", []).append(run(None))
         for label, config, ops in (("both histograms", {}, timed),
-                                   ("histograms off", {"linear_hist": False, "log_hist": False, "float_hist": False}, timed),
+                                   ("histograms off", bench.NO_HISTOGRAMS, timed),
                                    ("op does nothing", {}, [lambda *a: None] * 2)):
             accumulate.accumulate_, accumulate.accumulate_many_ = ops
             try:

@@ -11,7 +11,7 @@ import torch
 from hookstats import accumulate, bench
 
 CADENCES = (1, 4, 5, 10)
-OFF = {"linear_hist": False, "log_hist": False, "float_hist": False}
+OFF = bench.NO_HISTOGRAMS
 
 
 def variants():

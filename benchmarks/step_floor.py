@@ -16,6 +16,7 @@ every variant allocates from a heap that stays mapped; --glibc-defaults leaves t
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -23,9 +24,10 @@ import time
 
 import torch
 
+from hookstats.bench import NO_HISTOGRAMS
+
 STABLE_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(2 ** 32), "MALLOC_TRIM_THRESHOLD_": str(2 ** 34),
                  "MALLOC_TOP_PAD_": str(2 ** 28)}
-OFF = {"float_hist": False, "linear_hist": False, "log_hist": False}
 # label: attach() keywords (None: no hooks), and what replaces the op ("noop", "sum" or None: the op itself). All
 # but the first measured variant add param_grads=True to attach()'s defaults (outputs and their gradients), as
 # `hookstats bench` does: every target measured each step.
@@ -35,7 +37,7 @@ VARIANTS = {
     PLAIN: ({}, None),
     "hooks, op a no-op": ({}, "noop"),
     "hooks, x.sum() for the op": ({}, "sum"),
-    "op without histograms": (OFF, None),
+    "op without histograms": (NO_HISTOGRAMS, None),
     "defaults (hist_every=10)": ({}, None),
     "histograms every step": ({"hist_every": 1}, None),
 }
@@ -66,17 +68,20 @@ def measure(workload, rounds, warmup=3):
             step()
     labels = list(steps)
     times = {label: [] for label in labels}
+    faults = {label: [] for label in labels}  # minor page faults of the process during the step (one thread runs)
     for r in range(rounds):
         for label in labels[r % len(labels):] + labels[:r % len(labels)]:
-            t0 = time.thread_time()
+            f0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.thread_time()
             steps[label]()
             times[label].append(time.thread_time() - t0)
+            faults[label].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
     base = times["no hooks"]
     out = {}
     for label in labels:
         blocks = [sum(times[label][i:i + 10]) / sum(base[i:i + 10]) for i in range(0, rounds - 9, 10)]
         out[label] = {"step_ms": 1000 * statistics.median(times[label]), "ratio": statistics.median(blocks),
-                      "ratio_min": min(blocks), "ratio_max": max(blocks)}
+                      "ratio_min": min(blocks), "ratio_max": max(blocks),
+                      "faults_per_step": [min(faults[label]), statistics.median(faults[label]), max(faults[label])]}
     return out
 
 
@@ -94,7 +99,9 @@ def main():
     print(f"{args.workload}: {args.rounds} steps per variant, load {load[0]:.1f} -> {os.getloadavg()[0]:.1f}, "
           f"malloc {'glibc defaults' if args.glibc_defaults else 'fixed (STABLE_MALLOC)'}")
     for label, r in res.items():
-        print(f"  {label:28s} {r['step_ms']:8.2f} ms  {r['ratio']:.3f} [{r['ratio_min']:.3f}..{r['ratio_max']:.3f}]")
+        lo, med, hi = r["faults_per_step"]
+        print(f"  {label:28s} {r['step_ms']:8.2f} ms  {r['ratio']:.3f} [{r['ratio_min']:.3f}..{r['ratio_max']:.3f}]"
+              f"  page faults a step {med:.0f} [{lo}..{hi}]")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"workload": args.workload, "rounds": args.rounds, "glibc_defaults": args.glibc_defaults,

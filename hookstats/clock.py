@@ -48,7 +48,7 @@ class StepClock:
 
     Listeners: step_listeners(clock, finished_step, it_was_sampled, it_counted_histograms) when a step ends,
     forward_listeners() at the start of each root forward (not nested; compiled too), eager_listeners() at each
-    eager point; on_sampling(sampled, hist, paused) when the step's mode changes (the device flags follow it)."""
+    eager point; on_sampling(sampled, hist, paused) with the step's mode, at each update (the device flags follow it)."""
 
     def __init__(self, model, every=1, track_eval=False, steps="forward", on_sampling=None,
                  exclusive=contextlib.nullcontext, hist_every=1):
@@ -62,7 +62,6 @@ class StepClock:
         self.phase = "train"
         self.measuring = True  # this step is sampled and its phase is measured: the eager hooks' fast check
         self.sampling = True  # this step is sampled (not paused, step % every == 0): what the device flags hold
-        self._flag_paused = False  # the pause the device flags hold (eval flags follow pause() only)
         self.hist = True  # and it counts the histograms (step % (every * hist_every) == 0): the flags hold it too
         # Whether the open step was sampled at any time in it (a pause or an eval forward since does not undo
         # what it measured): History records exactly these steps; and whether it counted histograms then.
@@ -164,10 +163,9 @@ class StepClock:
         hist = self.step_count % (self.every * self.hist_every) == 0
         self.step_sampled = self.step_sampled or sampled
         self.step_hist = self.step_hist or (sampled and hist)
-        changed = (sampled, hist) != (self.sampling, self.hist) or self.paused != self._flag_paused
-        self.sampling, self.hist, self._flag_paused = sampled, hist, self.paused
+        self.sampling, self.hist = sampled, hist
         self.measuring = self.measures(self.phase)
-        if changed and self.on_sampling is not None:
+        if self.on_sampling is not None:  # the store refills its device flags only when their mode changed
             self.on_sampling(sampled, hist, self.paused)
 
     def measures_phase(self):

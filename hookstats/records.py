@@ -99,15 +99,12 @@ def _bucket_fields(cfg):
 
 def no_hist_columns(cols, cfg):
     """Columns of steps that counted no histograms (hist_every): the histograms the ring keeps per step (the linear
-    bins, the kernel's log2 slots) as steps without them have them (None in records), the linear bins' underflow
-    and overflow NaN (unknown, not none); hist_count says 0."""
+    bins, the kernel's log2 slots) as steps without them have them (None in records); hist_count says 0 (underflow
+    and overflow are NaN there by their own rule, statistics._outer_bin)."""
     cols = dict(cols)
     for name in ("hist",) + (() if cfg.float_hist else ("log2_hist",)):
         if cols.get(name) is not None:
             cols[name] = np.broadcast_to(np.zeros((), cols[name].dtype), cols[name].shape)
-    for name in ("underflow", "overflow"):
-        if cols.get(name) is not None:
-            cols[name] = np.full(cols[name].shape, np.nan)
     return cols
 
 

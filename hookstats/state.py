@@ -110,7 +110,8 @@ class StateStore:
     """Every target's state of one monitor: (phase, TargetKey, device) -> TargetState, and per device and phase a
     1-element uint8 flag, the device-side copy of the step's mode that the op reads (compiled code too): 0 not
     sampled, 1 sampled, 1 | SKIP_HIST sampled without histograms (train steps between histogram steps; the eval
-    phase's flag never skips them, and is 1 whenever the monitor is not paused, whatever every=N says). Changing a flag's value recompiles and re-captures nothing."""
+    phase's flag never skips them, and is 1 whenever the monitor is not paused, whatever every=N says). Changing
+    a flag's value recompiles and re-captures nothing."""
 
     def __init__(self, cfg):
         self.cfg = cfg

@@ -1,6 +1,8 @@
 """hist_every=N: the histograms (float buckets, linear bins, log2 slots) of train steps are counted on the sampled
 steps k with k % (every * N) == 0; everything else on every sampled step. Checked against the test's own forward
 hooks and a float64 NumPy oracle that decide independently which steps count histograms."""
+import random
+
 import numpy as np
 import pytest
 import torch
@@ -426,7 +428,7 @@ def random_loop(seed, steps_mode):
     forward and the backward), validation forwards, pause/resume, mon.step() and reset(), every in (1, 2, 3),
     hist_every in (1, 2, 3, 10), param_grads on. Returns the monitor and what the test's own hooks say each
     (phase, target) must hold: [(values, counted in the histograms)], since the last reset()."""
-    rnd = __import__("random").Random(seed)
+    rnd = random.Random(seed)
     every, n = rnd.choice([1, 2, 3]), rnd.choice([1, 2, 3, 10])
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

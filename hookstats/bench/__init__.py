@@ -8,11 +8,11 @@ from .models import LayerStack, SmallCNN, SmallTransformer, check_workload, make
 from .syncs import SyncCounter, count_syncs
 from .table import loadavg, machine, table
 from .timing import CLOCKS, clock, device, interleaved_step_times, set_clock, set_device, summarize, sync, time_steps, timed_ops
-from .variants import (BASELINE, LABELS, VARIANT_LIST, VARIANTS, Installed, available_variants, hooked_modules,
-                       hookstats_kwargs, install_hookstats, reference_backend)
+from .variants import (BASELINE, LABELS, NO_HISTOGRAMS, VARIANT_LIST, VARIANTS, Installed, available_variants,
+                       hooked_modules, hookstats_kwargs, install_hookstats, reference_backend)
 
 __all__ = ["main", "run", "measure_memory", "memory_child", "LayerStack", "SmallCNN", "SmallTransformer",
            "check_workload", "make_workload", "SyncCounter", "count_syncs", "loadavg", "machine", "table", "CLOCKS",
            "clock", "device", "interleaved_step_times", "set_clock", "set_device", "summarize", "sync", "time_steps",
-           "BASELINE", "LABELS", "VARIANT_LIST", "VARIANTS", "Installed", "available_variants", "hooked_modules",
+           "BASELINE", "LABELS", "NO_HISTOGRAMS", "VARIANT_LIST", "VARIANTS", "Installed", "available_variants", "hooked_modules",
            "hookstats_kwargs", "install_hookstats", "reference_backend"]

@@ -41,6 +41,10 @@ def reference_backend():
         accumulate.accumulate_, accumulate.accumulate_many_ = saved
 
 
+# attach() keywords that switch every histogram off (the float buckets, the linear bins, the log2 slots)
+NO_HISTOGRAMS = {"linear_hist": False, "log_hist": False, "float_hist": False}
+
+
 def install_hookstats(model, reference=False, **config):
     import hookstats
     ctx = reference_backend() if reference else contextlib.nullcontext()
@@ -113,7 +117,7 @@ VARIANT_LIST = [
     Variant("hookstats", "hookstats", install_hookstats),
     Variant("hookstats-reference", "hookstats (reference op)", lambda m: install_hookstats(m, reference=True)),
     Variant("hookstats-nohist", "hookstats (histograms off)",
-            lambda m: install_hookstats(m, linear_hist=False, log_hist=False, float_hist=False)),
+            lambda m: install_hookstats(m, **NO_HISTOGRAMS)),
     # the histogram cadence (StatsConfig.hist_every; "hookstats" runs the default)
     Variant("hookstats-hist1", "hookstats (histograms every step)", lambda m: install_hookstats(m, hist_every=1)),
     Variant("hookstats-hist4", "hookstats (histograms every 4th step)", lambda m: install_hookstats(m, hist_every=4)),

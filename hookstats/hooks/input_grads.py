@@ -30,10 +30,11 @@ class InputGrads:
 
     def pre_hook(self, module, args):
         port, clock, calls = self.port, self.port.clock, self.port.calls
-        phase = clock.hook_phase(recomputing())
+        recompute = recomputing()
+        phase = clock.hook_phase(recompute)
         skip = phase is None
         if not skip and calls.separate:
-            skip = calls.skip_recomputed(self.name, recomputing(), port.tell)
+            skip = calls.skip_recomputed(self.name, recompute, port.tell)
         if skip or not (torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
             self.open.push(None)
             return None
