@@ -4,12 +4,13 @@ import os
 import sys
 
 sys.path.insert(0, os.path.abspath(".."))
+sys.path.insert(0, os.path.abspath("_ext"))
 
 project = "hookstats"
 author = "the hookstats authors"
-extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode"]
+extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode", "results"]
 source_suffix = {".md": "markdown"}
-exclude_patterns = ["_build", "notes"]
+exclude_patterns = ["_build", "notes", "_ext"]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 autodoc_typehints = "description"
