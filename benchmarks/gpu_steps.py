@@ -18,7 +18,7 @@
                    autocast: step time and peak memory of no hooks, hookstats' defaults and detach-to-CPU hooks,
                    interleaved; the planner's prediction beside the measurement
 
-Each step writes DIR/steps/STEP.json after every check ({"step", "status", "reason", "checks", "figures"}), so a
+Each step writes DIR/steps/NAME.json (--name, default STEP) after every check ({"step", "status", "reason", "checks", "figures"}), so a
 step cut by its timeout leaves what it did. --dry-run (no GPU): the CPU-possible part, small sizes on the CPU op.
 """
 import argparse
@@ -608,12 +608,13 @@ def main(argv=None):
     ap.add_argument("step", choices=sorted(STEPS))
     ap.add_argument("--out", required=True, help="the run's output folder (results go to OUT/steps/STEP.json)")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: small sizes on the CPU op")
+    ap.add_argument("--name", help="the step's name in the report (default: STEP)")
     a = ap.parse_args(argv)
     device = "cpu" if a.dry_run else "cuda"
     if not a.dry_run and not torch.cuda.is_available():
         ap.error("no CUDA device: use --dry-run")
     import hookstats
-    step = Step(a.step, a.out)
+    step = Step(a.name or a.step, a.out)
     if hookstats.backend() != "compiled" or (device == "cuda" and not hookstats.accumulate.has_cuda_kernel()):
         step.check(False, f"the compiled op with its {device} kernel is not loaded (backend {hookstats.backend()})")
         return 1
