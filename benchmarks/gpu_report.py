@@ -239,7 +239,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.cmd == "record":
         d = record(a.out, a.step, a.status, a.reason, a.rc, a.wall, a.timeout, a.figure)
-        print(f"== {a.step}: {d.get('status')}{' (' + d['reason'] + ')' if d.get('reason') else ''}", flush=True)
+        if a.status or a.rc is not None:
+            print(f"== {a.step}: {d.get('status')}{' (' + d['reason'] + ')' if d.get('reason') else ''}", flush=True)
     elif a.cmd == "ncu":
         try:
             with open(a.csv) as f:

@@ -76,9 +76,16 @@ print('build: CPU+CUDA kernels registered; torch', torch.__version__)" || exit 1
       fi
       [ "$GPU_RUN_GVISOR" = 1 ] && { report "$step" --status skipped --reason "gVisor (no compute-sanitizer there)"; exit 0; }
       cs=$(find_tool compute-sanitizer) || { report "$step" --status skipped --reason "compute-sanitizer not found"; exit 0; }
-      PYTHONPATH="$tree" "$cs" --tool "$tool" --kernel-name kns=hookstats --error-exitcode 3 --print-limit 30 \
-        "$py" -u "$repo/benchmarks/gpu_steps.py" sanitize --name "$step" --out "$out" 2>&1 | tee "$out/$step.log"
-      rc=${PIPESTATUS[0]}
+      sanitize() {
+        PYTHONPATH="$tree" "$cs" --tool "$tool" "$@" --error-exitcode 3 --print-limit 30 \
+          "$py" -u "$repo/benchmarks/gpu_steps.py" sanitize --name "$step" --out "$out" 2>&1 | tee "$out/$step.log"
+        return "${PIPESTATUS[0]}"
+      }
+      sanitize --kernel-name kns=hookstats; rc=$?
+      if [ "$rc" != 0 ] && [ "$rc" != 3 ] && grep -qiE "unrecogni|invalid (value|option)|unknown option" "$out/$step.log"; then
+        echo "compute-sanitizer refused the kernel filter: again on every kernel"
+        sanitize; rc=$?
+      fi
       summary=$(grep -E "(ERROR|RACECHECK) SUMMARY" "$out/$step.log" | tail -1)
       report "$step" --figure "summary=${summary:-none printed}" \
         $( [ "$rc" = 3 ] && echo --status failed --reason "compute-sanitizer found errors" )
