@@ -89,9 +89,19 @@ def new_state(cfg, device, scratch=None):
     return f, i, torch.zeros(n, dtype=torch.uint8, device=device)
 
 
+_ON = {}
+
+
+def on_flag(device):
+    """One enabled=True tensor per device, made once: a call inside a timed graph must add no kernel of its own."""
+    key = str(torch.device(device))
+    if key not in _ON:
+        _ON[key] = torch.ones(1, dtype=torch.bool, device=device)
+    return _ON[key]
+
+
 def call(x, cfg, state, enabled=None):
-    on = enabled if enabled is not None else torch.ones(1, dtype=torch.bool, device=x.device)
-    torch.ops.hookstats.accumulate_(x, *state, on, *cfg.op_args())
+    torch.ops.hookstats.accumulate_(x, *state, on_flag(x.device) if enabled is None else enabled, *cfg.op_args())
 
 
 def bin_values(v, dtype):
@@ -308,6 +318,7 @@ def two_streams(step):
     cfg = CFGS["defaults"]
     x = torch.randn(2 ** 24, device="cuda", dtype=torch.bfloat16)
     st = new_state(cfg, "cuda")
+    on_flag("cuda")  # made on the current stream, before the others wait for it
     a, b = torch.cuda.Stream(), torch.cuda.Stream()
     for s in (a, b):
         s.wait_stream(torch.cuda.current_stream())
@@ -415,7 +426,10 @@ def sanitize(step, device, dry):
     if device == "cuda":
         two_streams_small = new_state(CFGS["defaults"], device)
         x = torch.randn(2 ** 18, device=device)
+        on_flag(device)
         a, b = torch.cuda.Stream(), torch.cuda.Stream()
+        for s in (a, b):
+            s.wait_stream(torch.cuda.current_stream())
         for k in range(6):
             with torch.cuda.stream(a if k % 2 else b):
                 call(x, CFGS["defaults"], two_streams_small)
@@ -492,7 +506,7 @@ def bandwidth(step, device, dry):
             step.figure(f"latency/{str(dtype)[6:]}/{nbytes // 1024}KB", round(us, 2), "us per call in a CUDA graph")
     xs = [torch.randn(2 ** 17, device=device).to(torch.bfloat16) for _ in range(64)]  # 64 x 256 KB
     states = [new_state(cfg, device) for _ in xs]
-    on = torch.ones(1, dtype=torch.bool, device=device)
+    on = on_flag(device)
     lists = [list(s) for s in zip(*states)]
     us = 1e3 * per_call_ms(lambda: torch.ops.hookstats.accumulate_many_(xs, *lists, on, *cfg.op_args()), 5, device)
     step.figure("many/64x256KB/bf16", round(us, 2), f"us per accumulate_many_ call = {64 * 2 ** 18 / us / 1e3:.0f} GB/s")
