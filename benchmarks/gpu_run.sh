@@ -54,7 +54,6 @@ if [ "${1:-}" = "--step" ]; then
       if [ -n "$dry" ] && [ -z "$GPU_RUN_BUILD" ]; then report 1-build --status skipped --reason "dry run (--build builds)"; exit 0; fi
       if [ -n "$GPU_RUN_SKIP_BUILD" ]; then report 1-build --status skipped --reason "--skip-build"; exit 0; fi
       cd "$tree" || exit 1
-      export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(grep -ao '/[^ "]*/bin/nvcc' "$(command -v nvcc)" | head -1 || command -v nvcc)")")}
       start=$(date +%s)
       HOOKSTATS_FORCE_CUDA=1 TORCH_CUDA_ARCH_LIST="$GPU_RUN_ARCH" MAX_JOBS="${MAX_JOBS:-$(nproc)}" \
         "$py" setup.py -q build_ext --inplace || exit 1

@@ -169,7 +169,6 @@ def oracle(x, cfg, chunk=2 ** 26):
     f = torch.tensor([n, mean if n else 0.0, m2, mn, mx], dtype=torch.float64)
     i = torch.zeros(layout.istate_size(nb, flags), dtype=torch.int64)
     i[0], i[1] = n_all, near
-    first = layout.kept_first(nb, flags)
     if flags & layout.LINEAR_HIST:
         i[layout.LIN_BASE:layout.LIN_BASE + nb + 2] = lin.cpu()
     nf = layout.nonfinite_base(nb, flags)
@@ -177,7 +176,6 @@ def oracle(x, cfg, chunk=2 ** 26):
     if flags & layout.FLOAT_HIST:
         fb = layout.float_base(nb, flags)
         i[fb:fb + layout.FLOAT_SLOTS] = flt.cpu()
-    assert first >= 0
     return f, i
 
 
