@@ -182,6 +182,7 @@ bool plan_view(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::
 
 void run(const std::vector<Work>& work, const Params& p, const LaunchConfig& c, int device) {
   for (const Work& w : work) prepare(w, p, device);
+  const auto held = stream_order().lock();  // until the launches are queued (stream_order.h)
   for (const Work& w : work) launch(w, p, c);
 }
 

@@ -31,9 +31,12 @@ class StreamOrder {
 
   explicit StreamOrder(Api api = Api()) : api_(api) {}
 
-  // Before a launch on `stream` that updates the state whose fstate is at `state`.
+  // Held from the first before_launch of a call until its last launch is queued: the event a later launch on
+  // another stream records must come after this launch, not before it.
+  std::unique_lock<std::mutex> lock() { return std::unique_lock<std::mutex>(mutex_); }
+
+  // Before a launch on `stream` that updates the state whose fstate is at `state`; with lock() held.
   void before_launch(const void* state, Stream stream) {
-    const std::lock_guard<std::mutex> lock(mutex_);
     Entry& e = entries_[state];
     if (e.seen && !(e.stream == stream)) {
       const unsigned long long was = api_.capture_id(e.stream), now = api_.capture_id(stream);

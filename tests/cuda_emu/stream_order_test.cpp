@@ -78,7 +78,10 @@ int main() {
     std::vector<std::thread> ts;
     for (int t = 0; t < 4; ++t)
       ts.emplace_back([&order, t, &a] {
-        for (int i = 0; i < 200; ++i) order.before_launch(&a, t);
+        for (int i = 0; i < 200; ++i) {
+          const auto held = order.lock();
+          order.before_launch(&a, t);
+        }
       });
     for (auto& t : ts) t.join();
     size_t records = 0, waits = 0;
