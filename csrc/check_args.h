@@ -78,6 +78,14 @@ inline void check_target(Op op, const at::Tensor& x, const at::Tensor& fstate, c
   TORCH_CHECK(enabled.numel() == 1, op, "enabled must have one element, got ", enabled.numel());
 }
 
+// x's data pointer a multiple of its element size. Only external memory (DLPack, from_blob, frombuffer at an odd
+// byte offset) breaks it; the kernels' element loads from such a pointer fault on a GPU and kill the CUDA context.
+inline void check_aligned(Op op, const at::Tensor& x) {
+  TORCH_CHECK(x.numel() == 0 || reinterpret_cast<uintptr_t>(x.const_data_ptr()) % x.element_size() == 0, op,
+              "x's data pointer is not a multiple of its ", x.element_size(), "-byte element size (external memory at "
+              "an odd byte offset): pass a copy (x.clone())");
+}
+
 // No state may share memory with another state or with an x (of any entry of a list): an update would
 // change what another update or the read of x sees. xs may share memory with each other (they are only read).
 struct Extent {
@@ -120,6 +128,7 @@ inline void check_one_call(const at::Tensor& x, const at::Tensor& fstate, const 
                            int64_t nbins, int64_t flags) {
   check_scalars("hookstats.accumulate_: ", lo, inv_w, eps, nbins, flags);
   check_target(Op{-1}, x, fstate, istate, scratch, enabled, nbins, flags);
+  check_aligned(Op{-1}, x);
   std::vector<Extent> ext;
   add_extents(ext, -1, {&x, &fstate, &istate, &scratch});
   check_no_overlap("hookstats.accumulate_: ", ext);
@@ -140,6 +149,7 @@ inline void check_many_call(at::TensorList xs, at::TensorList fstates, at::Tenso
     check_target(Op{i}, xs[k], fstates[k], istates[k], scratches[k], enabled, nbins, flags);
     add_extents(ext, i, {&xs[k], &fstates[k], &istates[k], &scratches[k]});
   }
+  for (size_t k = 0; k < xs.size(); ++k) check_aligned(Op{static_cast<int64_t>(k)}, xs[k]);
   check_no_overlap(op, ext);
 }
 

@@ -106,6 +106,13 @@ def _check_target(op, x, fstate, istate, scratch, enabled, nbins, flags):
         raise RuntimeError(f"{op}enabled must have one element, got {enabled.numel()}")
 
 
+def _check_aligned(op, x):
+    """x's data pointer a multiple of its element size (only external memory at an odd byte offset breaks it)."""
+    if x.numel() and x.device.type != "meta" and x.data_ptr() % x.element_size():
+        raise RuntimeError(f"{op}x's data pointer is not a multiple of its {x.element_size()}-byte element size "
+                           f"(external memory at an odd byte offset): pass a copy (x.clone())")
+
+
 def _extents(k, tensors):
     """(begin, end, k, what) byte ranges of the tensors with data; what 0 is x, 1-3 are states."""
     out = []
@@ -139,6 +146,7 @@ def check_args(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags
     _check_scalars(op, lo, inv_w, eps, nbins, flags)
     _check_target(op, x, fstate, istate, scratch, enabled, nbins, flags)
     if memory and not torch.compiler.is_compiling():
+        _check_aligned(op, x)
         _check_no_overlap(op, _extents(-1, (x, fstate, istate, scratch)))
 
 
@@ -152,6 +160,8 @@ def check_many_args(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nb
     for k, (x, f, i, s) in enumerate(zip(xs, fstates, istates, scratches)):
         _check_target(f"{op}target[{k}]: ", x, f, i, s, enabled, nbins, flags)
     if memory and not torch.compiler.is_compiling():
+        for k, x in enumerate(xs):
+            _check_aligned(f"{op}target[{k}]: ", x)
         entries = enumerate(zip(xs, fstates, istates, scratches))
         _check_no_overlap(op, [e for k, ts in entries for e in _extents(k, ts)])
 

@@ -427,3 +427,39 @@ def test_every_cpu_kernel_passes_the_oracle_tests(kernel):
     """Each CPU kernel this machine has runs this file's compiled-op tests (helpers.failure_with_kernel)."""
     failure = failure_with_kernel(__file__, "compiled and not every_cpu_kernel", kernel)
     assert failure is None, failure
+
+
+def _odd_offset(dtype, n=100, byte_offset=1):
+    """A view of external memory (torch.frombuffer) whose data pointer is not a multiple of its element size."""
+    size = torch.empty(0, dtype=dtype).element_size()
+    buf = bytearray(size * (n + 1) + 16)
+    shift = (-torch.frombuffer(buf, dtype=torch.uint8).data_ptr()) % 16 + byte_offset  # odd whatever buf's address
+    x = torch.frombuffer(buf, dtype=dtype, offset=shift, count=n)
+    assert x.data_ptr() % size == byte_offset % size, "frombuffer gave an aligned view"
+    return x, buf
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("byte_offset", [1, 3])
+def test_x_not_element_aligned_is_refused_by_both_ops(op, dtype, byte_offset):
+    """Element loads from such a pointer fault on a GPU and kill the CUDA context: every device and the
+    reference refuse it with one error and change no state; an aligned copy is measured."""
+    x, _buf = _odd_offset(dtype, byte_offset=byte_offset)
+    f, i, s = fresh()
+    with pytest.raises(RuntimeError, match=r"^hookstats.accumulate_: x's data pointer is not a multiple of its "
+                                           rf"{x.element_size()}-byte element size .*x.clone\(\)"):
+        op(x, f, i, s, ON, *CFG.op_args())
+    assert i[layout.COUNT] == 0 and f[layout.N_FINITE] == 0, "a refused call changed the state"
+    op(x.clone(), f, i, s, ON, *CFG.op_args())
+    assert i[layout.COUNT] == 100
+
+
+@pytest.mark.parametrize("backend", list(MANY))
+def test_many_refuses_an_x_not_element_aligned_before_any_state_changes(backend):
+    xs, fs, is_, ss = _many_args()
+    x, _buf = _odd_offset(torch.bfloat16)
+    xs[2] = x
+    with pytest.raises(RuntimeError, match=r"^hookstats.accumulate_many_: target\[2\]: x's data pointer is not a "
+                                           r"multiple of its 2-byte element size"):
+        MANY[backend]()(xs, fs, is_, ss, ON, *CFG.op_args())
+    assert all(int(i[layout.COUNT]) == 0 for i in is_), "a refused list changed a state"

@@ -446,3 +446,35 @@ def test_launches_without_histograms(drivers, tmp_path, dtype, hists, mode, san)
             std = np.sqrt(of[layout.M2] / of[layout.N_FINITE])
             assert abs(f[layout.MEAN] - of[layout.MEAN]) <= 1e-7 * (abs(of[layout.MEAN]) + std)
             assert abs(f[layout.M2] - 4 * of[layout.M2]) <= 1e-6 * 4 * of[layout.M2]
+
+
+# ---------------------------------------------------------------- 32-bit block counters
+@pytest.mark.parametrize("threads", [64, 512])
+def test_block_element_bound_leaves_u32_headroom(drivers, tmp_path, threads):
+    """The launcher caps n / blocks at max_block_elems (fewer blocks when the scratch is small). A block's 32-bit
+    totals -- its warps' near-zero sum, every shared histogram slot -- must not wrap even when all its values
+    land in one counter (all zeros): the bound plus what the grid-stride loops give one block beyond n / blocks
+    must leave a quarter of the u32 range spare, for every histogram setting (a block of 2^31 - 1 zeros is fine)."""
+    for flags in range(16):
+        r = subprocess.run([drivers["tsan"], "-", "-", "float32", "40", "0", "1", "0", str(flags), str(threads), "1",
+                            "limits"], capture_output=True, text=True, env=ENV, timeout=60)
+        assert r.returncode == 0, r.stderr[-2000:]
+        bound = int(r.stdout)
+        excess = threads * 16 + 16  # one more 16-byte vector per thread, and the scalar head
+        assert bound + excess <= 2**32 - 2**30, f"flags={flags}: a block may see {bound} elements, no u32 headroom"
+        assert threads < 512 or bound >= 2**31 - 1, f"flags={flags}: one block (a 1-block scratch) must take 2^31 - 1"
+        assert bound // threads + 16 < 2**24, f"flags={flags}: a thread's float near-zero count is not exact"
+
+
+# ---------------------------------------------------------------- launches on one state from several streams
+def test_stream_order_makes_a_state_wait_for_its_previous_stream(tmp_path):
+    """csrc/cuda/stream_order.h against a fake CUDA API, under TSan: a launch on a state from another stream waits
+    for the state's previous stream (one event per state), inside one capture too; no wait across a capture's
+    boundary; nothing on one stream; concurrent threads lose no switch."""
+    exe = str(tmp_path / "stream_order_test")
+    r = subprocess.run([os.environ.get("CXX", "g++"), "-std=c++20", "-O1", "-g", "-pthread", "-fsanitize=thread",
+                        f"-I{os.path.join(ROOT, 'csrc')}", os.path.join(EMU, "stream_order_test.cpp"), "-o", exe],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    r = subprocess.run([exe], capture_output=True, text=True, env=ENV, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout[-3000:] + r.stderr[-3000:]

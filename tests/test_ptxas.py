@@ -32,20 +32,33 @@ def compile_arch(arch, out_dir):
 
 
 def parse(log):
-    """{kernel name: {"registers", "smem", "stack", "spill_stores", "spill_loads"}} from a ptxas -v log."""
-    out, name = {}, None
+    """{kernel name: {"registers", "smem", "stack", "spill_stores", "spill_loads"}} from a ptxas -v log, each
+    kernel's stack/spill line from its own "Function properties" block (the functions it calls have theirs, which
+    come after it), and {callee name: {"stack", "spill_stores", "spill_loads"}} of the non-entry functions."""
+    kernels, callees, entry, props = {}, {}, None, None
     for line in log.splitlines():
         m = re.search(r"Compiling entry function '(\S+)'", line)
         if m:
-            name = demangle(m.group(1))
-            out[name] = {}
+            entry = m.group(1)
+            kernels[demangle(entry)] = {}
+            continue
+        m = re.search(r"Function properties for (\S+)", line)
+        if m:
+            props = m.group(1)
+            continue
         m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m and name:
-            out[name].update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        if m and props:
+            figures = dict(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+            if props == entry:
+                kernels[demangle(entry)].update(figures)
+            else:
+                callees[demangle(props)] = figures
+            props = None
+            continue
         m = re.search(r"Used (\d+) registers.*?(\d+) bytes smem", line)
-        if m and name:
-            out[name].update(registers=int(m.group(1)), smem=int(m.group(2)))
-    return out
+        if m and entry:
+            kernels[demangle(entry)].update(registers=int(m.group(1)), smem=int(m.group(2)))
+    return kernels, callees
 
 
 def demangle(sym):
@@ -73,12 +86,37 @@ def ptxas_logs(tmp_path_factory):
 def test_no_spills_no_local_memory(ptxas_logs, arch):
     rc, log = ptxas_logs[arch]
     assert rc == 0, f"ptxas gate failed for {arch}:\n{log[-6000:]}"
-    stats = parse(log)
+    stats, callees = parse(log)
     assert len(stats) == 36, f"expected 32 dense + 4 strided kernels, ptxas saw {sorted(stats)}"
-    for name, s in stats.items():
+    for name, s in [*stats.items(), *callees.items()]:
         assert s["spill_stores"] == s["spill_loads"] == s["stack"] == 0, (arch, name, s)
+    for name, s in stats.items():
         assert s["registers"] <= 64, f"{name} uses {s['registers']} registers: 2 blocks of 512 threads need <= 64"
     print(table(arch, stats))
+
+
+# A kernel with a stack frame of its own that calls a function without one, as ptxas -v prints them.
+LOG = """ptxas info    : Compiling entry function '_Z6kernelPf' for 'sm_90'
+ptxas info    : Function properties for _Z6kernelPf
+    16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 720 bytes smem
+ptxas info    : Compile time = 10.0 ms
+ptxas info    : Function properties for _Z6calleef
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function '_Z5otherPf' for 'sm_90'
+ptxas info    : Function properties for _Z5otherPf
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 32 registers, used 1 barriers, 0 bytes smem
+"""
+
+
+def test_parse_reads_each_kernels_own_stack_line():
+    """The gate must see a kernel's stack frame and spills, not those of the function it calls."""
+    kernels, callees = parse(LOG)
+    k, o = kernels[demangle("_Z6kernelPf")], kernels[demangle("_Z5otherPf")]
+    assert (k["stack"], k["spill_stores"], k["spill_loads"], k["registers"], k["smem"]) == (16, 8, 4, 40, 720)
+    assert (o["stack"], o["registers"]) == (0, 32)
+    assert callees == {demangle("_Z6calleef"): dict(stack=0, spill_stores=0, spill_loads=0)}
 
 
 def table(arch, stats):
@@ -97,5 +135,5 @@ if __name__ == "__main__":
             if rc:
                 print(log[-6000:])
                 bad = 1
-            print(table(arch, parse(log)))
+            print(table(arch, parse(log)[0]))
     sys.exit(bad)

@@ -13,6 +13,7 @@
 
 #include "../check_args.h"
 #include "accumulate_launch.h"
+#include "stream_order.h"
 
 namespace hookstats {
 namespace cuda_kernel {
@@ -32,6 +33,46 @@ int device_max_blocks(int device) {
     cache[device].store(v, std::memory_order_relaxed);
   }
   return v;
+}
+
+// The most shared memory one block may have on the device (opt-in), queried once per device.
+int device_max_smem(int device) {
+  static std::array<std::atomic<int>, kMaxDevices> cache{};
+  int v = cache[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cache[device].store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+struct CudaApi {
+  using Stream = cudaStream_t;
+  using Event = cudaEvent_t;
+  Event create_event() {
+    cudaEvent_t e;
+    C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    return e;
+  }
+  void record(Event e, Stream s) { C10_CUDA_CHECK(cudaEventRecord(e, s)); }
+  void wait(Stream s, Event e) { C10_CUDA_CHECK(cudaStreamWaitEvent(s, e, 0)); }
+  unsigned long long capture_id(Stream s) {
+    cudaStreamCaptureStatus status;
+    unsigned long long id = 0;
+    const cudaError_t e = cudaStreamGetCaptureInfo(s, &status, &id);
+    if (e == cudaErrorStreamCaptureImplicit) {  // the legacy stream while a blocking stream captures: no order
+      (void)cudaGetLastError();
+      return ~0ull;
+    }
+    C10_CUDA_CHECK(e);
+    return status == cudaStreamCaptureStatusActive ? id : 0;
+  }
+};
+
+// Every state's last stream (stream_order.h), for all devices: states are keyed by their fstate's address.
+StreamOrder<CudaApi>& stream_order() {
+  static auto* order = new StreamOrder<CudaApi>();  // never destroyed: launches may come during exit
+  return *order;
 }
 
 int64_t cuda_scratch_bytes(int64_t device) { return scratch_bytes_for(device_max_blocks(static_cast<int>(device))); }
@@ -87,27 +128,62 @@ LaunchConfig config_of(const at::Tensor& x, const at::Tensor& enabled) {
                       static_cast<const unsigned char*>(enabled.const_data_ptr()), enabled_bytes(enabled)};
 }
 
-// Launches one tensor whose arguments were checked.
-void launch_one(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::Tensor& scratch,
-                const at::Tensor& enabled, const Params& p) {
-  const int blocks = plan_blocks(x, scratch, p);
-  const LaunchConfig c = config_of(x, enabled);
-  if (x.is_non_overlapping_and_dense()) {  // contiguous, channels_last, permuted: flat memory, no copy
-    Batch b{};
-    b.count = 1;
-    b.block_start[1] = blocks;
-    b.t[0] = target_of(x, fstate, istate, scratch);
-    C10_CUDA_CHECK(launch_dense(dtype_of(x), b, p, c));
-    return;
+// One launch of a call, planned before any launch: a dense batch, or one strided view.
+struct Work {
+  DType dtype;
+  bool dense;
+  Batch batch;         // dense
+  Target target;       // strided
+  Strided strided;     // strided
+  int blocks;          // strided
+};
+
+// The launch's shared memory must fit the device; its >48 KB attribute is set (prepare_*): both before the
+// first launch of a call, so a refusal changes no state.
+void prepare(const Work& w, const Params& p, int device) {
+  const int64_t need = dyn_smem_bytes(p, kThreads) + static_cast<int64_t>(sizeof(BlockShared));
+  TORCH_CHECK(need <= device_max_smem(device), "hookstats.accumulate_: nbins=", p.nbins, " with these histograms "
+              "needs ", need, " bytes of shared memory per block, this GPU allows ", device_max_smem(device),
+              ": fewer bins, or without the log2 histogram");
+  C10_CUDA_CHECK(w.dense ? prepare_dense(w.dtype, p, kThreads) : prepare_strided(w.dtype, p, kThreads));
+}
+
+void launch(const Work& w, const Params& p, const LaunchConfig& c) {
+  if (w.dense) {
+    for (int k = 0; k < w.batch.count; ++k) stream_order().before_launch(w.batch.t[k].fs, c.stream);
+    C10_CUDA_CHECK(launch_dense(w.dtype, w.batch, p, c));
+  } else {
+    stream_order().before_launch(w.target.fs, c.stream);
+    C10_CUDA_CHECK(launch_strided(w.dtype, w.target, w.strided, w.blocks, p, c));
   }
-  Strided s{};
-  if (make_strided(x, s)) {
-    const Target t = target_of(x, fstate, istate, scratch);
-    C10_CUDA_CHECK(launch_strided(dtype_of(x), t, s, blocks, p, c));
-    return;
+}
+
+// Plans the launch of one checked tensor (x itself, or `copy` of it: more than kMaxDims dims that do not
+// coalesce, rare); false for a dense tensor, which goes into a batch.
+bool plan_view(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::Tensor& scratch, const Params& p,
+               std::vector<Work>& out, std::vector<at::Tensor>& copies) {
+  if (x.is_non_overlapping_and_dense()) return false;
+  Work w{};
+  w.dtype = dtype_of(x);
+  if (make_strided(x, w.strided)) {
+    w.target = target_of(x, fstate, istate, scratch);
+    w.blocks = plan_blocks(x, scratch, p);
+  } else {
+    copies.push_back(x.contiguous());
+    const at::Tensor& xc = copies.back();
+    w.dense = true;
+    w.batch.count = 1;
+    w.batch.block_start[1] = plan_blocks(xc, scratch, p);
+    w.batch.t[0] = target_of(xc, fstate, istate, scratch);
   }
-  const at::Tensor xc = x.contiguous();  // more than kMaxDims dims that do not coalesce: rare
-  launch_one(xc, fstate, istate, scratch, enabled, p);
+  out.push_back(w);
+  return true;
+}
+
+void run(const std::vector<Work>& work, const Params& p, const LaunchConfig& c, int device) {
+  for (const Work& w : work) prepare(w, p, device);
+  const auto held = stream_order().lock();  // until the launches are queued (stream_order.h)
+  for (const Work& w : work) launch(w, p, c);
 }
 
 void accumulate_cuda(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::Tensor& scratch,
@@ -116,12 +192,24 @@ void accumulate_cuda(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate
   check_scratch_alignment(Op{-1}, scratch);
   if (x.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(x.device());
-  launch_one(x, fstate, istate, scratch, enabled, make_params(lo, inv_w, eps, nbins, flags));
+  const Params p = make_params(lo, inv_w, eps, nbins, flags);
+  std::vector<Work> work;
+  std::vector<at::Tensor> copies;
+  if (!plan_view(x, fstate, istate, scratch, p, work, copies)) {
+    Work w{};
+    w.dtype = dtype_of(x);
+    w.dense = true;
+    w.batch.count = 1;
+    w.batch.block_start[1] = plan_blocks(x, scratch, p);
+    w.batch.t[0] = target_of(x, fstate, istate, scratch);
+    work.push_back(w);
+  }
+  run(work, p, config_of(x, enabled), x.get_device());
 }
 
 // Dense tensors of one dtype share launches of up to kMaxTargets tensors; other views go one by one.
-// Every argument is checked before the first launch, so a bad list changes no state. No two entries share a
-// state (check_args.h): blocks of one launch would share its ticket.
+// Every argument is checked and every launch planned and prepared before the first launch, so a bad list
+// changes no state. No two entries share a state (check_args.h): blocks of one launch would share its ticket.
 void accumulate_many_cuda(at::TensorList xs, at::TensorList fstates, at::TensorList istates, at::TensorList scratches,
                           const at::Tensor& enabled, double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
   check_many_call(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags);
@@ -130,30 +218,35 @@ void accumulate_many_cuda(at::TensorList xs, at::TensorList fstates, at::TensorL
   const Params p = make_params(lo, inv_w, eps, nbins, flags);
   for (size_t k = 0; k < xs.size(); ++k) {
     check_scratch_alignment(Op{static_cast<int64_t>(k)}, scratches[k]);
-    if (xs[k].numel()) blocks[k] = plan_blocks(xs[k], scratches[k], p);
+    if (xs[k].numel() && xs[k].is_non_overlapping_and_dense()) blocks[k] = plan_blocks(xs[k], scratches[k], p);
   }
-  const LaunchConfig c = config_of(enabled, enabled);
+  std::vector<Work> work;
   for (const DType d : {DType::kFloat, DType::kBFloat16, DType::kHalf, DType::kDouble}) {
-    Batch b{};
-    const auto flush = [&] {
-      if (b.count) C10_CUDA_CHECK(launch_dense(d, b, p, c));
-      b = Batch{};
-    };
+    Work w{};
+    w.dtype = d;
+    w.dense = true;
     for (size_t k = 0; k < xs.size(); ++k) {
       const at::Tensor& x = xs[k];
       if (x.numel() == 0 || dtype_of(x) != d || !x.is_non_overlapping_and_dense()) continue;
       at::Tensor f = fstates[k], i = istates[k], s = scratches[k];
+      Batch& b = w.batch;
       b.t[b.count] = target_of(x, f, i, s);
       b.block_start[b.count + 1] = b.block_start[b.count] + blocks[k];
-      if (++b.count == kMaxTargets) flush();
+      if (++b.count == kMaxTargets) {
+        work.push_back(w);
+        w.batch = Batch{};
+      }
     }
-    flush();
+    if (w.batch.count) work.push_back(w);
   }
+  std::vector<at::Tensor> copies;
+  copies.reserve(xs.size());  // targets point into the copies: no reallocation
   for (size_t k = 0; k < xs.size(); ++k) {
-    if (xs[k].numel() == 0 || xs[k].is_non_overlapping_and_dense()) continue;
+    if (xs[k].numel() == 0) continue;
     at::Tensor f = fstates[k], i = istates[k], s = scratches[k];
-    launch_one(xs[k], f, i, s, enabled, p);
+    plan_view(xs[k], f, i, s, p, work, copies);
   }
+  if (!work.empty()) run(work, p, config_of(enabled, enabled), enabled.get_device());
 }
 
 }  // namespace

@@ -135,10 +135,13 @@ HS_HD int float_words(const Params& p) { return (p.flags & kFloatHist) ? kFloatS
 HS_HD int dyn_smem_bytes(const Params& p, int threads) {
   return (float_words(p) + (threads / kWarp) * hist_stride(p)) * static_cast<int>(sizeof(unsigned));
 }
-// Elements one block may see: its 32-bit shared counters must not wrap (per warp; the float table per block),
-// and a thread's float near-zero count (ThreadStats) must stay exact: below 2^23 values per thread.
-HS_HD int64_t max_block_elems(const Params& p, int threads) {
-  const int64_t counters = (p.flags & kFloatHist) ? (int64_t(1) << 31) : (int64_t(threads / kWarp) << 31);
+// Elements one block may see (n / blocks, checked by the launcher): a block's 32-bit counters must not wrap --
+// its warps' histograms, its float buckets, the near-zero total of its warps (warp_merge, unsigned) -- and a
+// thread's float near-zero count (ThreadStats) must stay exact. 2^31 leaves every u32 total 2x headroom over
+// what the grid-stride loops give one block beyond n / blocks (under threads x 16 + 16 elements), however
+// small the scratch (few blocks); threads x 2^23 keeps a thread's float count below 2^24.
+HS_HD int64_t max_block_elems(const Params&, int threads) {
+  const int64_t counters = int64_t(1) << 31;
   const int64_t per_thread = int64_t(threads) << 23;
   return counters < per_thread ? counters : per_thread;
 }

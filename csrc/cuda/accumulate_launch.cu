@@ -18,22 +18,40 @@ cudaError_t allow_smem(K kernel, size_t smem) {
 
 template <typename T>
 cudaError_t launch_dense_typed(const Batch& b, const Params& p, const LaunchConfig& c) {
-  const DenseKernel k = dense_kernel_for<T>(p.flags);
-  const size_t smem = dyn_smem_bytes(p, c.threads);
-  if (const cudaError_t e = allow_smem(k, smem); e != cudaSuccess) return e;
-  k<<<b.block_start[b.count], c.threads, smem, c.stream>>>(b, p, c.enabled, c.enabled_bytes);
+  dense_kernel_for<T>(p.flags)<<<b.block_start[b.count], c.threads, dyn_smem_bytes(p, c.threads), c.stream>>>(
+      b, p, c.enabled, c.enabled_bytes);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launch_strided_typed(const Target& t, const Strided& s, int grid, const Params& p, const LaunchConfig& c) {
-  const size_t smem = dyn_smem_bytes(p, c.threads);
-  if (const cudaError_t e = allow_smem(strided_kernel<T>, smem); e != cudaSuccess) return e;
-  strided_kernel<T><<<grid, c.threads, smem, c.stream>>>(t, s, p, c.enabled, c.enabled_bytes);
+  strided_kernel<T><<<grid, c.threads, dyn_smem_bytes(p, c.threads), c.stream>>>(t, s, p, c.enabled, c.enabled_bytes);
   return cudaGetLastError();
 }
 
 }  // namespace
+
+cudaError_t prepare_dense(DType d, const Params& p, int threads) {
+  const size_t smem = dyn_smem_bytes(p, threads);
+  switch (d) {
+    case DType::kFloat: return allow_smem(dense_kernel_for<float>(p.flags), smem);
+    case DType::kDouble: return allow_smem(dense_kernel_for<double>(p.flags), smem);
+    case DType::kHalf: return allow_smem(dense_kernel_for<__half>(p.flags), smem);
+    case DType::kBFloat16: return allow_smem(dense_kernel_for<__nv_bfloat16>(p.flags), smem);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t prepare_strided(DType d, const Params& p, int threads) {
+  const size_t smem = dyn_smem_bytes(p, threads);
+  switch (d) {
+    case DType::kFloat: return allow_smem(strided_kernel<float>, smem);
+    case DType::kDouble: return allow_smem(strided_kernel<double>, smem);
+    case DType::kHalf: return allow_smem(strided_kernel<__half>, smem);
+    case DType::kBFloat16: return allow_smem(strided_kernel<__nv_bfloat16>, smem);
+  }
+  return cudaErrorInvalidValue;
+}
 
 cudaError_t launch_dense(DType d, const Batch& b, const Params& p, const LaunchConfig& c) {
   switch (d) {

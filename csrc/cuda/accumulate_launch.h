@@ -17,9 +17,13 @@ struct LaunchConfig {
   int enabled_bytes;
 };
 
-// Dense targets of one dtype; the grid is b.block_start[b.count] blocks.
+// What a launch needs set before it (more than 48 KB of dynamic shared memory allowed for its kernel): called
+// for every launch of a call before the first, so a refusal (an older GPU) leaves every state as it was.
+cudaError_t prepare_dense(DType d, const Params& p, int threads);
+cudaError_t prepare_strided(DType d, const Params& p, int threads);
+// Dense targets of one dtype; the grid is b.block_start[b.count] blocks. prepare_dense first.
 cudaError_t launch_dense(DType d, const Batch& b, const Params& p, const LaunchConfig& c);
-// One strided view over `grid` blocks.
+// One strided view over `grid` blocks. prepare_strided first.
 cudaError_t launch_strided(DType d, const Target& t, const Strided& s, int grid, const Params& p,
                            const LaunchConfig& c);
 

@@ -7,6 +7,7 @@
 //   mode many    N1,N2,..  G1,G2,..       consecutive segments of IN, each with its own state
 //   mode strided GRID S1,S2,.. T1,T2,..   one view of IN with these sizes and element strides (coalesced
 //                                         by the launcher's own coalesce())
+//   mode limits                           prints max_block_elems(params, threads) (IN and OUT unused)
 #include "cuda_emu.h"
 #include "cuda/accumulate_kernel.cuh"
 
@@ -114,6 +115,11 @@ int run(char** argv, const std::vector<unsigned char>& raw, const Params& p, int
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 12 && std::string(argv[11]) == "limits") {
+    const Params q{0.0f, 1.0f, 0.0f, std::stoi(argv[4]), std::stoi(argv[8]), std::stoi(argv[8])};
+    std::printf("%lld\n", static_cast<long long>(max_block_elems(q, std::stoi(argv[9]))));
+    return 0;
+  }
   if (argc < 13) {
     std::fprintf(stderr, "usage: emu_driver IN OUT dtype nbins lo inv_w eps flags threads launches mode ARGS...\n");
     return 2;
