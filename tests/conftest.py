@@ -13,6 +13,15 @@ from hookstats import reference  # noqa: E402
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
+# pytest-xdist: each worker takes its share of the cores (2 workers x 2 OpenMP threads on 2 cores spin against
+# each other); the processes a test starts inherit it. The kernel's threaded path is tested at set thread counts
+# (helpers.on_thread_counts), whatever the default.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _threads = max(1, torch.get_num_threads() // _WORKERS)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 
 def _compiled():
     if hookstats.backend() != "compiled":

@@ -16,7 +16,8 @@ import pytest
 from hookstats import cli
 from hookstats.summary import format_number
 
-pytestmark = pytest.mark.filterwarnings("ignore::hookstats.alerts.AlertWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::hookstats.alerts.AlertWarning"),
+              pytest.mark.xdist_group("cli")]  # one worker runs the module's demo (demo_dir) once
 
 
 def run_main(capsys, *argv):

@@ -21,6 +21,7 @@ from hookstats.config import StatsConfig
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMU = os.path.join(ROOT, "tests", "cuda_emu")
 CFG = StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, float_hist=False)
+pytestmark = pytest.mark.xdist_group("cuda_emu")  # one worker builds the sanitizer drivers (drivers) once
 SANITIZERS = {
     "tsan": ["-fsanitize=thread"],
     "asan": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"],

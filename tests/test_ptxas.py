@@ -14,6 +14,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNELS = os.path.join(ROOT, "csrc", "cuda", "accumulate_launch.cu")
 ARCHS = ("sm_80", "sm_90")
+pytestmark = pytest.mark.xdist_group("ptxas")  # one worker compiles the kernels (ptxas_logs) once
 # nvcc flags of the real build (setup.py nvcc_flags) plus the gates
 FLAGS = ["-O3", "-std=c++20", "--expt-relaxed-constexpr", "-Xptxas", "-v,-warn-spills,-warn-lmem-usage,-Werror"]
 
