@@ -71,32 +71,27 @@ def test_reference_and_compiled_monitors_agree(monkeypatch):
         assert abs(a[k]["std"] - b[k]["std"]) < 1e-6 * b[k]["std"]
 
 
-def plant_a_cached_build(cache):
-    """What a first import that compiled the op leaves in the extensions folder: the built op and its BUILT mark."""
-    from hookstats import _build
-    root = _build.source_dir()
-    cuda_home = _build.find_cuda_home()
-    arch = _build.first_use_cuda_arch(torch, cuda_home)
-    key = _build._cache_key(torch, _build.sources(root, arch is not None), root, arch, cuda_home)
-    folder = os.path.join(cache, f"hookstats-{key}")
-    os.makedirs(folder)
+def plant_a_cached_build():
+    """What a first import that compiled the op leaves in the extensions folder this process's environment names:
+    the built op and its BUILT mark, in the build folder a first import without a compiler makes (and leaves)."""
+    assert backend_without_extension_or_compiler() == "reference"
+    (folder,) = glob.glob(os.path.join(os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
+        os.environ["HOME"], ".cache", "torch_extensions"), "hookstats-*"))
     (built,) = glob.glob(os.path.join(os.path.dirname(hookstats.__file__), "_C*.so"))
-    shutil.copyfile(built, os.path.join(folder, _build.NAME + ".so"))
-    open(os.path.join(folder, _build.BUILT), "w").close()
+    shutil.copyfile(built, os.path.join(folder, "hookstats_C.so"))
+    open(os.path.join(folder, "BUILT"), "w").close()
 
 
 def test_the_fallback_test_ignores_a_build_cached_on_this_machine(tmp_path, monkeypatch):
     """A user's ~/.cache/torch_extensions (or TORCH_EXTENSIONS_DIR) holding a build from an earlier first import
     would serve the op despite the missing compiler: the fallback test uses its own extensions folder."""
-    home = tmp_path / "home"
-    plant_a_cached_build(str(home / ".cache" / "torch_extensions"))
-    plant_a_cached_build(str(tmp_path / "ext"))
-    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     for ext in (None, str(tmp_path / "ext")):
         if ext:
             monkeypatch.setenv("TORCH_EXTENSIONS_DIR", ext)
+        plant_a_cached_build()
         assert backend_without_extension_or_compiler() == "compiled"  # the planted build is served
         (tmp_path / "test").mkdir(exist_ok=True)
         test_missing_extension_warns_once_with_the_build_command_and_still_works(tmp_path / "test")
