@@ -69,7 +69,7 @@ class Command:
 
 def _demo_arguments(d):
     d.add_argument("--out", default="hookstats-demo", help="output folder (default: ./%(default)s)")
-    d.add_argument("--steps", type=int_in(1), default=100, help="training steps per model (default: %(default)s)")
+    d.add_argument("--steps", type=int_in(1), default=60, help="training steps per model (default: %(default)s)")
     d.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the best available)")
     d.add_argument("--models", nargs="+", choices=["cnn", "transformer"], default=["cnn", "transformer"],
                    help="which models to train (default: both)")

@@ -135,7 +135,7 @@ def write_reports(name, run_dir, mon, model, example, seconds, log=print, progre
     log(f"wrote {run_dir}/: {', '.join(written)}, {len(charts)} charts in charts/")
 
 
-def run(out="hookstats-demo", steps=100, device=None, models=("cnn", "transformer"), seed=0, nan_at=None,
+def run(out="hookstats-demo", steps=60, device=None, models=("cnn", "transformer"), seed=0, nan_at=None,
         tensorboard=True, progress=True, log=print):
     device = torch.device(device) if device is not None else best_device()
     out = Path(out)

@@ -1,6 +1,8 @@
 """Shared fixtures: the two implementations of the op (compiled kernel, pure-PyTorch reference); histograms on
 every step for the test files whose oracles count them so."""
+import fcntl
 import os
+import shutil
 import sys
 
 import pytest
@@ -13,12 +15,39 @@ from hookstats import reference  # noqa: E402
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
+# pytest-xdist: each worker takes its share of the cores (2 workers x 2 OpenMP threads on 2 cores spin against
+# each other); the processes a test starts inherit it. The kernel's threaded path is tested at set thread counts
+# (helpers.on_thread_counts), whatever the default.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _threads = max(1, torch.get_num_threads() // _WORKERS)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 
 def _compiled():
     if hookstats.backend() != "compiled":
         pytest.fail("the compiled extension is not loaded: build it with `pip install --no-build-isolation -e .` "
                     "(set HOOKSTATS_BACKEND=reference to test the reference path alone)")
     return torch.ops.hookstats.accumulate_.default
+
+
+def made_once(tmp_path_factory, name, make):
+    """A folder that make(folder) fills once for the whole run, for a module's expensive fixture (a demo run,
+    sanitizer or nvcc builds): pytest-xdist's workers share it, the first makes it, the others wait on the lock.
+    Tests only read it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each worker's own
+    folder = root / name
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / ".made").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            (folder / ".made").touch()
+    return folder
 
 
 @pytest.fixture(params=["compiled", "reference"])

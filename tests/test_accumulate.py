@@ -422,6 +422,7 @@ def test_backend_reports_compiled_here():
     assert hookstats.backend() == "compiled"
 
 
+@pytest.mark.slow  # this file's tests again per kernel, in a new process
 @pytest.mark.parametrize("kernel", CPU_KERNELS)
 def test_every_cpu_kernel_passes_the_oracle_tests(kernel):
     """Each CPU kernel this machine has runs this file's compiled-op tests (helpers.failure_with_kernel)."""

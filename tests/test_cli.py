@@ -12,6 +12,7 @@ import sys
 import types
 
 import pytest
+from conftest import made_once
 
 from hookstats import cli
 from hookstats.summary import format_number
@@ -132,7 +133,10 @@ class Terminal(io.StringIO):
 
 @pytest.fixture(scope="module")
 def demo_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo")
+    return made_once(tmp_path_factory, "cli_demo", run_demo)  # once for all xdist workers; tests only read it
+
+
+def run_demo(out):
     printed, bars = io.StringIO(), Terminal()
     with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(bars):
         code = cli.main(["demo", "--out", str(out), "--steps", "6", "--models", "cnn", "--nan-at", "4",
@@ -140,7 +144,6 @@ def demo_dir(tmp_path_factory):
     assert code == 0
     (out / "stdout.txt").write_text(printed.getvalue())
     (out / "stderr.txt").write_text(bars.getvalue())
-    return out
 
 
 def test_demo_shows_progress_of_training_and_charts_on_a_terminal(demo_dir):

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from float_oracle import float_buckets
+from conftest import made_once
 from helpers import oracle, without_histograms
 from hookstats import layout
 from hookstats.config import StatsConfig
@@ -52,25 +53,26 @@ def cuda_include():
 
 @pytest.fixture(scope="session")
 def drivers(tmp_path_factory):
-    """The driver built once per sanitizer setup, the builds running side by side."""
+    """The driver built once per sanitizer setup (once for all xdist workers), the builds running side by side."""
     inc = cuda_include()
     if inc is None:
         if os.environ.get("HOOKSTATS_SKIP_CUDA_EMU") == "1":
             pytest.skip("HOOKSTATS_SKIP_CUDA_EMU=1 and no CUDA toolkit headers")
         pytest.fail("CUDA toolkit headers (cuda_fp16.h) not found: set CUDA_HOME, or HOOKSTATS_SKIP_CUDA_EMU=1")
-    out = tmp_path_factory.mktemp("cuda_emu")
     cxx = os.environ.get("CXX", "g++")
     base = [cxx, "-std=c++20", "-O1", "-g", "-pthread", f"-I{inc}", f"-I{os.path.join(inc, 'cccl')}",
             f"-I{os.path.join(ROOT, 'csrc')}", os.path.join(EMU, "emu_driver.cpp")]
 
-    def build(name):
-        exe = str(out / name)
-        r = subprocess.run(base + SANITIZERS[name] + ["-o", exe], capture_output=True, text=True)
+    def build(out, name):
+        r = subprocess.run(base + SANITIZERS[name] + ["-o", str(out / name)], capture_output=True, text=True)
         assert r.returncode == 0, f"building the {name} emulation driver failed:\n{r.stderr[-4000:]}"
-        return name, exe
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(pool.map(build, SANITIZERS))
+    def build_all(out):
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            list(pool.map(functools.partial(build, out), SANITIZERS))
+
+    out = made_once(tmp_path_factory, "cuda_emu", build_all)
+    return {name: str(out / name) for name in SANITIZERS}
 
 
 def adversarial(n, dtype, seed):

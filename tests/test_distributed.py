@@ -25,6 +25,8 @@ from helpers import exit_without_finalizing, float_buckets, oracle
 CFG = dict(nbins=16, lo=-2.0, hi=2.0, eps=0.05, hist_every=1)  # histograms every step (the cadence: scenario_cadence)
 STEPS, BATCH, LR = 3, 4, 0.1
 SPAWN_TIMEOUT_S = 240
+# spawned process groups (tens of seconds): .ci/run runs them
+pytestmark = pytest.mark.slow
 
 
 def mlp():

@@ -180,6 +180,7 @@ def test_opcheck_with_float_buckets():
                           ([torch.randn(5), torch.randn(7)], [f, f.clone()], [i, i.clone()], [s, s], ON, *args))
 
 
+@pytest.mark.slow  # this file's tests again per kernel, in a new process
 @pytest.mark.parametrize("kernel", CPU_KERNELS)
 def test_every_cpu_kernel_passes_the_float_bucket_tests(kernel):
     failure = failure_with_kernel(__file__, "compiled and not every_cpu_kernel or thread_count", kernel)

@@ -64,6 +64,7 @@ def check_probe(stdout):
     return got
 
 
+@pytest.mark.slow  # a fresh venv, torch installed into it and the op compiled: minutes
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fresh venv's build is checked on Linux")
 def test_plain_pip_install_in_a_fresh_venv_compiles_the_op_on_first_import(tmp_path):
     """`pip install torch==<ours>` then `pip install <clone>` with no flags (build isolation, no torch in it):

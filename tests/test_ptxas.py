@@ -2,6 +2,7 @@
 zero local memory (-warn-spills,-warn-lmem-usage made fatal by -Werror). `python tests/test_ptxas.py`
 prints the register / shared-memory table (.ci/cuda_build.sh does)."""
 import concurrent.futures
+import json
 import os
 import re
 import shutil
@@ -77,9 +78,15 @@ def ptxas_logs(tmp_path_factory):
         if os.environ.get("HOOKSTATS_SKIP_PTXAS") == "1":
             pytest.skip("HOOKSTATS_SKIP_PTXAS=1 and no nvcc")
         pytest.fail("nvcc not found (set CUDA_HOME or put nvcc on PATH; HOOKSTATS_SKIP_PTXAS=1 to skip)")
-    out = str(tmp_path_factory.mktemp("ptxas"))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(ARCHS, pool.map(lambda a: compile_arch(a, out), ARCHS)))
+    from conftest import made_once  # here: the script (__main__) runs without pytest's conftest
+
+    def compile_all(out):
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            logs = dict(zip(ARCHS, pool.map(lambda a: compile_arch(a, str(out)), ARCHS)))
+        (out / "logs.json").write_text(json.dumps(logs))
+
+    out = made_once(tmp_path_factory, "ptxas", compile_all)  # once for all xdist workers
+    return {arch: tuple(log) for arch, log in json.loads((out / "logs.json").read_text()).items()}
 
 
 @pytest.mark.parametrize("arch", ARCHS)

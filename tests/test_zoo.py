@@ -28,7 +28,8 @@ from hookstats.sinks.csv import read_csv
 from zoo_models import ARCHS, build, set_checkpointing
 from zoo_oracle import Oracle
 
-pytestmark = pytest.mark.usefixtures("every_step_histograms")  # their oracles count every step's histograms
+pytestmark = [pytest.mark.usefixtures("every_step_histograms"),  # their oracles count every step's histograms
+              pytest.mark.slow]  # minutes of real architectures: .ci/run runs it, the README's test command does not
 
 RTOL = 1e-5
 INPUT_GRADS = {"gpt2", "bert", "t5", "llama", "vit", "lstm", "gru", "encoder", "moe"}  # no in-place op in forward
