@@ -19,7 +19,7 @@ def torch_device(place):
     """The torch device of a Paddle place, or None when the op has no kernel there (XPU, custom devices,
     pinned host memory, a GPU without the op's CUDA kernel)."""
     kinds = kernel_devices()
-    if place.is_cpu_place():
+    if place.is_cpu_place() and "cpu" in kinds:
         return torch.device("cpu")
     if place.is_gpu_place() and "gpu" in kinds:
         return torch.device("cuda", place.gpu_device_id())
