@@ -1,15 +1,20 @@
 """The tensor bridge: a Paddle tensor reaches the fused op as a torch tensor sharing its memory (DLPack, no
 copy), on the device where the op has a kernel, ordered with Paddle's current CUDA stream on a GPU."""
 import dataclasses
+import functools
 
 import paddle
 import torch
+from paddle.utils.dlpack import to_dlpack
+from torch.utils.dlpack import from_dlpack
 
 from .. import accumulate
 
 MEASURED_DTYPES = (paddle.float32, paddle.float64, paddle.float16, paddle.bfloat16)
+CPU = torch.device("cpu")
 
 
+@functools.cache  # asked per tensor: the dispatcher lookup costs microseconds
 def kernel_devices():
     """Paddle device kinds the fused op has a kernel for: the CPU always, the GPU when it was built with CUDA."""
     return ("cpu", "gpu") if accumulate.has_cuda_kernel() else ("cpu",)
@@ -20,7 +25,7 @@ def torch_device(place):
     pinned host memory, a GPU without the op's CUDA kernel)."""
     kinds = kernel_devices()
     if place.is_cpu_place() and "cpu" in kinds:
-        return torch.device("cpu")
+        return CPU
     if place.is_gpu_place() and "gpu" in kinds:
         return torch.device("cuda", place.gpu_device_id())
     return None
@@ -28,10 +33,6 @@ def torch_device(place):
 
 def no_kernel(place):
     return f"on {place}, where the fused op has no kernel (it has kernels for {', '.join(kernel_devices())})"
-
-
-def is_eager_tensor(t):
-    return isinstance(t, paddle.Tensor) and paddle.in_dynamic_mode()
 
 
 def is_floating(t):
@@ -51,8 +52,10 @@ def unread_reason(t):
 
 def as_torch(t):
     """The torch tensor sharing t's memory (same data pointer, dtype, shape and strides). detach(): Paddle
-    exports no tensor that requires gradients; the detached tensor shares the memory."""
-    return torch.from_dlpack(t.detach())
+    exports no tensor that requires gradients; the detached tensor shares the memory. Through a capsule, not
+    torch.from_dlpack(t): that asks for __dlpack__(stream=torch's stream), twice the cost, and the op runs on
+    Paddle's own stream anyway (StreamOrder)."""
+    return from_dlpack(to_dlpack(t.detach()))
 
 
 class StreamOrder:
@@ -76,7 +79,7 @@ class StreamOrder:
         if own.cuda_stream == ext.cuda_stream:
             return fn()
         ext.wait_stream(own)
-        with torch.cuda.stream(ext):  # torch.from_dlpack hands this stream to Paddle's __dlpack__ as the consumer
+        with torch.cuda.stream(ext):
             out = fn()
         own.wait_stream(ext)
         return out

@@ -1,5 +1,7 @@
 """What the Paddle hooks measure through the bridge: one tensor now (measure), and the gradient flowing back into
 a tensor through Paddle's Tensor.register_hook (tap_grad). Both feed the engine's Port and StateStore."""
+import paddle
+
 from ..hooks.grad_taps import tell_split_step
 from . import bridge
 
@@ -17,11 +19,12 @@ class Taps:
         the op cannot read)."""
         if not bridge.is_floating(t):
             return None
-        why = bridge.unread_reason(t)
-        if why is not None:
+        device = bridge.torch_device(t.place)
+        if device is None or t.is_sparse() or not paddle.in_dynamic_mode():
+            why = bridge.unread_reason(t)
             self.port.tell(f"unread:{key.id}", f"hookstats: {key.id} is not measured: its tensor is {why}")
             return None
-        return bridge.torch_device(t.place)
+        return device
 
     def measure(self, key, t, phase):
         device = self.readable(key, t)
