@@ -145,3 +145,18 @@ def test_gpu_on_paddle_stream():
     assert got["count"] == v.size
     np.testing.assert_allclose(got["mean"], v.mean(), rtol=1e-5)
     assert got["min"] == v.min() and got["max"] == v.max()
+
+
+def test_a_copy_of_a_monitored_layer_feeds_nothing():
+    """copy.deepcopy (an EMA copy) copies Paddle's hook dicts: the copy's forwards must not reach the monitor."""
+    import copy
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    mon = hookstats.attach(model)
+    x = paddle.randn([3, 4])
+    model(x).sum().backward()
+    twin = copy.deepcopy(model)
+    for _ in range(3):
+        twin(x).sum().backward()
+    assert mon.step_count == 0
+    assert mon.stats()["0:output"]["count"] == 12
+    np.testing.assert_array_equal(twin(x).numpy(), model(x).numpy())
