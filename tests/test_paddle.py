@@ -198,6 +198,38 @@ def test_in_place_op_after_hooked_layer():
     assert_matches(mon.stats(), oracle.records("train"))
 
 
+def test_recompute_counts_each_value_once():
+    """Paddle's recompute runs a segment without grad in the forward and again, with grad, in backward: its
+    values are measured once (the forward's), its gradients through the recomputed outputs, as Paddle's own hooks
+    at the same places see them."""
+    from paddle.distributed.fleet.utils import recompute
+
+    class Segmented(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.head = nn.Linear(6, 6), nn.Linear(6, 6), nn.Linear(6, 1)
+
+        def forward(self, x):
+            x = x * 1.0
+            x.stop_gradient = False
+            return self.head(recompute(lambda h: self.b(paddle.tanh(self.a(h))), x))
+    paddle.seed(14)
+    model = Segmented()
+    opt = paddle.optimizer.SGD(0.05, parameters=model.parameters())
+    mon = hookstats.attach(model, hist_every=1)
+    oracle = PaddleOracle(model, {})
+    for name in ("a", "b", "head"):
+        def post(layer, inputs, out, name=name):
+            if not paddle.is_grad_enabled() or name == "head":  # the forward's pass (head is not recomputed)
+                oracle.add("train", f"{name}:output", out)
+            if not out.stop_gradient:
+                out.register_hook(lambda g: oracle.add("train", f"{name}:grad_output", g))
+        getattr(model, name).register_forward_post_hook(post)
+    train(model, opt, batches([4, 6], [4, 1], 3))
+    assert mon.step_count == 2
+    assert_matches(mon.stats(), oracle.records("train"))
+
+
 class Cast(nn.Layer):
     """Paddle's CPU kernels have no float16/bfloat16 matmul or arithmetic, but cast both ways (and its gradient)."""
 

@@ -1,6 +1,8 @@
 """Where hookstats hooks a Paddle model: the step clock's root-layer hooks, then per selected layer a forward
 post-hook (outputs, and the gradients flowing back into them through Tensor.register_hook), a forward pre-hook
 (inputs) and, with separate_calls, the call index; parameter gradients at the optimizer's step (optimizer.py)."""
+import paddle
+
 from ..hooks.calls import CallIndex
 from ..hooks.handles import hook_module
 from ..hooks.outputs import positional_names
@@ -18,7 +20,8 @@ class LayerHooks:
         self.port, self.taps, self.handles, self.param_grads = port, Taps(port), [], param_grads
         self.handles.append(hook_module(layer, lambda _, args: clock.on_root_forward(mode, args), pre=True))
         self.handles.append(hook_module(layer, clock.on_root_forward_end, always_call=True))
-        clock.forward_listeners.append(calls.new_forward)
+        self.gradless = set()  # layers run without grad in the running root forward (recompute's first pass)
+        clock.forward_listeners.append(self.new_forward)
         for name, m in layers.items():
             if calls.separate:  # registered first: its pre-hook runs before the others
                 calls.index[name] = CallIndex(clock, name)
@@ -39,15 +42,16 @@ class LayerHooks:
         port, taps, clock, calls = self.port, self.taps, self.port.clock, self.port.calls
 
         def hook(layer, args, out):
+            recompute = self.recomputing(name)
             phase = clock.hook_phase()
-            if phase is None:
+            if phase is None or recompute and not grads:
                 return None
-            if calls.separate:
-                calls.skip_recomputed(name, False, port.tell)  # notes a call run without grad
+            if calls.separate and calls.skip_recomputed(name, recompute, port.tell):
+                return None
             calls.saw(name)
             call = calls.call_of(name)
             for leaf, t in bridge.paddle_leaves(out):
-                if values:
+                if values and not recompute:
                     taps.measure(TargetKey(name, Kind.OUTPUT, leaf, call), t, phase)
                 if grads:
                     taps.tap_grad(TargetKey(name, Kind.GRAD_OUTPUT, leaf, call), t, phase)
@@ -59,7 +63,7 @@ class LayerHooks:
         taps, clock, calls = self.taps, self.port.clock, self.port.calls
 
         def hook(layer, args, kwargs):
-            phase = clock.hook_phase()
+            phase = None if self.recomputing(name) else clock.hook_phase()
             if phase is None:
                 return None
             calls.saw(name)
@@ -68,6 +72,21 @@ class LayerHooks:
                 taps.measure(TargetKey(name, Kind.INPUT, leaf, call), t, phase)
             return None
         return hook
+
+    def new_forward(self):
+        self.port.calls.new_forward()
+        self.gradless.clear()
+
+    def recomputing(self, name):
+        """Whether this call of layer `name` is Paddle's recompute (activation checkpointing) running the layer
+        again in backward: its first pass ran inside the root forward without grad, and now it runs outside any
+        root forward with grad. Its values were measured in the first pass; its gradients flow through this one."""
+        grad, clock = paddle.is_grad_enabled(), self.port.clock
+        if clock.root_running > 0:
+            if not grad and clock.phase == "train":
+                self.gradless.add(name)
+            return False
+        return grad and name in self.gradless
 
     def preallocate(self, name, kind, m, phases=None):
         p = next((p for p in m.parameters(include_sublayers=False) if p.dtype in bridge.MEASURED_DTYPES), None)
