@@ -96,7 +96,7 @@ def test_gradient_accumulation_manual_steps():
         mon.step()
     assert mon.step_count == 2
     got = mon.stats("train", kind="param_grad")
-    assert {r["count"] for r in got.values()} == {2 * p.size for p in model.parameters()} & {r["count"] for r in got.values()}
+    assert {k: r["count"] for k, r in got.items()} == {f"{n}:param_grad": 2 * p.size for n, p in model.named_parameters()}
     assert_matches(mon.stats("train"), oracle.records("train"))
 
 
@@ -247,11 +247,13 @@ def test_dtypes(dtype):
     model = nn.Sequential(nn.Linear(32, 32), Cast(dtype), Cast("float32"), nn.Tanh(), nn.Linear(32, 32), Cast(dtype))
     mon = hookstats.attach(model, hist_every=1, include_paramless=True)
     oracle = PaddleOracle(model, {n or "Sequential": m for n, m in model.named_sublayers(include_self=True)})
-    for x, _ in batches([16, 32], [1], 2):
+    for i, (x, _) in enumerate(batches([16, 32], [1], 2)):
         x = x * 1e3 if dtype == "float16" else x
+        if i == 1:  # NaN and +-Inf in one row
+            x[0, :3] = paddle.to_tensor([float("nan"), float("inf"), -float("inf")])
         model(x).astype("float32").sum().backward()
     got = mon.stats()
-    assert f"1:output" in got and "1:grad_output" in got
+    assert "1:output" in got and "1:grad_output" in got and got["1:output"]["nan"] > 0
     assert_matches(got, oracle.records("train"))
 
 
