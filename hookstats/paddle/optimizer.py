@@ -1,0 +1,53 @@
+"""Parameter gradients of a Paddle model (param_grads=True): Paddle has no global optimizer hook, so the
+optimizer given to attach() has its step() wrapped on the instance: each selected parameter's gradient is
+measured once per optimizer step, just before the update, after any gradient accumulation."""
+import paddle
+
+from ..state import Kind, TargetKey
+from . import bridge
+
+
+class OptimizerGrads:
+    """The wrapped step of one optimizer; remove() restores the optimizer's own step. Frozen parameters
+    (stop_gradient=True) and parameters without a gradient yet are left out."""
+
+    def __init__(self, port, named_params, optimizer):
+        if not isinstance(optimizer, paddle.optimizer.Optimizer):
+            raise ValueError("param_grads=True with a Paddle model needs optimizer=, the paddle.optimizer.Optimizer "
+                             "whose step() ends each update (Paddle has no global optimizer hook), got "
+                             f"{type(optimizer).__name__}")
+        self.store, self.clock = port.store, port.clock
+        self.order = bridge.StreamOrder()
+        self.params = [(TargetKey(name, Kind.PARAM_GRAD, "", None), p) for name, p in named_params
+                       if not p.stop_gradient and p.dtype in bridge.MEASURED_DTYPES]
+        for key, p in self.params:
+            self.store.resolve(key, bridge.torch_device(p.place), "train", reach=False)
+        self.optimizer, own_step = optimizer, optimizer.step
+
+        def step(*args, **kwargs):
+            self.measure()
+            return own_step(*args, **kwargs)
+        self.step = step
+        optimizer.step = step
+
+    def measure(self):
+        """One multi-tensor op per device over the gradients there."""
+        if not self.clock.sampling:
+            return
+        self.clock.eager_point()
+        by_place = {}
+        for key, p in self.params:
+            g = p.grad
+            if g is not None:
+                by_place.setdefault(str(g.place), []).append((key, g))
+        for items in by_place.values():
+            place = items[0][1].place
+            device = bridge.torch_device(place)
+            sts = [self.store.resolve(key, device, "train")[0] for key, _ in items]
+            self.order.run(place, device, lambda: self.store.accumulate_many(
+                [bridge.as_torch(g) for _, g in items], sts, device))
+
+    def remove(self):
+        if self.optimizer is not None and vars(self.optimizer).get("step") is self.step:
+            del self.optimizer.step
+        self.optimizer = None
