@@ -354,7 +354,7 @@ def _cmap(name):
     return colormaps[name]
 
 
-_KIND_IN_ID = re.compile(r":(grad_output|grad_input|param_grad|watch_grad|output|input|watch)(?=$|[\[.@])")
+_KIND_IN_ID = re.compile(r":(grad_output|grad_input|param_grad|param|watch_grad|output|input|watch)(?=$|[\[.@])")
 
 
 def kind_of(target_id):
