@@ -20,11 +20,8 @@ FORMAT_COLORS = {"fp16": "tab:red", "bf16": "tab:blue", "fp8 e4m3": "tab:green",
 
 
 def _figure(**kw):
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        raise ImportError("hookstats charts need matplotlib: pip install 'hookstats[plots]'") from e
-    return Figure(**kw)
+    from .extras import require
+    return require("matplotlib.figure", "hookstats charts").Figure(**kw)
 
 
 # ---- data ----
