@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from . import buckets, layout, statistics
+from .extras import require
 
 HEATMAP_BINS = 64
 HEATMAP_SPAN_Q = (0.001, 0.999)
@@ -21,8 +22,13 @@ FORMAT_COLORS = {"fp16": "tab:red", "bf16": "tab:blue", "fp8 e4m3": "tab:green",
 
 
 def _figure(**kw):
-    from .extras import require
-    return require("matplotlib.figure", "hookstats charts").Figure(**kw)
+    return _matplotlib("figure").Figure(**kw)
+
+
+def _matplotlib(module=None):
+    """matplotlib or one of its modules; a missing matplotlib is one line with its install command
+    (extras.MissingExtra)."""
+    return require("matplotlib" + ("" if module is None else f".{module}"), "hookstats charts")
 
 
 # ---- data ----
@@ -183,8 +189,7 @@ LINE_STYLES = ("-", "--", ":", "-.")
 def line_style(k):
     """Target k's color and line style: tab10's qualitative colors, the style changing every 10 targets
     (40 distinct pairs, then they repeat)."""
-    from matplotlib import colormaps
-    return {"color": colormaps["tab10"](k % 10), "ls": LINE_STYLES[(k // 10) % len(LINE_STYLES)]}
+    return {"color": _cmap("tab10")(k % 10), "ls": LINE_STYLES[(k // 10) % len(LINE_STYLES)]}
 
 
 def data_limits(values, bounds):
@@ -340,7 +345,7 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     k0, k1 = lo - layout.LOG_EXP_MIN, hi - layout.LOG_EXP_MIN
     strip = hists[:, 2 + k0: 2 + k1]
     strip = strip / np.maximum(strip.max(1, keepdims=True), 1)
-    from matplotlib.lines import Line2D
+    Line2D = _matplotlib("lines").Line2D
     fig = _figure(figsize=(16, 2.4 + 0.42 * max(len(targets), 4)), layout="constrained")
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     n = len(targets)
@@ -383,8 +388,7 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
 
 
 def _cmap(name):
-    from matplotlib import colormaps
-    return colormaps[name]
+    return _matplotlib().colormaps[name]
 
 
 _KIND_IN_ID = re.compile(r":(grad_output|grad_input|param_grad|param|watch_grad|output|input|watch)(?=$|[\[.@])")

@@ -215,3 +215,10 @@ def test_param_histograms_follow_the_histogram_steps_of_every_other_target():
         assert got[f"{name}:param"]["count"] == 5 * parts[0].numel()
         assert got[f"{name}:param"]["hist_count"] == 3 * parts[0].numel()
         np.testing.assert_array_equal(got[f"{name}:param"]["float_hist"], oracle_buckets(parts, torch.float32, mon.cfg))
+
+
+def test_plan_lists_the_parameter_targets():
+    model = net()
+    p = hookstats.plan(model, torch.randn(8, 6), speed=False, params=True)
+    got = [t.id for t in p.targets if t.id.endswith(":param")]
+    assert got == [f"{name}:param" for name, _ in model.named_parameters()]
