@@ -210,8 +210,8 @@ def attached_monitor(model):
 
 def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
            steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
-           params=False, separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True, rank_zero_only=True,
-           config=None, **config_kwargs):
+           params=False, separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True,
+           rank_zero_only=True, config=None, **config_kwargs):
     """Hooks `model` and returns a Monitor (also a context manager that removes the hooks on exit).
 
     modules/types/exclude select what is hooked (default: every module with parameters of its own);
@@ -222,7 +222,8 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     input_grads=True the gradients w.r.t. module inputs (full backward hook nodes; no in-place ops on the
     outputs, graph breaks under torch.compile); param_grads=True each parameter's gradient once per
     optimizer step; params=True the parameters themselves ("fc1.weight:param") after each optimizer step
-    (or at mon.step()), at the cadence of every/hist_every; separate_calls=True keeps each call of a module in a step apart ("fc:output@1").
+    (or at mon.step()), at the cadence of every/hist_every; separate_calls=True keeps each call of a module in a
+    step apart ("fc:output@1").
     config (a StatsConfig) or its fields as keywords (nbins, lo, hi,
     eps, near_zero, linear_hist, log_hist, float_hist, hist_every) set what is measured: by default the range-free float
     buckets; the fixed-range linear histogram when linear_hist=True or any of nbins/lo/hi is given.

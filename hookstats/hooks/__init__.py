@@ -1,7 +1,8 @@
 """Where hooks attach: module outputs and the gradients flowing back into them, module inputs (outputs.py),
 gradients w.r.t. module inputs (input_grads.py), parameter gradients once per optimizer step (param_grads.py),
-the parameters themselves after each optimizer step (params.py) and any tensor (watch.py). Each hook only resolves a preallocated state and calls the fused op through its
-Port (state owner and step clock); none of them changes what it observes."""
+the parameters themselves after each optimizer step (params.py) and any tensor (watch.py). Each hook only
+resolves a preallocated state and calls the fused op through its Port (state owner and step clock); none of
+them changes what it observes."""
 
 from ..state import PHASES, Kind, TargetKey
 from ..tensors import is_measurable
