@@ -73,4 +73,4 @@ def test_bench_help_says_how_long_the_default_run_takes(capsys):
     with pytest.raises(SystemExit):
         command.main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "The default run" in text and "takes more than 25 minutes" in text
+    assert "The default run" in text and "takes about 30 minutes" in text

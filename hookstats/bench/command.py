@@ -49,7 +49,7 @@ def variant_name(name):
 
 # measured: `python -m hookstats bench --no-progress` (every default) on the CPU machine the benchmarks ran on
 DEFAULT_RUN_TIME = ("The default run (cnn and transformer, every variant, 3 repeats, a memory run per variant in a\n"
-                    "fresh process) takes more than 25 minutes on a 2-core CPU machine shared with other jobs\n"
+                    "fresh process) takes about 30 minutes on a 2-core CPU machine shared with other jobs\n"
                     "(load average 4-10); --workloads, --variants and --memory-steps 0 shorten it.")
 
 
