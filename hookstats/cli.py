@@ -7,6 +7,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from .extras import MissingExtra, require
 from .sinks import HISTORY_CSV, HISTORY_JSONL
 
 
@@ -107,6 +108,9 @@ def _demo(args):
     import torch
 
     from . import demo
+    require("matplotlib", "hookstats demo (its charts)")
+    if not args.no_tensorboard:
+        require("tensorboard", "hookstats demo (its TensorBoard logs; or run it with --no-tensorboard)")
     if args.device is not None:
         try:
             dev = torch.device(args.device)
@@ -243,10 +247,21 @@ def make_parser():
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in COMMANDS and COMMANDS[argv[0]].run_argv is not None:
-        return COMMANDS[argv[0]].run_argv(argv[1:])
+        try:
+            return COMMANDS[argv[0]].run_argv(argv[1:])
+        except MissingExtra as e:
+            return _missing(argv[0], e)
     args = make_parser().parse_args(argv)
     try:
         return COMMANDS[args.command].run(args)
     except UsageError as e:
         print(f"hookstats {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except MissingExtra as e:
+        return _missing(args.command, e)
+
+
+def _missing(command, error):
+    """An optional dependency is not installed: one line with the command that installs it, status 1."""
+    print(f"hookstats {command}: error: {error}", file=sys.stderr)
+    return 1

@@ -33,7 +33,7 @@ class Monitor:
     """
 
     def __init__(self, model, cfg, modules, every=1, eval=False, inputs=False, outputs=True, steps="forward",
-                 grads=True, input_grads=False, param_grads=False, separate_calls=False):
+                 grads=True, input_grads=False, param_grads=False, params=False, separate_calls=False):
         if not isinstance(model, nn.Module):
             raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
         self.model, self.cfg, self.modules, self.track_eval = model, cfg, modules, eval
@@ -49,8 +49,8 @@ class Monitor:
             self.store.flags(dev)  # compiled code cannot allocate them
         self.store.flags(torch.device("cpu"))
         self.hooks = Hooks(self.port, model, modules, inputs=inputs, outputs=outputs, grads=grads,
-                           input_grads=input_grads, param_grads=param_grads)
-        self._param_grads = self.hooks.param_grads
+                           input_grads=input_grads, param_grads=param_grads, params=params)
+        self._param_grads, self._params = self.hooks.param_grads, self.hooks.params
 
     # ---- steps and phases (hookstats/clock.py) ----
     def step(self):
@@ -58,6 +58,8 @@ class Monitor:
         self.clock.eager_point()
         if self._param_grads is not None:
             self._param_grads.flush()  # loops without a torch.optim optimizer
+        if self._params is not None:
+            self._params.flush()
         self.clock.step()
 
     # read-only views of the clock
@@ -108,6 +110,8 @@ class Monitor:
         self.eager_point()
         if self._param_grads is not None:
             self._param_grads.tell_if_never_measured()
+        if self._params is not None:
+            self._params.tell_if_never_measured()
         if self.clock.steps_uncounted():
             self.tell("steps", "hookstats: under torch.compile root forwards are not counted as steps, and no "
                                "torch.optim optimizer has stepped: call mon.step() after each step (outside the "
@@ -211,8 +215,8 @@ def from_paddle(obj):
 
 def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
            steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
-           separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True, rank_zero_only=True,
-           config=None, **config_kwargs):
+           params=False, separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True,
+           rank_zero_only=True, config=None, **config_kwargs):
     """Hooks `model` and returns a Monitor (also a context manager that removes the hooks on exit).
 
     modules/types/exclude select what is hooked (default: every module with parameters of its own);
@@ -222,7 +226,9 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     inputs=True measures module inputs; grads (default on) the gradients flowing back into the outputs;
     input_grads=True the gradients w.r.t. module inputs (full backward hook nodes; no in-place ops on the
     outputs, graph breaks under torch.compile); param_grads=True each parameter's gradient once per
-    optimizer step; separate_calls=True keeps each call of a module in a step apart ("fc:output@1").
+    optimizer step; params=True the parameters themselves ("fc1.weight:param") after each optimizer step
+    (or at mon.step()), at the cadence of every/hist_every; separate_calls=True keeps each call of a module in a
+    step apart ("fc:output@1").
     config (a StatsConfig) or its fields as keywords (nbins, lo, hi,
     eps, near_zero, linear_hist, log_hist, float_hist, hist_every) set what is measured: by default the range-free float
     buckets; the fixed-range linear histogram when linear_hist=True or any of nbins/lo/hi is given.
@@ -245,7 +251,7 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
         raise ValueError(f"attach: model must be an nn.Module (or a paddle.nn.Layer), got "
                          f"{type(model).__module__}.{type(model).__name__} {model!r:.80}")
     flags = dict(include_paramless=include_paramless, eval=eval, inputs=inputs, outputs=outputs, grads=grads,
-                 input_grads=input_grads, param_grads=param_grads, separate_calls=separate_calls,
+                 input_grads=input_grads, param_grads=param_grads, params=params, separate_calls=separate_calls,
                  rank_zero_only=rank_zero_only)
     for name, v in flags.items():
         check_arg(name, v, bool)
@@ -266,7 +272,8 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
         history["sinks"] = rank_zero_sinks(history["sinks"])
     selected = select_modules(model, modules, types, exclude, include_paramless)
     mon = Monitor(model, config, selected, every=every, eval=eval, inputs=inputs, outputs=outputs, steps=steps,
-                  grads=grads, input_grads=input_grads, param_grads=param_grads, separate_calls=separate_calls)
+                  grads=grads, input_grads=input_grads, param_grads=param_grads, params=params,
+                  separate_calls=separate_calls)
     if history is not None:
         try:
             mon.recorder = History(mon, **history)

@@ -10,9 +10,11 @@ import numpy as np
 import torch
 
 from . import buckets, layout, statistics
+from .extras import require
 
 HEATMAP_BINS = 64
-HEATMAP_SPAN_Q = (0.001, 0.999)  # each step's p0.1 .. p99.9: the span is the widest of the steps shown
+HEATMAP_SPAN_Q = (0.001, 0.999)
+MAX_STEP_TICKS = 12  # step labels under a heatmap's columns  # each step's p0.1 .. p99.9: the span is the widest of the steps shown
 
 FORMATS = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8 e4m3": torch.float8_e4m3fn,
            "fp8 e5m2": torch.float8_e5m2}
@@ -20,11 +22,13 @@ FORMAT_COLORS = {"fp16": "tab:red", "bf16": "tab:blue", "fp8 e4m3": "tab:green",
 
 
 def _figure(**kw):
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        raise ImportError("hookstats charts need matplotlib: pip install 'hookstats[plots]'") from e
-    return Figure(**kw)
+    return _matplotlib("figure").Figure(**kw)
+
+
+def _matplotlib(module=None):
+    """matplotlib or one of its modules; a missing matplotlib is one line with its install command
+    (extras.MissingExtra)."""
+    return require("matplotlib" + ("" if module is None else f".{module}"), "hookstats charts")
 
 
 # ---- data ----
@@ -138,22 +142,31 @@ def _save(fig, path, whole_legend=False):
 # ---- layer stats ----
 def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets=None):
     """Mean, std and near-zero % of each target over steps, one line per target in forward order (every
-    target of the kind; max_targets: the first ones, and the title says how many of how many)."""
+    target of the kind; max_targets: the first ones, and the title says how many of how many). Each target has
+    its own color and line style (a qualitative palette, styles cycling past its 10 colors) and its number in
+    the legend at the end of its line in every panel; a bounded panel (near zero, 0..100 %) is scaled to the
+    data, so 0.15 % is not flattened into a line."""
     targets, total = _pick(series, targets, kind, max_targets)
     height = max(4.6, 1.4 + 0.13 * len(targets))  # the legend holds one line per target
     fig = _figure(figsize=(15, height))
-    fig.subplots_adjust(left=0.05, right=0.8, top=1 - 0.64 / height, bottom=0.55 / height, wspace=0.25)
+    fig.subplots_adjust(left=0.05, right=0.8, top=1 - 0.64 / height, bottom=0.55 / height, wspace=0.3)
     plotted = _panels(series, targets)
     axes = fig.subplots(1, len(plotted))
-    cmap = _cmap("viridis")
+    handles = []
     for k, t in enumerate(targets):
         s = series[t]
-        color = cmap(k / max(1, len(targets) - 1))
+        style = line_style(k)
         for n, (ax, st) in enumerate(zip(axes, plotted)):
             y = s[st.name]
             have = np.isfinite(y) if st.plot.instead_of else slice(None)  # measured at the flush steps only
-            ax.plot(s["steps"][have], st.plot.scale * y[have], color=color, lw=1.2,
-                    **({"label": t} if n == 0 else {}))
+            x, y = s["steps"][have], st.plot.scale * y[have]
+            line, = ax.plot(x, y, lw=1.2, **style, **({"label": t} if n == 0 else {}))
+            if n == 0:
+                handles.append(line)
+            end = np.flatnonzero(np.isfinite(y))
+            if end.size:  # a direct label: the target's number in the legend, at its line's last point
+                ax.annotate(str(k), (x[end[-1]], y[end[-1]]), xytext=(3, 0), textcoords="offset points",
+                            fontsize=6, color=style["color"], va="center", annotation_clip=False)
     for ax, st in zip(axes, plotted):
         ax.set_title(st.plot.label)
         ax.set_xlabel("step")
@@ -161,13 +174,34 @@ def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets
         if st.plot.log and any(np.nanmin(series[t][st.name], initial=np.inf) > 0 for t in targets):
             ax.set_yscale("log")
         if st.plot.ylim is not None:
-            ax.set_ylim(*st.plot.ylim)
+            ax.set_ylim(*data_limits([st.plot.scale * series[t][st.name] for t in targets], st.plot.ylim))
     fig.suptitle(f"layer stats over steps ({kind or 'all kinds'}, {_count(len(targets), total)})")
     if targets:
-        fig.legend(loc="upper left", bbox_to_anchor=(0.81, 1 - 0.55 / height), fontsize=7,
-                   title="target (forward order)",
+        fig.legend(handles, [f"{k}  {t}" for k, t in enumerate(targets)], loc="upper left",
+                   bbox_to_anchor=(0.81, 1 - 0.55 / height), fontsize=7, title="target (forward order)",
                    title_fontsize=8)
     return _save(fig, path, whole_legend=True)
+
+
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def line_style(k):
+    """Target k's color and line style: tab10's qualitative colors, the style changing every 10 targets
+    (40 distinct pairs, then they repeat)."""
+    return {"color": _cmap("tab10")(k % 10), "ls": LINE_STYLES[(k // 10) % len(LINE_STYLES)]}
+
+
+def data_limits(values, bounds):
+    """y limits of a bounded panel (e.g. 0..100 %): the finite data's range with a 5 % margin, within the bounds
+    (at least 1/10000 of their span, so constant data is a visible line, not a collapsed axis)."""
+    v = np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in values]) if values else np.array([])
+    v = v[np.isfinite(v)]
+    if not v.size:
+        return bounds
+    lo, hi = float(v.min()), float(v.max())
+    pad = max(0.05 * (hi - lo), 1e-4 * (bounds[1] - bounds[0]))
+    return max(bounds[0], lo - pad), min(bounds[1], hi + pad)
 
 
 def _panels(series, targets):
@@ -191,7 +225,9 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="outp
     the title says how many of how many; targets without histograms are named in the title).
     hist="linear": the value bins (the configured linear histogram, else the view of the float buckets over one
     span for the steps shown); hist="log2": log2 |x| (zeros and values below 2**-126 in the bottom row).
-    A column per step that has the histogram."""
+    One column per record that has the histogram, its step under it: the float buckets' view holds each flush
+    window's histogram steps, with the record of the window's last step; the linear bins and log2 slots the step's
+    own (steps between histogram steps, hist_every, have none)."""
     if hist not in ("linear", "log2"):
         raise ValueError(f"hist must be 'linear' or 'log2', got {hist!r}")
     if targets is None:
@@ -211,7 +247,7 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="outp
         key = _hist_key(s, hist)
         counts = s[key].astype(np.float64)
         steps = s[key + "_steps"]
-        x0, x1 = steps[0] - 0.5, steps[-1] + 0.5
+        x0, x1 = -0.5, len(steps) - 0.5  # one column per histogram record, whatever the steps between them
         if hist == "linear":
             edges = s["hist_edges"] if key == "hist" else s["float_view_edges"]
             y0, y1, ylabel = edges[0], edges[-1], "value"
@@ -226,7 +262,9 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="outp
         if hist == "log2":
             ax.axhline(y0 + 1, color="white", lw=0.8)
         ax.set_title(t, fontsize=9)
-        ax.set_xlabel("step")
+        ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), MAX_STEP_TICKS)).round().astype(int))
+        ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
+        ax.set_xlabel("window ending at step" if key == "float_view" else "histogram step", fontsize=8)
         ax.set_ylabel(ylabel, fontsize=8)
     title = (f"{'linear' if hist == 'linear' else 'log2-magnitude'} histogram over steps ({kind or 'all kinds'}, "
              f"{_count(len(targets), total)}); color: log(1 + count)")
@@ -307,7 +345,7 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     k0, k1 = lo - layout.LOG_EXP_MIN, hi - layout.LOG_EXP_MIN
     strip = hists[:, 2 + k0: 2 + k1]
     strip = strip / np.maximum(strip.max(1, keepdims=True), 1)
-    from matplotlib.lines import Line2D
+    Line2D = _matplotlib("lines").Line2D
     fig = _figure(figsize=(16, 2.4 + 0.42 * max(len(targets), 4)), layout="constrained")
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     n = len(targets)
@@ -350,11 +388,10 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
 
 
 def _cmap(name):
-    from matplotlib import colormaps
-    return colormaps[name]
+    return _matplotlib().colormaps[name]
 
 
-_KIND_IN_ID = re.compile(r":(grad_output|grad_input|param_grad|watch_grad|output|input|watch)(?=$|[\[.@])")
+_KIND_IN_ID = re.compile(r":(grad_output|grad_input|param_grad|param|watch_grad|output|input|watch)(?=$|[\[.@])")
 
 
 def kind_of(target_id):

@@ -39,10 +39,10 @@ def load_config(name_or_path):
 
 def build(name_or_path, batch=1, seq=None, dtype="bf16"):
     """(model on the meta device in `dtype`, positional inputs, keyword inputs) for one training step."""
-    try:
-        from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
-    except ImportError:
-        raise ValueError("model presets need transformers: pip install hookstats[hf]") from None
+    from .extras import require
+    transformers = require("transformers", "hookstats plan (model presets and configs)")
+    AutoConfig, AutoModel, AutoModelForCausalLM = (transformers.AutoConfig, transformers.AutoModel,
+                                                   transformers.AutoModelForCausalLM)
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     cfg = load_config(name_or_path)

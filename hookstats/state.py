@@ -23,6 +23,7 @@ class Kind(str, enum.Enum):
     INPUT = "input"
     GRAD_INPUT = "grad_input"
     PARAM_GRAD = "param_grad"
+    PARAM = "param"
     WATCH = "watch"
     WATCH_GRAD = "watch_grad"
 
@@ -38,7 +39,7 @@ KINDS = tuple(k.value for k in Kind)
 @dataclasses.dataclass(frozen=True)
 class TargetKey:
     """What one state measures: `module` (module, parameter or watched tensor name), `kind` (a Kind: output,
-    grad_output, input, grad_input, param_grad, watch, watch_grad), `leaf` (the path of the tensor inside a
+    grad_output, input, grad_input, param_grad, param, watch, watch_grad), `leaf` (the path of the tensor inside a
     tuple/dict output, "" for a plain tensor) and `call` (the call's index in the step with
     separate_calls=True, else None: every call of a module goes to one state)."""
     module: str

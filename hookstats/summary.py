@@ -21,8 +21,8 @@ class Summary:
     __repr__ = __str__
 
     def to_frame(self):
-        import pandas as pd
-        return pd.DataFrame(self.rows, columns=self.columns)
+        from .extras import require
+        return require("pandas", "Summary.to_frame()").DataFrame(self.rows, columns=self.columns)
 
 
 def _layers(model):

@@ -337,8 +337,8 @@ def test_target_kinds_are_an_enum_that_reads_as_plain_strings():
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
     mon = hookstats.attach(model)
     model(torch.randn(3, 4)).sum().backward()
-    assert [k.value for k in hookstats.Kind] == ["output", "grad_output", "input", "grad_input", "param_grad", "watch",
-                                                 "watch_grad"]
+    assert [k.value for k in hookstats.Kind] == ["output", "grad_output", "input", "grad_input", "param_grad", "param",
+                                                 "watch", "watch_grad"]
     kind = mon.stats()["0:output"]["kind"]
     assert kind == "output" and kind is hookstats.Kind.OUTPUT
     assert (str(kind), f"{kind}", repr(kind), json.dumps(kind)) == ("output", "output", "'output'", '"output"')

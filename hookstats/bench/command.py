@@ -47,6 +47,12 @@ def variant_name(name):
     return name
 
 
+# measured: `python -m hookstats bench --no-progress` (every default) on the CPU machine the benchmarks ran on
+DEFAULT_RUN_TIME = ("The default run (cnn and transformer, every variant, 3 repeats, a memory run per variant in a\n"
+                    "fresh process) takes about 30 minutes on a 2-core CPU machine shared with other jobs\n"
+                    "(load average 4-10); --workloads, --variants and --memory-steps 0 shorten it.")
+
+
 def _writable_file(text):
     folder = Path(text).parent
     if not folder.is_dir() or not os.access(folder, os.W_OK):
@@ -67,7 +73,8 @@ def make_parser(prog="hookstats bench"):
     p = Parser(prog=prog, epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
                description="Training-step time, host syncs and memory of hookstats against fastai ActivationStats,\n"
                            "detach-to-CPU hooks and a wandb.watch-style hook (quick version; the full suite is\n"
-                           "benchmarks/ in the repository). On a loaded machine use --threads 1 --clock cpu.")
+                           "benchmarks/ in the repository). On a loaded machine use --threads 1 --clock cpu.\n"
+                           f"{DEFAULT_RUN_TIME}")
     p.add_argument("--workloads", type=comma_list(check_workload), default="cnn,transformer",
                    help="comma list of cnn, transformer, stackN (default: %(default)s)")
     p.add_argument("--variants", type=comma_list(variant_name), default=None,

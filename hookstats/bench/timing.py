@@ -104,8 +104,20 @@ def interleaved_step_times(workload, variants, repeats=5, steps=10, warmup=2, ti
 
 
 def summarize(samples, base):
-    """median, spread (min..max) and the median of per-repeat ratios to the baseline (same repeat)."""
+    """median, spread (min..max) and the median of per-repeat ratios to the baseline (same repeat), with their
+    interquartile range; within_noise when that range reaches 1 or below: a monitor adds work, so a ratio < 1
+    is the machine's drift, never a speedup (and one or two repeats give no spread at all)."""
     med = statistics.median(samples)
     ratios = [s / b for s, b in zip(samples, base)]
+    q1, q3 = ratio_iqr(ratios)
     return {"median_ms": med * 1e3, "min_ms": min(samples) * 1e3, "max_ms": max(samples) * 1e3,
-            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
+            "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "ratio_q1": q1, "ratio_q3": q3, "repeats": len(ratios), "within_noise": len(ratios) < 3 or q1 <= 1.0}
+
+
+def ratio_iqr(ratios):
+    """(first, third) quartile of the per-repeat ratios (the inclusive method: within min..max)."""
+    if len(ratios) < 2:
+        return ratios[0], ratios[0]
+    q = statistics.quantiles(ratios, n=4, method="inclusive")
+    return q[0], q[2]

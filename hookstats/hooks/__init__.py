@@ -1,7 +1,8 @@
 """Where hooks attach: module outputs and the gradients flowing back into them, module inputs (outputs.py),
-gradients w.r.t. module inputs (input_grads.py), parameter gradients once per optimizer step (param_grads.py)
-and any tensor (watch.py). Each hook only resolves a preallocated state and calls the fused op through its
-Port (state owner and step clock); none of them changes what it observes."""
+gradients w.r.t. module inputs (input_grads.py), parameter gradients once per optimizer step (param_grads.py),
+the parameters themselves after each optimizer step (params.py) and any tensor (watch.py). Each hook only
+resolves a preallocated state and calls the fused op through its Port (state owner and step clock); none of
+them changes what it observes."""
 
 from ..state import PHASES, Kind, TargetKey
 from ..tensors import is_measurable
@@ -11,24 +12,28 @@ from .handles import global_optimizer_hook, hook_module
 from .input_grads import InputGrads, followed_in_place
 from .outputs import input_hook, output_hook
 from .param_grads import ParamGrads
+from .params import ParamValues
 from .port import Port
 
 __all__ = ["Hooks", "Port"]
 
 
 class Hooks:
-    """Every hook of one monitor, registered in this order: parameter gradients (they check their parameters
-    before any hook is registered), the step clock's root-forward and optimizer hooks, then per module the
+    """Every hook of one monitor, registered in this order: parameter gradients and values (they check their
+    parameters before any hook is registered; the values' optimizer post-hook runs before the clock's, which
+    ends a compiled step), the step clock's root-forward and optimizer hooks, then per module the
     call index's pre-hook (first), output/input hooks, input-gradient hooks and the call index's end (last).
     remove() takes them all off; safe to call twice."""
 
     def __init__(self, port, model, modules, inputs=False, outputs=True, grads=True, input_grads=False,
-                 param_grads=False):
+                 param_grads=False, params=False):
         clock, calls = port.clock, port.calls
-        self.port, self.handles, self.param_grads, self.per_call = port, [], None, []
+        self.port, self.handles, self.param_grads, self.params, self.per_call = port, [], None, None, []
+        named = [(f"{name}.{pn}", p) for name, m in modules.items() for pn, p in m.named_parameters(recurse=False)]
         if param_grads:
-            named = [(f"{name}.{pn}", p) for name, m in modules.items() for pn, p in m.named_parameters(recurse=False)]
             self.param_grads = ParamGrads(port, named)
+        if params:
+            self.params = ParamValues(port, named)
         self.handles.append(hook_module(model, clock.on_root_forward, pre=True))
         self.handles.append(hook_module(model, clock.on_root_forward_end, always_call=True))
         self.handles.append(global_optimizer_hook(clock.on_optimizer_step, post=True))
@@ -78,3 +83,6 @@ class Hooks:
         if self.param_grads is not None:
             self.param_grads.tell_if_never_measured()
             self.param_grads.remove()
+        if self.params is not None:
+            self.params.tell_if_never_measured()
+            self.params.remove()

@@ -2,14 +2,18 @@
 (same arguments, `stats`, `layer_stats`, `hist`, `color_dim`, `plot_layer_stats`) with no host sync per
 batch: per-batch statistics go through hookstats' device-side history and reach `stats` when read."""
 import torch
-from fastai.callback.hook import ActivationStats as FastaiActivationStats
-from fastai.callback.hook import has_params
-from fastai.layers import ParameterModule, flatten_model
-from fastcore.foundation import L
 
-import hookstats
-from hookstats.config import check_arg, check_count
-from hookstats.selection import module_names
+from ..extras import require
+
+require("fastai", "hookstats.integrations.fastai")
+from fastai.callback.hook import ActivationStats as FastaiActivationStats  # noqa: E402
+from fastai.callback.hook import has_params  # noqa: E402
+from fastai.layers import ParameterModule, flatten_model  # noqa: E402
+from fastcore.foundation import L  # noqa: E402
+
+import hookstats  # noqa: E402
+from hookstats.config import check_arg, check_count  # noqa: E402
+from hookstats.selection import module_names  # noqa: E402
 
 # fastai's numbers: near_zero = mean(o <= 0.05), hist = o.histc(40, 0, 10): the exact linear bins (not the float
 # buckets' fitted view), counted only with with_hist, on every batch whatever the defaults; the float buckets only

@@ -1,10 +1,13 @@
 """HookStatsCallback for the Hugging Face Trainer: attaches hookstats at train begin, adds each logging
 window's statistics (merged over ranks) to the Trainer's logs and its histograms to the Trainer's
 TensorBoard and W&B writers, removes the hooks at train end."""
-from transformers import TrainerCallback
-from transformers.integrations import INTEGRATION_TO_CALLBACK, TensorBoardCallback, WandbCallback
+from ..extras import require
 
-import hookstats
+require("transformers", "hookstats.integrations.hf")
+from transformers import TrainerCallback  # noqa: E402
+from transformers.integrations import INTEGRATION_TO_CALLBACK, TensorBoardCallback, WandbCallback  # noqa: E402
+
+import hookstats  # noqa: E402
 
 from .metrics import (DEFAULT_STATS, flat_metrics, measured, sent, tensorboard_histograms, wandb_histograms,
                       window_stats)

@@ -1,12 +1,19 @@
 """HookStatsCallback for PyTorch Lightning: attaches hookstats at fit start, logs each window's
 statistics (merged over ranks) in the trainer's own logging rows and its histograms through the loggers
 that take them (TensorBoardLogger, WandbLogger), removes the hooks at fit end."""
+from ..extras import is_missing, missing_extra
+
 try:
     from lightning.pytorch.callbacks import Callback
     from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
-except ImportError:  # the standalone package
-    from pytorch_lightning.callbacks import Callback
-    from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
+except ImportError as e:  # the standalone package
+    try:
+        from pytorch_lightning.callbacks import Callback
+        from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
+    except ImportError as e2:
+        if is_missing(e2, "pytorch_lightning") and is_missing(e, "lightning"):
+            raise missing_extra("lightning", "hookstats.integrations.lightning") from None
+        raise e from None  # lightning is installed and fails to import: its own error
 
 import hookstats
 

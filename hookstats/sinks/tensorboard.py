@@ -48,7 +48,9 @@ class TensorBoardSink:
         self.stats, self.histograms, self.prefix = check_stats(stats), bool(histograms), check_prefix(prefix)
         self._own = writer is None
         if writer is None:
-            from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+            from ..extras import require
+            require("tensorboard", "TensorBoardSink")  # torch.utils.tensorboard's own error names no install
+            from torch.utils.tensorboard import SummaryWriter
 
             # a deep queue: with the default (10) every add_* waits for the writer thread
             writer = SummaryWriter(log_dir=str(log_dir), max_queue=100_000, flush_secs=30)

@@ -31,11 +31,8 @@ class WandbSink:
     in stays the caller's: close() does not finish it."""
 
     def __init__(self, run=None, stats=DASHBOARD_STATS, histograms=True, prefix=PREFIX, **init_kwargs):
-        try:
-            import wandb
-        except ImportError as e:
-            raise ImportError("WandbSink needs the wandb package: pip install wandb") from e
-        self._wandb = wandb
+        from ..extras import require
+        self._wandb = wandb = require("wandb", "WandbSink")
         self.stats, self.histograms, self.prefix = check_stats(stats), bool(histograms), check_prefix(prefix)
         if not self.prefix:
             raise ValueError("WandbSink needs a non-empty prefix: its metrics share the step axis <prefix>step")

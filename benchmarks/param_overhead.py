@@ -1,0 +1,103 @@
+"""Step overhead of param_grads=True and params=True on the benchmark CNN and transformer: one torch thread, the
+thread's CPU clock, variants interleaved (order rotated each round), median and IQR of per-round ratios to no
+hooks. The floor: a plain optimizer post-hook reading each parameter once (p.sum(), no host read).
+Writes benchmarks/results/param_overhead.json.
+Run: PYTHONPATH=. python benchmarks/param_overhead.py [--rounds 15] [--steps 10]"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+import hookstats
+from hookstats.bench import machine, make_workload
+
+
+def floor(model):
+    params = list(model.parameters())
+
+    def read(optimizer, args, kwargs):
+        for p in params:
+            p.detach().sum()
+    h = register_optimizer_step_post_hook(read)
+    return h.remove
+
+
+def monitor(**kwargs):
+    def install(model):
+        return hookstats.attach(model, **kwargs).remove
+    return install
+
+
+VARIANTS = {
+    "no hooks": lambda m: (lambda: None),
+    "floor: read each parameter once per step": floor,
+    "params only": monitor(outputs=False, grads=False, params=True),
+    "param_grads only": monitor(outputs=False, grads=False, param_grads=True),
+    "outputs + grads (defaults)": monitor(),
+    "defaults + param_grads": monitor(param_grads=True),
+    "defaults + params": monitor(params=True),
+    "defaults + param_grads + params": monitor(param_grads=True, params=True),
+}
+
+
+def quartiles(xs):
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    return q[0], q[1], q[2]
+
+
+def run(workload, rounds, steps):
+    model, step = make_workload(workload)
+    for _ in range(2):
+        step()
+    names = list(VARIANTS)
+    times = {v: [] for v in names}
+    for r in range(rounds):
+        for v in names[r % len(names):] + names[:r % len(names)]:
+            remove = VARIANTS[v](model)
+            try:
+                for _ in range(2):
+                    step()
+                t0 = time.thread_time()
+                for _ in range(steps):
+                    step()
+                times[v].append((time.thread_time() - t0) / steps)
+            finally:
+                remove()
+    rows = {}
+    for v in names:
+        ratios = [t / b for t, b in zip(times[v], times["no hooks"])]
+        q1, med, q3 = quartiles(ratios)
+        rows[v] = {"median_ms": statistics.median(times[v]) * 1e3, "ratio": med, "ratio_q1": q1, "ratio_q3": q3,
+                   "ratios": ratios}
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--workloads", default="cnn,transformer")
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "param_overhead.json"))
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    out = {"machine": {**machine(), "clock": "cpu"}, "commit": commit, "command": " ".join([sys.executable, *sys.argv]),
+           "rounds": a.rounds, "steps": a.steps, "workloads": {}}
+    for w in a.workloads.split(","):
+        out["workloads"][w] = run(w, a.rounds, a.steps)
+        for v, r in out["workloads"][w].items():
+            print(f"{w:12} {v:40} {r['median_ms']:8.1f} ms  {r['ratio']:.3f}x [IQR {r['ratio_q1']:.3f}..{r['ratio_q3']:.3f}]",
+                  flush=True)
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Parameter values (params=True): each parameter's weights measured right after the optimizer step that made
+them, once per optimizer step, with one multi-tensor op per device and no host read."""
+from ..state import Kind, TargetKey
+from ..tensors import measured
+from .handles import global_optimizer_hook
+
+
+class ParamValues:
+    """The weights themselves, one state per parameter ("fc1.weight:param"), as wandb.watch(log="all") logs them.
+
+    An optimizer's post-step hook (global: no optimizer has to be passed, several are fine) measures the
+    parameters that optimizer holds: the weights its step produced. mon.step() measures those no optimizer
+    measured in the step that it ends (loops without torch.optim, frozen parameters). Frozen parameters
+    (requires_grad=False) are measured too, once per step, at the first optimizer step or mon.step() of it.
+    Gradient accumulation measures once per optimizer step, since the micro-batches step no optimizer.
+    Cadence: the steps every=N samples, histograms on the hist_every grid, as every other target.
+    """
+
+    def __init__(self, port, named_params):
+        self.store, self.clock, self.tell = port.store, port.clock, port.tell
+        self.params = {}  # id(param) -> (key, param)
+        meta = [name for name, p in named_params if p.device.type == "meta"]
+        if meta:
+            raise ValueError(f"params=True: parameters {meta[:4]} are on the meta device; materializing them "
+                             "(to_empty) makes new parameter objects, which would never be measured: attach after it")
+        for name, p in named_params:
+            if p.is_floating_point() and id(p) not in self.params:
+                self.params[id(p)] = (TargetKey(name, Kind.PARAM, "", None), p)
+        self.measured_in = {}  # id(param) -> the step it was last measured in
+        self.measured_any = False
+        self.handles = [global_optimizer_hook(self._on_optimizer_step, post=True)]
+        for key, p in self.params.values():
+            self.store.resolve(key, p.device, "train", reach=False)
+
+    def _on_optimizer_step(self, optimizer, args, kwargs):
+        ids = [id(p) for group in optimizer.param_groups for p in group["params"] if id(p) in self.params]
+        if ids:
+            step = self.clock.step_count
+            frozen = [i for i, (_, p) in self.params.items()
+                      if not p.requires_grad and self.measured_in.get(i) != step]
+            self.measure(ids + [i for i in frozen if i not in ids])
+
+    def flush(self):
+        """At mon.step(): the parameters no optimizer measured in the step being ended."""
+        step = self.clock.step_count
+        self.measure([i for i in self.params if self.measured_in.get(i) != step])
+
+    def measure(self, ids):
+        step = self.clock.step_count
+        self.measured_any = True
+        by_dev = {}
+        for i in ids:
+            self.measured_in[i] = step
+            key, p = self.params[i]
+            x = measured(p.detach())  # a DTensor (FSDP2): this rank's shard
+            if x is None or not self.clock.sampling:
+                continue
+            target = self.store.resolve(key, x.device, "train")
+            if target is not None:
+                by_dev.setdefault(x.device, []).append((x, target[0]))
+        for dev, items in by_dev.items():
+            self.store.accumulate_many([x for x, _ in items], [st for _, st in items], dev)
+
+    def tell_if_never_measured(self):
+        """A loop without a torch.optim optimizer and without mon.step() would measure no weight in silence."""
+        if self.params and not self.measured_any and self.clock.step_count >= 2:
+            self.tell("params_never", (
+                "hookstats: params=True has measured no parameter: they are measured after each torch.optim "
+                "optimizer step or at mon.step(), and neither happened; call mon.step() after each update of a "
+                "loop without a torch.optim optimizer."))
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()

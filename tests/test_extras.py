@@ -1,0 +1,130 @@
+"""A missing optional dependency (every optional import in hookstats): one line naming what needs it and the
+install command, raised as hookstats.extras.MissingExtra; the command line prints it without a traceback and
+exits with status 1. The missing module is simulated with sys.modules[name] = None."""
+import ast
+import importlib
+import pathlib
+import sys
+import tomllib
+
+import pytest
+
+import hookstats
+from hookstats import cli
+from hookstats.extras import EXTRAS, MissingExtra
+
+ROOT = pathlib.Path(hookstats.__file__).parent.parent
+# what the optional packages bring along (imported by hookstats only where their extra's package is)
+BROUGHT_ALONG = {"fastcore": "fastai", "pytorch_lightning": "lightning", "accelerate": "transformers"}
+REQUIRED = {"torch", "numpy", "tqdm", "ninja", "pybind11", "setuptools", "hookstats"}
+
+
+def hide(monkeypatch, *modules):
+    for name in modules:
+        monkeypatch.setitem(sys.modules, name, None)
+    for name in [m for m in sys.modules if m.startswith("hookstats.integrations.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
+def one_line_with_install(text, module):
+    text = str(text).strip()
+    assert "\n" not in text and "Traceback" not in text
+    assert module in text and "pip install " in text
+    extra = EXTRAS[module][0]
+    if extra is not None:
+        assert f"bash scripts/install.sh {extra}" in text
+
+
+def test_the_extras_are_pyproject_tomls():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for module, (extra, packages) in EXTRAS.items():
+        if extra is not None:
+            assert sorted(extras[extra]) == sorted(packages), extra
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert "tqdm" in deps
+
+
+def imported_modules():
+    for path in (ROOT / "hookstats").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                yield from ((path, a.name.split(".")[0]) for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                yield path, node.module.split(".")[0]
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "require" and node.args \
+                    and isinstance(node.args[0], ast.Constant):
+                yield path, node.args[0].value.split(".")[0]
+
+
+def test_every_third_party_import_of_hookstats_is_a_dependency_or_an_extra():
+    unknown = {(p.name, m) for p, m in imported_modules()
+               if m not in sys.stdlib_module_names and m not in REQUIRED and m not in EXTRAS and m not in BROUGHT_ALONG}
+    assert not unknown
+
+
+def library_calls():
+    def figure():
+        from hookstats import plots
+        plots.plot_dynamic_range({})
+
+    def tensorboard_sink(tmp):
+        from hookstats.sinks import TensorBoardSink
+        TensorBoardSink(log_dir=tmp)
+
+    def wandb_sink(tmp):
+        from hookstats.sinks import WandbSink
+        WandbSink(mode="disabled")
+
+    def to_frame(tmp):
+        from hookstats.summary import Summary
+        Summary([{"a": 1}], ["a"], "t").to_frame()
+
+    def progress(tmp):
+        from hookstats.progress import progress
+        progress(range(2))
+
+    def integration(name):
+        return lambda tmp: importlib.import_module(f"hookstats.integrations.{name}")
+    return {"matplotlib": lambda tmp: figure(), "tensorboard": tensorboard_sink, "wandb": wandb_sink,
+            "pandas": to_frame, "tqdm": progress, "transformers": integration("hf"),
+            "lightning": integration("lightning"), "fastai": integration("fastai")}
+
+
+@pytest.mark.parametrize("module", list(EXTRAS))
+def test_each_missing_extra_is_one_line_with_its_install_command(monkeypatch, tmp_path, module):
+    calls = library_calls()
+    assert set(calls) == set(EXTRAS)
+    hide(monkeypatch, module, *(["pytorch_lightning"] if module == "lightning" else []))
+    with pytest.raises(MissingExtra) as e:
+        calls[module](tmp_path)
+    one_line_with_install(e.value, module)
+    assert isinstance(e.value, ImportError) and e.value.name == module
+
+
+def run_cli(capsys, *argv):
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as e:
+        code = e.code
+    return code, *capsys.readouterr()
+
+
+@pytest.mark.parametrize("module, argv", [
+    ("tensorboard", ["demo", "--steps", "1", "--models", "cnn"]),
+    ("matplotlib", ["demo", "--steps", "1", "--models", "cnn", "--no-tensorboard"]),
+    ("transformers", ["plan", "gpt2"]),
+    ("matplotlib", ["report", "RUN"]),
+])
+def test_the_command_line_says_the_missing_extra_in_one_line_and_fails(monkeypatch, tmp_path, capsys, module, argv):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "history.csv").write_text("step,target,module,kind,leaf,stat,value\n0,fc:output,fc,output,,mean,0.5\n")
+    argv = [str(run) if a == "RUN" else a for a in argv]
+    if argv[0] == "demo":
+        argv += ["--out", str(tmp_path / "demo")]
+    hide(monkeypatch, module)
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 1
+    one_line_with_install(err, module)
+    assert err.startswith(f"hookstats {argv[0]}: error: ")
+    assert not (tmp_path / "demo").exists() or not any((tmp_path / "demo").iterdir())  # said before training
