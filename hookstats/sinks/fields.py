@@ -29,16 +29,16 @@ class BadField(ValueError):
 
 def step(v, field="step"):
     if isinstance(v, bool) or not isinstance(v, int):
-        raise BadField(field, f"must be an integer, got {_show(v)}")
+        raise BadField(field, f"must be an integer, got {show(v)}")
     if not 0 <= v <= INT64_MAX:
-        raise BadField(field, f"must be in 0..2^63-1, got {_show(v)}")
+        raise BadField(field, f"must be in 0..2^63-1, got {show(v)}")
     return v
 
 
 def name(v, field, lines=None):
     """A name field; one longer than NAME_MAX shortened (noted in `lines`, a BadLines)."""
     if not isinstance(v, str):
-        raise BadField(field, f"must be a string, got {_show(v)}")
+        raise BadField(field, f"must be a string, got {show(v)}")
     if len(v) > NAME_MAX:
         if lines is not None:
             lines.longest = max(lines.longest, len(v))
@@ -59,25 +59,25 @@ def scalar(stat, v):
     if v is None:
         return math.nan
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise BadField(stat, f"must be a number, got {_show(v)}")
+        raise BadField(stat, f"must be a number, got {show(v)}")
     try:
         f = float(v)
     except OverflowError:
         raise BadField(stat, f"integer too large for a float ({len(str(abs(v)))} digits)") from None
     if stat in COUNTS and not math.isnan(f):
         if f < 0 or f > INT64_MAX or f != math.floor(f):
-            raise BadField(stat, f"must be a count (an integer in 0..2^63-1), got {_show(v)}")
+            raise BadField(stat, f"must be a count (an integer in 0..2^63-1), got {show(v)}")
         return int(v) if statistics.BY_NAME.get(stat) and statistics.BY_NAME[stat].type == statistics.INT else f
     return f
 
 
 def count(v, field):
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= INT64_MAX:
-        raise BadField(field, f"must be a count (an integer in 0..2^63-1), got {_show(v)}")
+        raise BadField(field, f"must be a count (an integer in 0..2^63-1), got {show(v)}")
     return v
 
 
-def _show(v):
+def show(v):
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10 ** 30:
         return f"an integer of {len(str(abs(v)))} digits"
     text = repr(v) if isinstance(v, (str, numbers.Number)) or v is None else type(v).__name__

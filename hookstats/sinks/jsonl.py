@@ -83,11 +83,11 @@ def _sparse(counts):
 
 def _dense(sparse, size, what):
     if not isinstance(sparse, dict):
-        raise fields.BadField(what, f"must be an object of slot: count, got {fields._show(sparse)}")
+        raise fields.BadField(what, f"must be an object of slot: count, got {fields.show(sparse)}")
     out = np.zeros(size, dtype=np.int64)
     for k, c in sparse.items():
         if not (k.isdigit() and int(k) < size):
-            raise fields.BadField(what, f"slot {fields._show(k)} outside 0..{size - 1}")
+            raise fields.BadField(what, f"slot {fields.show(k)} outside 0..{size - 1}")
         out[int(k)] = fields.count(c, f"{what}[{k}]")
     return out
 
@@ -125,8 +125,9 @@ def read_jsonl(path):
             elif kind == "step_end":
                 ledger.step_end(fields.step(obj.get("step")))
             else:
-                raise fields.BadField("type", f"must be 'stats', 'alert', 'run' or 'step_end', got "
-                                              f"{fields._show(kind) if isinstance(obj, dict) else type(obj).__name__}")
+                got = "missing" if isinstance(obj, dict) and "type" not in obj else \
+                    f"got {fields.show(kind)}" if isinstance(obj, dict) else f"the line is a JSON {type(obj).__name__}"
+                raise fields.BadField("type", f"must be 'stats', 'alert', 'run' or 'step_end': {got}")
         except ValueError as e:
             lines.add(n, str(e))
             continue
@@ -145,7 +146,7 @@ def _alert(obj):
     out = {k: v for k, v in obj.items() if k != "type"}
     for k in ("kind", "message"):
         if not isinstance(out.get(k), str):
-            raise fields.BadField(k, "missing" if k not in out else f"must be a string, got {fields._show(out[k])}")
+            raise fields.BadField(k, "missing" if k not in out else f"must be a string, got {fields.show(out[k])}")
     out["step"] = fields.step(out.get("step"))
     out["target"] = fields.name(out.get("target", ""), "target")
     return out
@@ -170,11 +171,11 @@ def _record(obj, lines):
     if "hist" in obj:
         h = obj["hist"]
         if not isinstance(h, list) or not h:
-            raise fields.BadField("hist", f"must be a list of counts, got {fields._show(h)}")
+            raise fields.BadField("hist", f"must be a list of counts, got {fields.show(h)}")
         out["hist"] = np.array([fields.count(c, "hist") for c in h], dtype=np.int64)
         rng = obj.get("hist_range")
         if not (isinstance(rng, list) and len(rng) == 2):
-            raise fields.BadField("hist_range", f"must be [lo, hi], got {fields._show(rng)}")
+            raise fields.BadField("hist_range", f"must be [lo, hi], got {fields.show(rng)}")
         lo, hi = (fields.scalar("hist_range", v) for v in rng)
         if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
             raise fields.BadField("hist_range", f"must be finite with lo < hi, got {rng}")
