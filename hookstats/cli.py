@@ -178,6 +178,12 @@ def _stderr(msg):
 
 def report(run_dir, out=None, log=print, show_progress=False):
     """Charts and tables of one run folder from history.jsonl (histograms included) or history.csv."""
+    import numpy as np
+    with np.errstate(all="ignore"):  # values at float64's ends are legal: no NumPy warning from drawing them
+        return _report_run(run_dir, out, log, show_progress)
+
+
+def _report_run(run_dir, out, log, show_progress):
     from . import plots
     from .history import brief
     from .progress import progress

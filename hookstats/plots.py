@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from . import buckets, layout, statistics
+from .names import short
 
 HEATMAP_BINS = 64
 HEATMAP_SPAN_Q = (0.001, 0.999)  # each step's p0.1 .. p99.9: the span is the widest of the steps shown
@@ -135,6 +136,8 @@ def _save(fig, path, whole_legend=False):
     return fig
 
 
+PLOT_MAX = 1e300
+
 # ---- layer stats ----
 def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets=None):
     """Mean, std and near-zero % of each target over steps, one line per target in forward order (every
@@ -150,10 +153,13 @@ def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets
         s = series[t]
         color = cmap(k / max(1, len(targets) - 1))
         for n, (ax, st) in enumerate(zip(axes, plotted)):
+            # matplotlib's axis arithmetic overflows near float64's max (a span of inf): finite values beyond
+            # +-PLOT_MAX are drawn there, at the axis' end (inf and NaN stay gaps)
             y = s[st.name]
+            y = np.where(np.isfinite(y), np.clip(y, -PLOT_MAX, PLOT_MAX), y)
             have = np.isfinite(y) if st.plot.instead_of else slice(None)  # measured at the flush steps only
             ax.plot(s["steps"][have], st.plot.scale * y[have], color=color, lw=1.2,
-                    **({"label": t} if n == 0 else {}))
+                    **({"label": short(t)} if n == 0 else {}))
     for ax, st in zip(axes, plotted):
         ax.set_title(st.plot.label)
         ax.set_xlabel("step")
@@ -225,14 +231,14 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="outp
                   extent=(x0, x1, y0, y1), interpolation="nearest")
         if hist == "log2":
             ax.axhline(y0 + 1, color="white", lw=0.8)
-        ax.set_title(t, fontsize=9)
+        ax.set_title(short(t), fontsize=9)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel, fontsize=8)
     title = (f"{'linear' if hist == 'linear' else 'log2-magnitude'} histogram over steps ({kind or 'all kinds'}, "
              f"{_count(len(targets), total)}); color: log(1 + count)")
     if without:
         more = f" and {len(without) - 5} more" if len(without) > 5 else ""
-        title += f"\nno histogram: {', '.join(without[:5])}{more}"
+        title += f"\nno histogram: {', '.join(map(short, without[:5]))}{more}"
     fig.suptitle(title, y=1 - 0.15 / height, va="top")
     return _save(fig, path)
 
@@ -323,7 +329,7 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
                 shown = True
         label = f"{name}: {sub:.3g} (2^{math.log2(sub):.0f}) .. {mx:.4g}" + ("" if shown else "  (beyond the axis)")
         handles.append(Line2D([], [], color=c, lw=1.3, label=label))
-    left.set_yticks(range(n), targets, fontsize=7)
+    left.set_yticks(range(n), [short(t) for t in targets], fontsize=7)
     left.set_xlabel("log2 |x|   (grey: share of the target's values per power of two; solid: smallest subnormal "
                     "and max, dashed: smallest normal)")
     left.set_xlim(lo, hi)

@@ -2,7 +2,7 @@
 not what hookstats writes (a list where a number belongs, an integer too large for a float or an int64, a
 negative or string count, a step outside 0..2^63-1, an alert without `kind`) is skipped with one
 BadRecordWarning naming the file, line and field; the rest of the file is read. Names longer than NAME_MAX
-are shortened (their start, an ellipsis and a hash that keeps different names apart), said once per file."""
+are shortened (their start and end around a hash that keeps different names apart), said once per file."""
 import hashlib
 import math
 import numbers
@@ -47,11 +47,12 @@ def name(v, field, lines=None):
 
 
 def shorten(text, width=NAME_MAX):
-    """text cut to `width` characters: its start, an ellipsis and 12 hex digits of its hash."""
+    """text cut to `width` characters: its start, 12 hex digits of its hash between ellipses, its last 100
+    characters (the kind and leaf of a target id)."""
     if len(text) <= width:
         return text
     digest = hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:12]
-    return text[: width - 13] + "\u2026" + digest
+    return text[: width - 114] + "\u2026" + digest + "\u2026" + text[-100:]
 
 
 def scalar(stat, v):

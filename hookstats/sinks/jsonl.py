@@ -4,13 +4,14 @@ entries that keep the files readable by versions without buckets; null beside th
 and one line per alert. read_jsonl() loads it back for `hookstats report`; files of versions without float
 buckets read as before."""
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 
 from .. import buckets, layout
 from . import claim, fields
-from .base import file_lines, json_number, open_parent, scalar_items, warn_skipped
+from .base import SCALARS, file_lines, json_number, open_parent, scalar_items, warn_skipped
 from .runs import Ledger, run_header
 
 
@@ -109,7 +110,8 @@ def read_jsonl(path):
             bad.append(n)  # torn, or torn and glued to the next line
             continue
         except RecursionError:
-            lines.add(n, "JSON nested too deep")
+            deep = re.search(r'"([^"\\]{1,100})":\s*[\[{]{100}', line)
+            lines.add(n, (f"field {deep.group(1)!r}: " if deep else "") + "JSON nested too deep to read")
             continue
         except ValueError as e:  # an integer of more digits than Python converts
             lines.add(n, f"not readable JSON ({e})")
@@ -164,8 +166,8 @@ def _record(obj, lines):
     for k, v in obj.items():
         if k in KEYS or k in ("type", "step", "hist", "hist_range", "log2_hist", "float_hist"):
             continue
-        if isinstance(v, str):
-            out[k] = v
+        if isinstance(v, str) and k not in SCALARS:  # a field of a later version (e.g. a phase name)
+            out[k] = fields.name(v, k, lines)
         else:
             out[k] = fields.scalar(k, v)
     if "hist" in obj:
