@@ -166,10 +166,15 @@ def _record(obj, lines):
     for k, v in obj.items():
         if k in KEYS or k in ("type", "step", "hist", "hist_range", "log2_hist", "float_hist"):
             continue
-        if isinstance(v, str) and k not in SCALARS:  # a field of a later version (e.g. a phase name)
-            out[k] = fields.name(v, k, lines)
-        else:
+        if k in SCALARS:
             out[k] = fields.scalar(k, v)
+        elif isinstance(v, str):  # a field of a later version (e.g. a phase name): kept when plain
+            out[k] = fields.name(v, k, lines)
+        elif v is None or isinstance(v, (int, float)) and not isinstance(v, bool):
+            try:
+                out[k] = fields.scalar(k, v)
+            except ValueError:
+                pass  # a value the report cannot use: left out
     if "hist" in obj:
         h = obj["hist"]
         if not isinstance(h, list) or not h:
