@@ -10,7 +10,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 import hookstats
 from hookstats.sinks import CSVSink, JSONLSink, read_csv, read_jsonl
