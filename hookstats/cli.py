@@ -140,9 +140,11 @@ def _report(args):
     runs = find_runs(root)
     if not runs:
         raise UsageError(f"{root} holds no history.jsonl or history.csv (nor do its subfolders)")
+    if args.out is not None and not args.out.strip():
+        raise UsageError("--out is empty: give a folder, or leave --out out to write to RUN_DIR/<run>/charts")
     for run in runs:
         out = None
-        if args.out:
+        if args.out is not None:
             out = Path(args.out) if run == root else Path(args.out) / run.name
         try:
             report(run, out, show_progress=not args.no_progress)
@@ -159,14 +161,15 @@ def find_runs(root):
 
 
 def load_run(run_dir, warn=None):
-    """(items, alerts) of a run folder; each file's skipped torn lines are said in one line through warn
-    (default: stderr)."""
-    from .sinks import SkippedLinesWarning, read_history
+    """(items, alerts) of a run folder; what its file holds beyond whole records of one run (torn lines, bad
+    fields, several runs, duplicates, incomplete steps: hookstats.sinks.HistoryFileWarning) is said one line each
+    through warn (default: stderr)."""
+    from .sinks import HistoryFileWarning, read_history
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", SkippedLinesWarning)
+        warnings.simplefilter("always", HistoryFileWarning)
         loaded = read_history(run_dir)
     for w in caught:
-        if issubclass(w.category, SkippedLinesWarning):
+        if issubclass(w.category, HistoryFileWarning):
             (warn or _stderr)(f"hookstats report: warning: {w.message}")
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -179,6 +182,12 @@ def _stderr(msg):
 
 def report(run_dir, out=None, log=print, show_progress=False):
     """Charts and tables of one run folder from history.jsonl (histograms included) or history.csv."""
+    import numpy as np
+    with np.errstate(all="ignore"):  # values at float64's ends are legal: no NumPy warning from drawing them
+        return _report_run(run_dir, out, log, show_progress)
+
+
+def _report_run(run_dir, out, log, show_progress):
     from . import plots
     from .history import brief
     from .progress import progress

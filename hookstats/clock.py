@@ -114,6 +114,23 @@ class StepClock:
         self._end_step()
         self.update_active()
 
+    def start_at(self, step, manual=None):
+        """Makes `step` the open step, with nothing measured in it yet (a run resumed at `step`)."""
+        self.step_count = step
+        if manual is not None:
+            self.manual = manual
+        self.step_sampled = self.step_hist = False
+        self._step_has_forward = self._eager_stepped = False
+        self.update_active()
+
+    def end_forward_step(self):
+        """Ends the open step if a train root forward has run in it (steps="forward", eager), as the next forward
+        would: a checkpoint taken after a step's optimizer step holds that step."""
+        if not self.manual and self._step_has_forward:
+            self._step_has_forward = self._eager_stepped = False
+            self._end_step()
+            self.update_active()
+
     def on_optimizer_step(self, optimizer, args, kwargs):
         """Under compile an optimizer step of this model ends the step (root forwards are not counted there).
         In eager code the next train forward ends it, so a second optimizer's parameter gradients stay in

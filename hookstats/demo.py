@@ -11,7 +11,7 @@ from . import plots
 from .history import brief
 from .monitor import attach
 from .progress import progress as show
-from .sinks import run_dir_sinks
+from .sinks import HISTORY_CSV, HISTORY_JSONL, run_dir_sinks
 from .summary import stats_table, summary
 
 
@@ -88,6 +88,8 @@ def train_one(name, out_dir, device, steps, log_every=20, seed=0, nan_at=None, t
     model, batch_fn, loss_fn = TASKS[name](device, seed=seed)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     run_dir = Path(out_dir) / name
+    for old in (HISTORY_CSV, HISTORY_JSONL, Path(HISTORY_CSV).stem + "_alerts.csv"):
+        (run_dir / old).unlink(missing_ok=True)  # a new demo run, not a resumed one (the file sinks append)
     mon = attach(model, inputs=True, grads=True, input_grads=True, param_grads=True, steps="manual", log_every=log_every,
                  sinks=run_dir_sinks(run_dir, tensorboard=tensorboard))
     bar = show(range(steps), desc=f"{name} on {device.type}", unit="step", enabled=progress)

@@ -98,6 +98,15 @@ class Ring:
             self.prev_b.sub_(self._buckets())
         self.carrying = True
 
+    def rebase(self):
+        """The states' counts and buckets now are the baseline of the next record and flush (nothing carried)."""
+        self._gather()
+        self.prev_i.copy_(self.cur_i)
+        if self.prev_b is not None:
+            self.prev_b.copy_(self._buckets())
+        self.carry_f.copy_(self.empty_f)
+        self.carrying = False
+
     def record(self, step, rules):
         """Writes the step's statistics into the next slot and closes the step (its fstate merged into
         closed_f, then emptied for the next one): device ops only, no host read."""
@@ -179,7 +188,7 @@ class History:
         self.alerts = []  # every alert raised so far, oldest first
         self.rings = {}  # device -> Ring
         self._pending = []
-        self._last_flush = 0
+        self._last_flush = monitor.step_count  # a run resumed at step N (attach(start_step=N)) flushes from there
         self._reported = set()
         self._no_hist = set()  # recorded steps that counted no histograms (hist_every), until delivered
         self._broken = self._closed = False
@@ -226,6 +235,14 @@ class History:
         except Exception as e:  # the user's training step must go on
             self._broken = True
             warn_user(f"hookstats: history stopped after an error in reset(): {e!r}", HistoryWarning)
+
+    def rebase(self):
+        """After Monitor.load_state_dict(): the loaded totals are every ring's starting point, so the next step's
+        record holds what that step measures alone."""
+        self.flush(wait=True)
+        for device, states in self._train_states().items():
+            self._ring(device, states).rebase()
+        self._last_flush = self.monitor.step_count
 
     def _ring(self, device, states):
         """The ring of `device`, remade (keeping what it knew) when targets appeared since."""

@@ -48,6 +48,8 @@ class Monitor:
         for dev in {t.device for t in (*model.parameters(), *model.buffers())} - {torch.device("meta")}:
             self.store.flags(dev)  # compiled code cannot allocate them
         self.store.flags(torch.device("cpu"))
+        self.options = dict(eval=eval, inputs=inputs, outputs=outputs, grads=grads, input_grads=input_grads,
+                            param_grads=param_grads, separate_calls=separate_calls, steps=steps)
         self.hooks = Hooks(self.port, model, modules, inputs=inputs, outputs=outputs, grads=grads,
                            input_grads=input_grads, param_grads=param_grads, params=params)
         self._param_grads, self._params = self.hooks.param_grads, self.hooks.params
@@ -172,6 +174,21 @@ class Monitor:
     def alerts(self):
         return list(self.recorder.alerts) if self.recorder is not None else []
 
+    # ---- checkpoints (hookstats/checkpoint.py) ----
+    def state_dict(self):
+        """The step clock and every target's running totals (device tensors), for torch.save beside the model and
+        optimizer. Take it between steps (after the optimizer step; after mon.step() with manual steps): a step
+        whose train forward ran is ended, and the history is flushed to the sinks."""
+        from . import checkpoint
+        return checkpoint.state_dict(self)
+
+    def load_state_dict(self, state_dict):
+        """Resumes from state_dict(): the next step is the checkpoint's, stats() goes on from its totals, the
+        sinks append from there. The monitor must be attached with the same modules, configuration, every= and
+        options (a ValueError names what differs); the states go to the model's device."""
+        from . import checkpoint
+        checkpoint.load_state_dict(self, state_dict)
+
     # ---- lifetime ----
     def remove(self):
         """Removes every hook; safe to call twice. The statistics stay readable."""
@@ -216,7 +233,7 @@ def from_paddle(obj):
 def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
            steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
            params=False, separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True,
-           rank_zero_only=True, config=None, **config_kwargs):
+           rank_zero_only=True, start_step=0, config=None, **config_kwargs):
     """Hooks `model` and returns a Monitor (also a context manager that removes the hooks on exit).
 
     modules/types/exclude select what is hooked (default: every module with parameters of its own);
@@ -238,10 +255,14 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     A paddle.nn.Layer is measured through Paddle's hooks with the same keywords (hookstats/paddle/,
     docs/notes/paddle.md); param_grads=True then takes optimizer=, the Paddle optimizer whose step() measures them.
     Under torch.distributed the sinks write on rank 0 only (each rank's own statistics; mon.reduce() merges
-    ranks); rank_zero_only=False lets every rank write (give each rank its own paths).
+    ranks); rank_zero_only=False lets every rank write (rank r > 0 writes <stem>.rank<r><suffix>).
+    start_step=N: the first step is step N (a resumed run; mon.load_state_dict() also sets it, with the totals).
     """
     if not isinstance(model, nn.Module) and from_paddle(model):
         from .paddle import attach as attach_paddle  # Paddle is imported only for a Paddle model
+        for name, value in (("params", params), ("start_step", start_step)):
+            if value:
+                raise ValueError(f"attach: {name}= is not supported for a paddle.nn.Layer yet")
         kwargs = dict(modules=modules, types=types, exclude=exclude, include_paramless=include_paramless, every=every,
                       eval=eval, steps=steps, inputs=inputs, outputs=outputs, grads=grads, input_grads=input_grads,
                       param_grads=param_grads, separate_calls=separate_calls, history=history, log_every=log_every,
@@ -255,6 +276,7 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
                  rank_zero_only=rank_zero_only)
     for name, v in flags.items():
         check_arg(name, v, bool)
+    start_step = check_arg("start_step", start_step, int, lo=0)
     from .history import History, history_options
     history = history_options(history, log_every, keep, sinks, alerts)  # History's keywords, or None
     if config is not None and not isinstance(config, StatsConfig):
@@ -274,6 +296,7 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     mon = Monitor(model, config, selected, every=every, eval=eval, inputs=inputs, outputs=outputs, steps=steps,
                   grads=grads, input_grads=input_grads, param_grads=param_grads, params=params,
                   separate_calls=separate_calls)
+    mon.clock.start_at(start_step)
     if history is not None:
         try:
             mon.recorder = History(mon, **history)

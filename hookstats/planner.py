@@ -311,8 +311,8 @@ def add_arguments(p):
     from . import presets
     from .cli import int_in, positive_float
     p.add_argument("model", help=f"a preset ({', '.join(presets.PRESETS)}) or the path of a Hugging Face config.json")
-    p.add_argument("--batch", type=int_in(1), default=1, help="batch size (default: 1)")
-    p.add_argument("--seq", type=int_in(1), default=None, help="sequence length (default: the preset's)")
+    p.add_argument("--batch", type=int_in(1, 2 ** 31 - 1), default=1, help="batch size (default: 1)")
+    p.add_argument("--seq", type=int_in(1, 2 ** 31 - 1), default=None, help="sequence length (default: the preset's)")
     p.add_argument("--dtype", choices=sorted(presets.DTYPES), default="bf16", help="parameter dtype (default: bf16)")
     p.add_argument("--device", default="cuda", help="plan for this device (default: cuda; no GPU needed)")
     p.add_argument("--step-time", type=positive_float(), metavar="SECONDS", help="your training step time")

@@ -11,6 +11,7 @@ import torch
 
 from . import buckets, layout, statistics
 from .extras import require
+from .names import short
 
 HEATMAP_BINS = 64
 HEATMAP_SPAN_Q = (0.001, 0.999)
@@ -139,6 +140,8 @@ def _save(fig, path, whole_legend=False):
     return fig
 
 
+PLOT_MAX = 1e300
+
 # ---- layer stats ----
 def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets=None):
     """Mean, std and near-zero % of each target over steps, one line per target in forward order (every
@@ -157,10 +160,13 @@ def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets
         s = series[t]
         style = line_style(k)
         for n, (ax, st) in enumerate(zip(axes, plotted)):
+            # matplotlib's axis arithmetic overflows near float64's max (a span of inf): finite values beyond
+            # +-PLOT_MAX are drawn there, at the axis' end (inf and NaN stay gaps)
             y = s[st.name]
+            y = np.where(np.isfinite(y), np.clip(y, -PLOT_MAX, PLOT_MAX), y)
             have = np.isfinite(y) if st.plot.instead_of else slice(None)  # measured at the flush steps only
             x, y = s["steps"][have], st.plot.scale * y[have]
-            line, = ax.plot(x, y, lw=1.2, **style, **({"label": t} if n == 0 else {}))
+            line, = ax.plot(x, y, lw=1.2, **style, **({"label": short(t)} if n == 0 else {}))
             if n == 0:
                 handles.append(line)
             end = np.flatnonzero(np.isfinite(y))
@@ -261,7 +267,7 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="outp
                   extent=(x0, x1, y0, y1), interpolation="nearest")
         if hist == "log2":
             ax.axhline(y0 + 1, color="white", lw=0.8)
-        ax.set_title(t, fontsize=9)
+        ax.set_title(short(t), fontsize=9)
         ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), MAX_STEP_TICKS)).round().astype(int))
         ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
         ax.set_xlabel("window ending at step" if key == "float_view" else "histogram step", fontsize=8)
@@ -270,7 +276,7 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="outp
              f"{_count(len(targets), total)}); color: log(1 + count)")
     if without:
         more = f" and {len(without) - 5} more" if len(without) > 5 else ""
-        title += f"\nno histogram: {', '.join(without[:5])}{more}"
+        title += f"\nno histogram: {', '.join(map(short, without[:5]))}{more}"
     fig.suptitle(title, y=1 - 0.15 / height, va="top")
     return _save(fig, path)
 
@@ -361,7 +367,7 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
                 shown = True
         label = f"{name}: {sub:.3g} (2^{math.log2(sub):.0f}) .. {mx:.4g}" + ("" if shown else "  (beyond the axis)")
         handles.append(Line2D([], [], color=c, lw=1.3, label=label))
-    left.set_yticks(range(n), targets, fontsize=7)
+    left.set_yticks(range(n), [short(t) for t in targets], fontsize=7)
     left.set_xlabel("log2 |x|   (grey: share of the target's values per power of two; solid: smallest subnormal "
                     "and max, dashed: smallest normal)")
     left.set_xlim(lo, hi)

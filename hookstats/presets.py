@@ -48,19 +48,28 @@ def build(name_or_path, batch=1, seq=None, dtype="bf16"):
     cfg = load_config(name_or_path)
     try:
         config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    except (ValueError, KeyError) as e:
-        raise ValueError(f"{name_or_path}: transformers cannot build this config: {e}") from None
+    except Exception as e:  # ValueError, TypeError, huggingface_hub's validation errors: one line, no traceback
+        raise ValueError(f"{name_or_path}: transformers cannot build this config: {_first_line(e)}") from None
     max_len = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     seq = seq or min(DEFAULT_SEQ, max_len or DEFAULT_SEQ)
     if max_len and seq > max_len:
         raise ValueError(f"--seq {seq} is longer than the model's {max_len} positions")
     with torch.device("meta"):
         try:
-            model, causal = _from_config(AutoModelForCausalLM, config, DTYPES[dtype]), True
-        except ValueError:  # not a causal LM: the bare model
-            model, causal = _from_config(AutoModel, config, DTYPES[dtype]), False
+            try:
+                model, causal = _from_config(AutoModelForCausalLM, config, DTYPES[dtype]), True
+            except ValueError:  # not a causal LM: the bare model
+                model, causal = _from_config(AutoModel, config, DTYPES[dtype]), False
+        except Exception as e:  # a field of the wrong type or value reaches the model's code
+            raise ValueError(f"{name_or_path}: transformers cannot build a model from this config: "
+                             f"{_first_line(e)}") from None
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
     return model, (ids,), ({"labels": ids, "use_cache": False} if causal else {"use_cache": False})
+
+
+def _first_line(e):
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return f"{type(e).__name__}: " + " ".join(lines[:2]) if lines else type(e).__name__
 
 
 def _from_config(auto, config, dtype):

@@ -78,6 +78,16 @@ class TargetState:
         """The running fstate since attach or reset(), on the device."""
         return self.fstate if self.closed_f is None else chan_merge_rows(self.closed_f, self.fstate)
 
+    def load(self, total_f, istate):
+        """Makes the running totals those of a checkpoint (checkpoint.py), with no open step."""
+        if self.closed_f is None:
+            self.fstate.copy_(total_f)
+        else:
+            self.closed_f.copy_(total_f)
+            self.fstate.copy_(torch.tensor(new_fstate_values(), dtype=torch.float64))
+        self.istate.copy_(istate)
+        self.reached = True
+
     def reset(self):
         self.fstate.copy_(torch.tensor(new_fstate_values(), dtype=torch.float64))
         if self.closed_f is not None:

@@ -6,6 +6,7 @@ import math
 import torch
 from torch import nn
 
+from .names import short
 from .tensors import tensor_leaves
 
 
@@ -179,7 +180,7 @@ def stats_table(records, title=None):
     float buckets the relative near-zero % and the p1/p50/p99 of |x|, then min, max, non-finite count."""
     rows = []
     for rec in records:
-        rows.append({"target": rec["target"], "count": rec.get("count"), "mean": rec.get("mean"),
+        rows.append({"target": short(rec["target"]), "count": rec.get("count"), "mean": rec.get("mean"),
                      "std": rec.get("std"),
                      "near zero %": None if rec.get("near_zero") is None else 100 * rec["near_zero"],
                      **_float_cells(rec),

@@ -76,7 +76,7 @@ def test_jsonl_keeps_histograms_and_writes_nan_as_null(tmp_path):
     path = tmp_path / "h.jsonl"
     mon, want = train([JSONLSink(path)], steps=4)
     lines = [json.loads(line) for line in open(path)]
-    assert {line["type"] for line in lines} == {"stats"}
+    assert {line["type"] for line in lines} == {"run", "stats", "step_end"}  # a run header, step-end markers
     items, alerts = read_jsonl(path)
     got = {(s, r["target"]): r for s, r in items}
     for s, w in enumerate(want):
@@ -89,7 +89,7 @@ def test_jsonl_keeps_histograms_and_writes_nan_as_null(tmp_path):
     sink = JSONLSink(tmp_path / "one.jsonl")
     sink.write(0, [{"target": "t:output", "module": "t", "kind": "output", "leaf": "", "count": 1, "std": math.nan}])
     sink.close()
-    assert json.loads(open(tmp_path / "one.jsonl").readline())["std"] is None
+    assert json.loads(open(tmp_path / "one.jsonl").readlines()[1])["std"] is None
     assert math.isnan(read_jsonl(tmp_path / "one.jsonl")[0][0][1]["std"])
 
 
@@ -99,9 +99,14 @@ def test_readers_reject_files_that_are_not_ours(tmp_path):
     with pytest.raises(ValueError, match="not a hookstats CSV"):
         read_csv(bad)
     bad = tmp_path / "x.jsonl"
-    bad.write_text('{"type": "stats", "step": 0, "target": "a"}\n{"a": 1}\n')
-    with pytest.raises(ValueError, match="x.jsonl:2: not a hookstats JSONL record"):
+    bad.write_text('{"a": 1}\n[1]\n')
+    with pytest.raises(ValueError, match="x.jsonl: not a hookstats JSONL history"):
         read_jsonl(bad)
+    # a whole line that is not a record among records: skipped with one warning naming it (test_report_files.py)
+    bad.write_text('{"type": "stats", "step": 0, "target": "a"}\n{"a": 1}\n')
+    with pytest.warns(UserWarning, match=r"x.jsonl:2: field 'type': must be 'stats', 'alert', 'run' or 'step_end': "
+                                         r"missing; line skipped"):
+        assert len(read_jsonl(bad)[0]) == 1
 
 
 def torn_run(tmp_path, steps=4):
@@ -111,12 +116,20 @@ def torn_run(tmp_path, steps=4):
     return paths, [p.read_bytes().split(b"\n")[:-1] for p in paths], want
 
 
-def read_quietly(reader, path):
+def read_quietly(reader, path, incomplete=None):
+    """The reader's result and its SkippedLinesWarning messages; no other warning, but with `incomplete` (a
+    step) the one saying that step is incomplete."""
+    from hookstats.sinks.runs import RunsWarning
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         got = reader(path)
     skipped = [str(w.message) for w in caught if issubclass(w.category, SkippedLinesWarning)]
-    assert len(skipped) <= 1 and len(caught) == len(skipped)
+    runs = [str(w.message) for w in caught if issubclass(w.category, RunsWarning)]
+    assert len(skipped) <= 1 and len(caught) == len(skipped) + len(runs)
+    if incomplete is None:
+        assert not runs
+    else:
+        assert len(runs) == 1 and f"step(s) {incomplete} incomplete" in runs[0]
     return got, skipped
 
 
@@ -134,10 +147,16 @@ def test_readers_skip_torn_lines_anywhere_and_keep_every_whole_record(tmp_path, 
     torn = head + body[:k] + [body[k][: len(body[k]) // 2] + body[k + 1]] + body[k + 2:-1]
     data = sep.join(torn) + sep + b"\xe2\x82" + sep + body[-1][:-3]
     path.write_bytes(data)
-    (items, _), skipped = read_quietly(reader, path)
+    # the last line is the last step's end marker: that step is incomplete, said and left out
+    last = int(json.loads(body[-1])["step"] if fmt == "jsonl" else body[-1].split(b",")[0])
+    (items, _), skipped = read_quietly(reader, path, incomplete=last)
     assert len(skipped) == 1 and "skipped 3 line(s)" in skipped[0] and str(path) in skipped[0]
-    # every whole line is read: compare with the oracle record by record
-    kept = body[:k] + body[k + 2:-1]
+    # every whole record is read: compare with the oracle record by record
+    if fmt == "jsonl":
+        kept = [ln for ln in body[:k] + body[k + 2:-1] if json.loads(ln)["type"] == "stats" and
+                json.loads(ln)["step"] != last]
+    else:
+        kept = [ln for ln in body[:k] + body[k + 2:-1] if ln.split(b",")[1] and int(ln.split(b",")[0]) != last]
     if fmt == "jsonl":
         assert len(items) == len(kept)
     got = {(s, r["target"]): r for s, r in items}
@@ -179,12 +198,14 @@ def test_report_reads_a_run_with_torn_files_and_says_so_in_one_line(tmp_path, ca
         p = run / name
         p.write_bytes(p.read_bytes()[:-7])
     assert cli.main(["report", str(run), "--out", str(tmp_path / "charts")]) == 0
+    # the torn line, and the last step it belonged to: incomplete, left out (tests/test_report_files.py)
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("hookstats report: warning: ") and "history.jsonl" in err[0]
+    assert len(err) == 2 and all(e.startswith("hookstats report: warning: ") and "history.jsonl" in e for e in err)
+    assert "skipped 1 line(s)" in err[0] and "step(s) 3 incomplete" in err[1]
     (run / "history.jsonl").unlink()
     assert cli.main(["report", str(run), "--out", str(tmp_path / "charts")]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "history.csv: skipped 1 line(s)" in err[0]
+    assert len(err) == 2 and "history.csv: skipped 1 line(s)" in err[0] and "step(s) 3 incomplete" in err[1]
 
 
 def tb_events(path):

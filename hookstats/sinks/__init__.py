@@ -5,7 +5,9 @@ from pathlib import Path
 from .base import DASHBOARD_CHOICES, DASHBOARD_STATS, SCALARS, SkippedLinesWarning
 from .csv import CSVSink, read_csv
 from .jsonl import JSONLSink, read_jsonl
+from .fields import BadRecordWarning
 from .memory import MemorySink
+from .runs import HistoryFileWarning, RunsWarning
 from .tensorboard import TensorBoardSink
 from .wandb import WandbSink
 
@@ -37,5 +39,6 @@ def run_dir_sinks(out_dir, tensorboard=True):
     return sinks
 
 
-__all__ = ["DASHBOARD_CHOICES", "DASHBOARD_STATS", "SCALARS", "SkippedLinesWarning", "CSVSink", "JSONLSink",
+__all__ = ["DASHBOARD_CHOICES", "DASHBOARD_STATS", "SCALARS", "SkippedLinesWarning", "BadRecordWarning",
+           "HistoryFileWarning", "RunsWarning", "CSVSink", "JSONLSink",
            "MemorySink", "TensorBoardSink", "WandbSink", "read_csv", "read_jsonl", "read_history", "run_dir_sinks"]

@@ -13,6 +13,7 @@ import warnings
 from .. import statistics
 from ..records import KEY_FIELDS  # noqa: F401 (the record format, here with the rest of it)
 from ..statistics import DASHBOARD_CHOICES, DASHBOARD_STATS, SCALARS
+from .runs import HistoryFileWarning
 
 PREFIX = "hookstats/"
 
@@ -61,7 +62,7 @@ def open_parent(path, mode):
     return open(path, mode, newline="" if "b" not in mode else None, encoding=None if "b" in mode else "utf-8")
 
 
-class SkippedLinesWarning(UserWarning):
+class SkippedLinesWarning(HistoryFileWarning):
     """A saved history file had lines that are not whole (a run that died while writing); the whole ones
     were read."""
 

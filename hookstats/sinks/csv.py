@@ -5,30 +5,51 @@ import math
 from pathlib import Path
 
 from .. import statistics
+from . import claim, fields
 from .base import KEY_FIELDS, SCALARS, file_lines, open_parent, scalar_items, warn_skipped
+from .runs import Ledger, run_header
 
 COLUMNS = ("step", "target", "module", "kind", "leaf", "stat", "value")
 ALERT_COLUMNS = ("step", "target", "kind", "message")
 INT_SCALARS = tuple(s for s in SCALARS if statistics.BY_NAME[s].type == statistics.INT)
+# Marker rows (empty target): a run header when the sink opens its file (the run id in `leaf`) and a step end
+# after each step's rows (the number of its records in `value`); see runs.py.
+RUN, STEP_END = "#run", "#step_end"
 
 
 class CSVSink:
+    """path: the file. Rows are appended (a resumed run keeps the earlier rows) after a run marker row, each
+    step's followed by a step-end row; one process writes a file at a time (claim.py), and under
+    torch.distributed rank r > 0 writes `<stem>.rank<r>.csv`."""
+
     def __init__(self, path):
-        self.path = Path(path)
+        self.path = claim.check_path(path, "CSVSink")
         self.alerts_path = self.path.with_name(self.path.stem + "_alerts.csv")
-        self._file = self._alerts = None
+        if not claim.distributed_initialized():
+            claim.check_free(self.path)
+        self._file = self._alerts = self._claim = None
+
+    def _open(self, step):
+        if self._file is None:
+            path = claim.rank_path(self.path)
+            self._claim = claim.Claim(path)
+            self._file, self._writer = _open_table(path, COLUMNS)
+            self._writer.writerow((step, "", "", RUN, run_header()["run"], "run", "nan"))
+        return self._writer
 
     def write(self, step, records):
-        if self._file is None:
-            self._file, self._writer = _open_table(self.path, COLUMNS)
+        w = self._open(step)
         for rec in records:
             for stat, v in scalar_items(rec):
-                self._writer.writerow((step, rec["target"], rec["module"], rec["kind"], rec["leaf"], stat, repr(v)))
+                w.writerow((step, rec["target"], rec["module"], rec["kind"], rec["leaf"], stat, repr(v)))
+        w.writerow((step, "", "", STEP_END, "", "targets", len(records)))
         self._file.flush()
 
     def write_alerts(self, step, alerts):
+        self._open(step)
         if self._alerts is None:
-            self._alerts, self._alert_writer = _open_table(self.alerts_path, ALERT_COLUMNS)
+            path = claim.rank_path(self.path)
+            self._alerts, self._alert_writer = _open_table(path.with_name(path.stem + "_alerts.csv"), ALERT_COLUMNS)
         for a in alerts:
             self._alert_writer.writerow((a["step"], a["target"], a["kind"], a["message"]))
         self._alerts.flush()
@@ -38,41 +59,76 @@ class CSVSink:
             if f is not None:
                 f.close()
         self._file = self._alerts = None
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
 
 
 def _open_table(path, columns):
-    """(file, csv writer) of a new CSV file holding its header row."""
-    f = open_parent(path, "w")
+    """(file, csv writer) of a CSV file to append to: a new or empty one gets its header row, an existing one
+    must have it."""
+    f = open_parent(path, "a")
     writer = csv.writer(f)
-    writer.writerow(columns)
+    if f.tell() == 0:
+        writer.writerow(columns)
+        return f, writer
+    with open(path, "rb") as r:
+        first = r.readline().rstrip(b"\r\n").decode("utf-8", "replace")
+        r.seek(-1, 2)
+        torn = r.read(1) != b"\n"
+    if tuple(first.split(",")) != columns:
+        f.close()
+        raise ValueError(f"{path} is not a hookstats CSV (expected columns {','.join(columns)}): not appending to it")
+    if torn:
+        f.write("\r\n")  # a torn last line stays one skipped line, not glued to the next row
     return f, writer
 
 
 def read_csv(path):
-    """(step, record) pairs with the scalar statistics of a CSVSink file, in file order, and its alerts.
-    Lines that are not whole rows (a run that died while writing) are skipped with one SkippedLinesWarning
-    per file; an empty file, or one with the header only, holds no steps."""
+    """(step, record) pairs with the scalar statistics of a CSVSink file, by step, and its alerts. Lines that
+    are not whole rows (a run that died while writing) are skipped with one SkippedLinesWarning per file, rows
+    with a bad field with one BadRecordWarning each (fields.py); runs, duplicates and incomplete steps:
+    runs.Ledger (the last written record of a (step, target) wins). An empty file, or one with the header only,
+    holds no steps."""
     path = Path(path)
-    recs = {}
-    for step, row in _rows(path, COLUMNS, "step", "value"):
-        rec = recs.get((step, row["target"]))
-        if rec is None:
-            rec = recs[(step, row["target"])] = {k: row[k] for k in KEY_FIELDS}
-        rec[row["stat"]] = row["value"]
+    ledger, lines = Ledger(path), fields.BadLines(path)
+    rec = None
+    for n, step, row in _rows(path, COLUMNS, "step", "value", lines):
+        if row["target"] == "" and row["kind"] in (RUN, STEP_END):
+            rec = None
+            if row["kind"] == RUN:
+                ledger.start_run(row["leaf"])
+            else:
+                ledger.step_end(step)
+            continue
+        try:
+            if row["stat"] in KEY_FIELDS:
+                raise fields.BadField("stat", f"{row['stat']!r} is not a statistic")
+            value = fields.scalar(row["stat"], row["value"])
+            key = {k: fields.name(row[k], k, lines) for k in KEY_FIELDS}
+        except ValueError as e:
+            lines.add(n, str(e), stacklevel=3)
+            continue
+        # a record's rows are written one after another: a new (step, target) starts the next record
+        if rec is None or step != rec_step or key["target"] != rec["target"]:
+            rec, rec_step = dict(key), step
+            ledger.record(step, rec)
+        rec[row["stat"]] = value
     alerts_path = path.with_name(path.stem + "_alerts.csv")
-    alerts = [{**a, "step": step} for step, a in _rows(alerts_path, ALERT_COLUMNS, "step")] \
+    alerts = [{**a, "step": step} for _, step, a in _rows(alerts_path, ALERT_COLUMNS, "step", None, lines)] \
         if alerts_path.exists() else []
-    items = [(step, rec) for (step, _), rec in recs.items()]
-    for _, rec in items:
+    lines.finish()
+    items = ledger.items()
+    for _, r in items:
         for k in INT_SCALARS:
-            if k in rec and math.isfinite(rec[k]):
-                rec[k] = int(rec[k])
+            if k in r and math.isfinite(r[k]):
+                r[k] = int(r[k])
     return items, alerts
 
 
-def _rows(path, columns, step_col, float_col=None):
-    """Yields (step, {column: value}) of each whole row of a file with `columns` as its header. Line by line,
-    so a torn line cannot pull the next ones into an open quote."""
+def _rows(path, columns, step_col, float_col, lines):
+    """Yields (line number, step, {column: value}) of each whole row of a file with `columns` as its header.
+    Line by line, so a torn line cannot pull the next ones into an open quote."""
     read, bad = 0, []
     for n, text in file_lines(path, bad):
         # csv.writer quotes only fields holding a quote, comma or line break: the rest split plainly
@@ -82,16 +138,22 @@ def _rows(path, columns, step_col, float_col=None):
                 raise ValueError(f"{path} is not a hookstats CSV: expected columns {','.join(columns)}")
             read += 1
             continue
-        try:
-            if len(row) != len(columns):
-                raise ValueError
-            row = dict(zip(columns, row))
-            if float_col is not None:
-                row[float_col] = float(row[float_col])
-            step = int(row[step_col])
-        except ValueError:
+        if len(row) != len(columns):
             bad.append(n)
             continue
+        row = dict(zip(columns, row))
+        try:
+            if float_col is not None:
+                row[float_col] = float(row[float_col])
+        except ValueError:
+            bad.append(n)  # a torn value glued to the next row
+            continue
+        try:
+            text = row[step_col]
+            step = fields.step(int(text) if text.lstrip("-").isdigit() and len(text) < 25 else text)
+        except ValueError as e:
+            lines.add(n, str(e), stacklevel=4)
+            continue
         read += 1
-        yield step, row
+        yield n, step, row
     warn_skipped(path, bad, read, "a whole CSV row")

@@ -4,22 +4,36 @@ entries that keep the files readable by versions without buckets; null beside th
 and one line per alert. read_jsonl() loads it back for `hookstats report`; files of versions without float
 buckets read as before."""
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 
 from .. import buckets, layout
-from .base import file_lines, json_number, open_parent, scalar_items, warn_skipped
+from . import claim, fields
+from .base import SCALARS, file_lines, json_number, open_parent, scalar_items, warn_skipped
+from .runs import Ledger, run_header
 
 
 class JSONLSink:
+    """path: the file. Records are appended after a run header (a resumed run keeps the earlier records),
+    each step's followed by a step-end marker; one process writes a file at a time (claim.py), and under
+    torch.distributed rank r > 0 writes `<stem>.rank<r>.jsonl`."""
+
     def __init__(self, path):
-        self.path = Path(path)
-        self._file = None
+        self.path = claim.check_path(path, "JSONLSink")
+        if not claim.distributed_initialized():
+            claim.check_free(self.path)
+        self._file = self._claim = None
 
     def _out(self):
         if self._file is None:
-            self._file = open_parent(self.path, "w")
+            path = claim.rank_path(self.path)
+            self._claim = claim.Claim(path)
+            self._file = open_parent(path, "a")
+            if self._file.tell() and not _ends_with_newline(path):
+                self._file.write("\n")  # a torn last line stays one skipped line, not glued to the header
+            self._file.write(json.dumps({"type": "run", **run_header()}) + "\n")
         return self._file
 
     def write(self, step, records):
@@ -38,6 +52,7 @@ class JSONLSink:
                 if rec.get("log2_hist") is None:  # log_hist=False: read_jsonl must not sum it from the buckets
                     line["log2_hist"] = None
             f.write(json.dumps(line, allow_nan=False) + "\n")
+        f.write(json.dumps({"type": "step_end", "step": step, "targets": len(records)}) + "\n")
         f.flush()
 
     def write_alerts(self, step, alerts):
@@ -51,6 +66,15 @@ class JSONLSink:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
+
+
+def _ends_with_newline(path):
+    with open(path, "rb") as f:
+        f.seek(-1, 2)
+        return f.read(1) == b"\n"
 
 
 def _sparse(counts):
@@ -59,61 +83,116 @@ def _sparse(counts):
 
 
 def _dense(sparse, size, what):
+    if not isinstance(sparse, dict):
+        raise fields.BadField(what, f"must be an object of slot: count, got {fields.show(sparse)}")
     out = np.zeros(size, dtype=np.int64)
     for k, c in sparse.items():
-        if not 0 <= int(k) < size:
-            raise IndexError(f"{what} slot {k} outside 0..{size - 1}")
-        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
-            raise ValueError(f"{what} slot {k} holds {c!r}, not a count")
-        out[int(k)] = c
+        if not (k.isdigit() and int(k) < size):
+            raise fields.BadField(what, f"slot {fields.show(k)} outside 0..{size - 1}")
+        out[int(k)] = fields.count(c, f"{what}[{k}]")
     return out
 
 
 def read_jsonl(path):
     """(step, record) pairs (histograms back as NumPy arrays, null back to NaN) and the alerts. Lines that
-    are not whole JSON (a run that died while writing) are skipped with one SkippedLinesWarning per file;
-    a whole line that is not a hookstats record is an error."""
-    items, alerts, bad = [], [], []
+    are not whole JSON (a run that died while writing) are skipped with one SkippedLinesWarning per file; a
+    whole line that is not a valid record with one BadRecordWarning naming the field (fields.py). Runs,
+    duplicates and incomplete steps: runs.Ledger (the last written record of a (step, target) wins)."""
+    path = Path(path)
+    ledger, lines = Ledger(path), fields.BadLines(path)
+    alerts, bad, read = [], [], 0
     for n, line in file_lines(path, bad):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError:
-            bad.append(n)
+            bad.append(n)  # torn, or torn and glued to the next line
             continue
-        kind = obj.pop("type", None) if isinstance(obj, dict) else None
-        if kind == "alert":
-            alerts.append(obj)
+        except RecursionError:
+            deep = re.search(r'"([^"\\]{1,100})":\s*[\[{]{100}', line)
+            lines.add(n, (f"field {deep.group(1)!r}: " if deep else "") + "JSON nested too deep to read")
             continue
-        if kind != "stats" or "step" not in obj or "target" not in obj:
-            raise ValueError(f"{path}:{n}: not a hookstats JSONL record")
+        except ValueError as e:  # an integer of more digits than Python converts
+            lines.add(n, f"not readable JSON ({e})")
+            continue
+        kind = obj.get("type") if isinstance(obj, dict) else None
         try:
-            items.append(_record(obj))
-        except (TypeError, ValueError, IndexError, KeyError, AttributeError) as e:
-            raise ValueError(f"{path}:{n}: malformed hookstats record ({type(e).__name__}: {e})") from None
-    warn_skipped(path, bad, len(items) + len(alerts), "JSON")
-    return items, alerts
+            if kind == "stats":
+                ledger.record(*_record(obj, lines))
+            elif kind == "alert":
+                alerts.append(_alert(obj))
+            elif kind == "run":
+                ledger.start_run(fields.name(obj.get("run"), "run"))
+            elif kind == "step_end":
+                ledger.step_end(fields.step(obj.get("step")))
+            else:
+                got = "missing" if isinstance(obj, dict) and "type" not in obj else \
+                    f"got {fields.show(kind)}" if isinstance(obj, dict) else f"the line is a JSON {type(obj).__name__}"
+                raise fields.BadField("type", f"must be 'stats', 'alert', 'run' or 'step_end': {got}")
+        except ValueError as e:
+            lines.add(n, str(e))
+            continue
+        read += 1
+    if not read and lines.n and not bad:
+        raise ValueError(f"{path}: not a hookstats JSONL history (no line is a hookstats record)")
+    warn_skipped(path, bad, read, "JSON")
+    lines.finish()
+    return ledger.items(), alerts
 
 
-def _record(obj):
-    step = obj.pop("step")
-    if isinstance(step, bool) or not isinstance(step, int) or not isinstance(obj["target"], str):
-        raise TypeError(f"step must be an integer and target a string, got {step!r} and {obj['target']!r}")
+KEYS = ("target", "module", "kind", "leaf")
+
+
+def _alert(obj):
+    out = {k: v for k, v in obj.items() if k != "type"}
+    for k in ("kind", "message"):
+        if not isinstance(out.get(k), str):
+            raise fields.BadField(k, "missing" if k not in out else f"must be a string, got {fields.show(out[k])}")
+    out["step"] = fields.step(out.get("step"))
+    out["target"] = fields.name(out.get("target", ""), "target")
+    return out
+
+
+def _record(obj, lines):
+    out = {}
+    step = fields.step(obj.get("step"))
+    for k in KEYS:
+        if k == "target" or k in obj:
+            out[k] = fields.name(obj.get(k), k, lines)
+        else:
+            out[k] = ""
     log2_off = "log2_hist" in obj and obj["log2_hist"] is None  # written with log_hist=False
     for k, v in obj.items():
-        if v is None:
-            obj[k] = float("nan")
+        if k in KEYS or k in ("type", "step", "hist", "hist_range", "log2_hist", "float_hist"):
+            continue
+        if k in SCALARS:
+            out[k] = fields.scalar(k, v)
+        elif isinstance(v, str):  # a field of a later version (e.g. a phase name): kept when plain
+            out[k] = fields.name(v, k, lines)
+        elif v is None or isinstance(v, (int, float)) and not isinstance(v, bool):
+            try:
+                out[k] = fields.scalar(k, v)
+            except ValueError:
+                pass  # a value the report cannot use: left out
     if "hist" in obj:
-        obj["hist"] = np.asarray(obj["hist"], dtype=np.int64)
-        lo, hi = obj.pop("hist_range")
-        obj["hist_edges"] = np.linspace(float(lo), float(hi), len(obj["hist"]) + 1)
+        h = obj["hist"]
+        if not isinstance(h, list) or not h:
+            raise fields.BadField("hist", f"must be a list of counts, got {fields.show(h)}")
+        out["hist"] = np.array([fields.count(c, "hist") for c in h], dtype=np.int64)
+        rng = obj.get("hist_range")
+        if not (isinstance(rng, list) and len(rng) == 2):
+            raise fields.BadField("hist_range", f"must be [lo, hi], got {fields.show(rng)}")
+        lo, hi = (fields.scalar("hist_range", v) for v in rng)
+        if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+            raise fields.BadField("hist_range", f"must be finite with lo < hi, got {rng}")
+        out["hist_edges"] = np.linspace(lo, hi, len(h) + 1)
     if log2_off:
-        obj["log2_hist"] = None
+        out["log2_hist"] = None
     elif "log2_hist" in obj:
-        obj["log2_hist"] = _dense(obj["log2_hist"], layout.LOG_SLOTS, "log2")
+        out["log2_hist"] = _dense(obj["log2_hist"], layout.LOG_SLOTS, "log2_hist")
     if "float_hist" in obj:
-        obj["float_hist"] = _dense(obj["float_hist"], layout.FLOAT_SLOTS, "float bucket")
-        if "log2_hist" not in obj:
-            obj["log2_hist"] = buckets.log2_hist(obj["float_hist"])
-    return step, obj
+        out["float_hist"] = _dense(obj["float_hist"], layout.FLOAT_SLOTS, "float_hist")
+        if "log2_hist" not in out:
+            out["log2_hist"] = buckets.log2_hist(out["float_hist"])
+    return step, out

@@ -3,6 +3,8 @@ SummaryWriter.add_histogram_raw (no tensor is copied to build a histogram). Ever
 prefix, so TensorBoard shows one collapsible section: "hookstats/<target>/<stat>", "hookstats/<target>/hist"
 (the linear bins with under/overflow as the outer buckets where configured, else the view fitted to the float
 buckets), "hookstats/<target>/log2_abs" (log2 |x|)."""
+import os
+
 from .base import DASHBOARD_STATS, PREFIX, check_prefix, check_stats, chosen_items
 from .histograms import log2_buckets, value_histograms
 
@@ -46,6 +48,14 @@ class TensorBoardSink:
         if (log_dir is None) == (writer is None):
             raise ValueError("TensorBoardSink needs log_dir or writer (one of them)")
         self.stats, self.histograms, self.prefix = check_stats(stats), bool(histograms), check_prefix(prefix)
+        if writer is not None:
+            needs = ("add_scalar", "add_text", "flush") + (("add_histogram_raw",) if histograms else ())
+            missing = [m for m in needs if not callable(getattr(writer, m, None))]
+            if missing:
+                raise ValueError(f"TensorBoardSink: writer must be a SummaryWriter (or have its {', '.join(needs)}); "
+                                 f"got {type(writer).__name__} {writer!r:.60}, without {', '.join(missing)}")
+        elif isinstance(log_dir, bytes) or not isinstance(log_dir, (str, os.PathLike)) or not str(log_dir).strip():
+            raise ValueError(f"TensorBoardSink: log_dir must be a folder path (str or os.PathLike), got {log_dir!r:.60}")
         self._own = writer is None
         if writer is None:
             from ..extras import require

@@ -1,0 +1,116 @@
+"""One writer per history file: a file sink claims `<file>.lock` (created O_EXCL, holding the writer's pid and
+host) before it writes, and releases it on close() or when the sink is garbage-collected. A lock left by a
+process that is gone (same host, pid not running) is stale and taken over. Under torch.distributed each rank
+but 0 writes its own file, `<stem>.rank<r><suffix>`, so ranks never share one."""
+import json
+import os
+import socket
+import weakref
+from pathlib import Path
+
+_held = weakref.WeakValueDictionary()  # lock path -> the live Claim of this process holding it
+
+
+class FileInUseError(RuntimeError):
+    """Another live writer holds the history file."""
+
+
+def check_path(path, who):
+    """A sink's path argument, checked: a str or os.PathLike naming a file."""
+    if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or not str(os.fspath(path)).strip():
+        raise ValueError(f"{who}: path must be a file path (str or os.PathLike), got {path!r:.80}")
+    return Path(path)
+
+
+def distributed_initialized():
+    from ..distributed import is_initialized
+    return is_initialized()
+
+
+def rank_path(path):
+    """`path` for rank 0 or without torch.distributed; `<stem>.rank<r><suffix>` for rank r > 0."""
+    from ..distributed import rank, world_size
+    r = rank() if world_size() > 1 else 0
+    return path if r == 0 else path.with_name(f"{path.stem}.rank{r}{path.suffix}")
+
+
+def lock_path(path):
+    return path.with_name(path.name + ".lock")
+
+
+def holder(path):
+    """(pid, host) of the live writer holding `path`'s lock, or None (no lock, or a stale one)."""
+    lock = lock_path(path)
+    if lock in _held:
+        return os.getpid(), socket.gethostname()
+    try:
+        info = json.loads(lock.read_text())
+        pid, host = int(info["pid"]), str(info["host"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return -1, "?"  # a lock being written this instant, or not ours to judge: treat as held
+    if host != socket.gethostname():
+        return pid, host  # another machine's process: cannot tell whether it runs
+    if pid == os.getpid():
+        return None  # this process, but no live sink holds it: left by a sink that was never closed
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid, host
+
+
+def _refuse(path, pid, host):
+    where = "this process" if pid == os.getpid() else f"process {pid} on {host}"
+    raise FileInUseError(f"{path} is being written by {where} (lock file {lock_path(path)}): give this run "
+                         f"its own path, or close the monitor writing it (mon.remove()); delete the lock file "
+                         f"only if no process writes there")
+
+
+def check_free(path):
+    """Raises FileInUseError if a live writer holds `path` (the sink's early check at construction)."""
+    h = holder(path)
+    if h is not None:
+        _refuse(path, *h)
+
+
+class Claim:
+    """The lock of one file, held by this process until release() (or garbage collection of the claim)."""
+
+    def __init__(self, path):
+        self.path, self.lock = path, lock_path(path)
+        self.lock.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps({"pid": os.getpid(), "host": socket.gethostname()})
+        for _ in range(3):
+            try:
+                fd = os.open(self.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                h = holder(path)
+                if h is not None:
+                    _refuse(path, *h)
+                try:
+                    self.lock.unlink()  # stale
+                except FileNotFoundError:
+                    pass
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            break
+        else:
+            _refuse(path, -1, "?")
+        _held[self.lock] = self
+        self._finalizer = weakref.finalize(self, _unlink, self.lock, text)
+
+    def release(self):
+        self._finalizer()
+
+
+def _unlink(lock, text):
+    try:
+        if lock.read_text() == text:  # ours still: not taken over as stale meanwhile
+            lock.unlink()
+    except OSError:
+        pass
