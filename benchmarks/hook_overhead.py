@@ -116,6 +116,7 @@ CALL_VARIANTS = {
     "no hooks": lambda m: None,
     "plain forward hook (nothing)": lambda m: install_floor(m, grads=False, work=False),
     "plain forward hook + o.register_hook (nothing)": lambda m: install_floor(m, grads=True, work=False),
+    "plain full backward hook (nothing)": lambda m: [c.register_full_backward_hook(lambda *a: None) for c in m],
     "hookstats outputs only": lambda m: install_hookstats(m, grads=False),
     "hookstats outputs only, op a no-op": lambda m: install_hookstats(m, grads=False, op=False),
     "hookstats outputs + grads (defaults)": lambda m: install_hookstats(m),
@@ -151,7 +152,30 @@ def calls_part(rounds, chain, numel, per_round):
                                                                        zip(both_noop, out_noop, fwd_grad, fwd)]),
     }
     res["op alone, us per call"] = op_alone(numel, rounds)
+    res["meeting a gradient, us per call (register in forward + fire in backward)"] = registration(numel, rounds)
     return res
+
+
+def registration(numel, rounds, n=2000):
+    """The ways PyTorch offers to meet an output's gradient, each registered on a fresh y = w * 2 and fired by
+    y.sum().backward(), minus the same step without one."""
+    w = torch.randn(numel, requires_grad=True)
+
+    def nothing(*a):
+        return None
+    ways = {"none": lambda y: None, "Tensor.register_hook": lambda y: y.register_hook(nothing),
+            "grad_fn.register_prehook": lambda y: y.grad_fn.register_prehook(nothing),
+            "grad_fn.register_hook": lambda y: y.grad_fn.register_hook(nothing)}
+    res = {k: [] for k in ways}
+    for r in range(rounds):
+        for k, way in ways.items():
+            t0 = time.thread_time()
+            for _ in range(n):
+                y = w * 2
+                way(y)
+                y.sum().backward()
+            res[k].append(1e6 * (time.thread_time() - t0) / n)
+    return {k: quartiles([a - b for a, b in zip(v, res["none"])]) for k, v in res.items() if k != "none"}
 
 
 def op_alone(numel, rounds, n=2000):
@@ -162,8 +186,9 @@ def op_alone(numel, rounds, n=2000):
     st = store.state(TargetKey("a", Kind.OUTPUT), torch.device("cpu"), "train")
     x = torch.randn(numel)
     hist, no_hist = store.flag(torch.device("cpu")), torch.tensor([3], dtype=torch.uint8)  # 3: no histograms
-    args_h, args_n = store.bound(st, hist), store.bound(st, no_hist)
-    op, eager = torch.ops.hookstats.accumulate_.default, accumulate.accumulate_eager_
+    args_h = (st.fstate, st.istate, st.scratch, hist, *StatsConfig().op_args())
+    args_n = (st.fstate, st.istate, st.scratch, no_hist, *StatsConfig().op_args())
+    op, eager = torch.ops.hookstats.accumulate_.default, getattr(accumulate, "accumulate_eager_", None)
     cases = {"x.sum()": lambda: x.sum(),
              "torch.ops accumulate_, no histograms": lambda: op(x, *args_n),
              "torch.ops accumulate_, histograms": lambda: op(x, *args_h)}
@@ -171,13 +196,18 @@ def op_alone(numel, rounds, n=2000):
         cases["eager entry, no histograms"] = lambda: eager(x, *args_n)
         cases["eager entry, histograms"] = lambda: eager(x, *args_h)
         cases["StateStore.update, no histograms"] = lambda: store.update(x, args_n)
+    big = torch.randn(2 ** 21)  # the size of the benchmark CNN's first outputs: where the per-value work shows
+    large = {"x.sum(), 2M values": (lambda: big.sum(), 20),
+             "torch.ops accumulate_, no histograms, 2M values": (lambda: op(big, *args_n), 20),
+             "torch.ops accumulate_, histograms, 2M values": (lambda: op(big, *args_h), 20)}
+    cases = {**{k: (f, n) for k, f in cases.items()}, **large}
     res = {k: [] for k in cases}
     for r in range(rounds):
-        for k, f in cases.items():
+        for k, (f, reps) in cases.items():
             t0 = time.thread_time()
-            for _ in range(n):
+            for _ in range(reps):
                 f()
-            res[k].append(1e6 * (time.thread_time() - t0) / n)
+            res[k].append(1e6 * (time.thread_time() - t0) / reps)
     return {k: quartiles(v) for k, v in res.items()}
 
 
@@ -227,7 +257,13 @@ def steps_part(workload, rounds, per_round, gpt2_layers):
     ratio = {label: [t / b for t, b in zip(ts, base)] for label, ts in times.items()}
     res = {"ms_per_step": {label: round(1e3 * statistics.median(ts), 2) for label, ts in times.items()},
            "ratio_to_no_hooks": {label: quartiles(r) for label, r in ratio.items()}}
-    over = lambda a, b: [(p - 1) / (q - 1) if q > 1 else float("nan") for p, q in zip(ratio[a], ratio[b])]  # noqa
+    over = lambda a, b: [(p - 1) / (q - 1) for p, q in zip(ratio[a], ratio[b]) if q > 1]  # noqa: E731
+    med = lambda label: statistics.median(ratio[label]) - 1  # noqa: E731
+    res["overhead_over_floor_of_medians"] = {
+        "defaults / floor": round(med("hookstats defaults") / med("floor"), 3),
+        "histograms off / floor": round(med("hookstats, histograms off") / med("floor"), 3),
+        "outputs only, histograms off / floor outputs only": round(
+            med("hookstats outputs only, histograms off") / med("floor, outputs only"), 3)}
     added = lambda a, b: [1e3 * (p - q) for p, q in zip(times[a], times[b])]  # noqa: E731
     res["overhead_over_floor"] = {
         "defaults / floor": quartiles(over("hookstats defaults", "floor")),

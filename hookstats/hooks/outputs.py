@@ -40,7 +40,7 @@ def output_hook(port, name, values=True, grads=True):
             if values and not recompute:
                 bound = None if compiling else outputs.get(where)
                 if bound is None or not store.update(t, bound):
-                    bound = port.measure_in(TargetKey(name, Kind.OUTPUT, leaf, call), t, phase)
+                    bound = port.measure_in(TargetKey(name, Kind.OUTPUT, leaf, call), t, phase, keep=not compiling)
                     if bound is not None:
                         outputs[where] = bound
             if grads and compiling:  # compiled code keeps no Python objects between calls

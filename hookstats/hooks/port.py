@@ -17,15 +17,15 @@ class Port:
         self.untapped = False  # a gradient tap was left out of compiled code (grad_taps.COMPILED_GRAD_TAPS)
         self.input_grads = False  # input_grads=True hooks some module
 
-    def measure_in(self, key, t, phase):
-        """Measures t into key's state; returns the op's bound arguments (StateStore.bound) when t itself was
-        measured in eager code, for the hook to keep and pass to StateStore.update next time, else None."""
+    def measure_in(self, key, t, phase, keep=False):
+        """Measures t into key's state. keep (eager code only): returns the op's bound arguments (StateStore.bound)
+        when t itself was measured, for the hook to keep and pass to StateStore.update next time; else None."""
         x = measured(t)
         if x is not None:
             target = self.store.resolve(key, x.device, phase)
             if target is not None:
                 self.store.accumulate(x, *target)
-                if x is t and not torch.compiler.is_compiling():
+                if keep and x is t:
                     return self.store.bound(*target)
         elif (why := unread_reason(t)) is not None:
             self.tell(f"unread:{key.id}", f"hookstats: {key.id} is {why}: it is not measured")
