@@ -116,6 +116,8 @@ CALL_VARIANTS = {
     "no hooks": lambda m: None,
     "plain forward hook (nothing)": lambda m: install_floor(m, grads=False, work=False),
     "plain forward hook + o.register_hook (nothing)": lambda m: install_floor(m, grads=True, work=False),
+    "floor forward hook (o.sum())": lambda m: install_floor(m, grads=False),
+    "floor forward hook + o.register_hook (o.sum(), g.sum())": lambda m: install_floor(m),
     "plain full backward hook (nothing)": lambda m: [c.register_full_backward_hook(lambda *a: None) for c in m],
     "hookstats outputs only": lambda m: install_hookstats(m, grads=False),
     "hookstats outputs only, op a no-op": lambda m: install_hookstats(m, grads=False, op=False),
@@ -151,6 +153,11 @@ def calls_part(rounds, chain, numel, per_round):
         "gradient tap beyond a plain grad hook, op a no-op": quartiles([(b - o) - (fg - f) for b, o, fg, f in
                                                                        zip(both_noop, out_noop, fwd_grad, fwd)]),
     }
+    if "floor forward hook (o.sum())" in us:
+        ffwd, fboth = us["floor forward hook (o.sum())"], us["floor forward hook + o.register_hook (o.sum(), g.sum())"]
+        res["output hook beyond the floor's forward hook (o.sum())"] = quartiles(diff(out_hook, ffwd))
+        res["gradient tap beyond the floor's grad hook (g.sum())"] = quartiles([(b - o) - (fb - f) for b, o, fb, f in
+                                                                               zip(both, out_hook, fboth, ffwd)])
     res["op alone, us per call"] = op_alone(numel, rounds)
     res["meeting a gradient, us per call (register in forward + fire in backward)"] = registration(numel, rounds)
     return res
