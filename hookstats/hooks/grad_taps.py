@@ -1,4 +1,4 @@
-"""Gradient taps: Tensor.register_hook on an observed tensor (a module's output, a watched tensor) measures the
+"""Gradient taps: a hook on an observed tensor's autograd node (a module's output, a watched tensor) measures the
 gradient of the loss w.r.t. it; taps on views are checked for in-place ops (ViewTaps)."""
 import torch
 
@@ -7,7 +7,8 @@ from ..tensors import MEASURED_DTYPES, is_measurable, measured, unread_reason
 PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor types a tap's cached target serves
 
 
-# The gradient "tap" is Tensor.register_hook on the observed tensor, not an autograd.Function returning
+# The gradient "tap" is a hook on the observed tensor's autograd node (eager: GradTap, a pre-hook on its grad_fn;
+# compiled: Tensor.register_hook, which Dynamo traces), not an autograd.Function returning
 # x.view_as(x): PyTorch forbids in-place ops on a custom Function's view output (ReLU(inplace=True) after a
 # hooked layer raises, eager and compiled), and a tap would replace the module's output object. Dynamo
 # traces tensor hooks on intermediates into the compiled backward with no graph break (tests/test_compile.py).
