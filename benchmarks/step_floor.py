@@ -50,6 +50,7 @@ def install(model, label, kwargs, replace):
     if replace is not None:
         # the monitor's own hooks, the same calls; only what they call changes
         mon.store.accumulate = (lambda t, *a: t.sum()) if replace == "sum" else (lambda *a: None)
+        mon.store.update = (lambda t, args: t.sum() is not None) if replace == "sum" else (lambda t, args: True)
         mon.store.accumulate_many = lambda *a, **k: None
     return mon
 

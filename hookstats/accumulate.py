@@ -9,6 +9,7 @@ arguments and returns nothing).
 """
 import importlib.util
 import os
+import sys
 import warnings
 
 import torch
@@ -55,9 +56,15 @@ if _COMPILED:
 
     accumulate_ = torch.ops.hookstats.accumulate_.default
     accumulate_many_ = torch.ops.hookstats.accumulate_many_.default
+    # The eager hooks' entry to the same op (csrc/ops.cpp): present when hookstats._C was imported as a module
+    # (the ahead-of-time build); the build on first use loads the library only, and its hooks take torch.ops.
+    _C = sys.modules.get(f"{__package__}._C")
+    accumulate_eager_ = getattr(_C, "accumulate_eager", None)
 else:
     accumulate_ = reference.accumulate_
     accumulate_many_ = reference.accumulate_many_
+    accumulate_eager_ = None
+COMPILED_OP = accumulate_ if _COMPILED else None  # accumulate_eager_ runs only while accumulate_ is still this
 
 
 def backend():

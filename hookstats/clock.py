@@ -194,15 +194,16 @@ class StepClock:
         an unsampled train step must not be lost whole. The device flags hold the same (StateStore._mode)."""
         return self.sampling if phase == "train" else self.track_eval and not self.paused
 
-    def hook_phase(self, recompute=False):
+    def hook_phase(self, recompute=False, compiling=None):
         """The phase a hook running now measures into, or None when it measures nothing. Inside a root forward
         (and in compiled code, where the device flag masks unsampled steps) it is that forward's phase. Two eager
         calls are not inside the last root forward, and take the mode the root model is in now instead of that
         forward's: a checkpointed segment recomputed in backward (a validation forward between a train forward
         and its backward must not take that step's gradients) and a hooked module called outside any root
         forward (model.eval(); model.encoder(x) must not join the train step it falls in, nor model.train();
-        model.encoder(x) after a validation forward be lost to the eval phase)."""
-        if torch.compiler.is_compiling():
+        model.encoder(x) after a validation forward be lost to the eval phase). compiling: what the hook's
+        torch.compiler.is_compiling() said (asked here when None)."""
+        if torch.compiler.is_compiling() if compiling is None else compiling:
             return self.phase if self.measures_phase() else None
         if not recompute and self.root_running > 0:
             return self.phase if self.measuring else None

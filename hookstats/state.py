@@ -228,6 +228,21 @@ class StateStore:
         with self.exclusive():
             accumulate.accumulate_(t, st.fstate, st.istate, st.scratch, flag, *self._op_args)
 
+    def bound(self, st, flag):
+        """The op's arguments after x for state st: what an eager hook keeps once it has resolved its state."""
+        return (st.fstate, st.istate, st.scratch, flag, *self._op_args)
+
+    def update(self, x, args):
+        """The eager hooks' fast path: the op on x with bound() arguments, through accumulate_eager (no Python
+        frame, no argument boxing). False when it did nothing: no eager entry (reference backend), or x is not a
+        plain tensor on that state's device, or accumulate_ was swapped (the reference for a test or benchmark,
+        plan()'s recorder); the caller then takes measured(), resolve() and accumulate()."""
+        eager = accumulate.accumulate_eager_
+        if eager is None or accumulate.accumulate_ is not accumulate.COMPILED_OP:
+            return False
+        with self._lock:
+            return eager(x, *args)
+
     def accumulate_many(self, ts, sts, device, phase="train"):
         with self.exclusive():
             accumulate.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],

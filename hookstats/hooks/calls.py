@@ -87,9 +87,9 @@ class Calls:
         for index in self.index.values():
             index.reset()  # a forward that raised leaves its calls open
 
-    def saw(self, name):
+    def saw(self, name, compiling=None):
         """Records the order in which the forward first reaches each hooked module (eager code only)."""
-        if name not in self.forward_order and not torch.compiler.is_compiling():
+        if name not in self.forward_order and not (torch.compiler.is_compiling() if compiling is None else compiling):
             self.forward_order[name] = len(self.forward_order)
 
     def call_of(self, name):

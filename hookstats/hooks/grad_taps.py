@@ -1,11 +1,14 @@
-"""Gradient taps: Tensor.register_hook on an observed tensor (a module's output, a watched tensor) measures the
+"""Gradient taps: a hook on an observed tensor's autograd node (a module's output, a watched tensor) measures the
 gradient of the loss w.r.t. it; taps on views are checked for in-place ops (ViewTaps)."""
 import torch
 
-from ..tensors import is_measurable, measured, unread_reason
+from ..tensors import MEASURED_DTYPES, is_measurable, measured, unread_reason
+
+PLAIN = (torch.Tensor, torch.nn.Parameter)  # the tensor types a tap's cached target serves
 
 
-# The gradient "tap" is Tensor.register_hook on the observed tensor, not an autograd.Function returning
+# The gradient "tap" is a hook on the observed tensor's autograd node (eager: GradTap, a pre-hook on its grad_fn;
+# compiled: Tensor.register_hook, which Dynamo traces), not an autograd.Function returning
 # x.view_as(x): PyTorch forbids in-place ops on a custom Function's view output (ReLU(inplace=True) after a
 # hooked layer raises, eager and compiled), and a tap would replace the module's output object. Dynamo
 # traces tensor hooks on intermediates into the compiled backward with no graph break (tests/test_compile.py).
@@ -88,6 +91,65 @@ def tap_grad(port, key, t, phase):
         return None
 
     t.register_hook(on_grad)
+
+
+class GradTap:
+    """tap_grad's eager path for one target and phase, with what every call shares resolved once: the state and
+    the op's bound arguments, kept for the device they were resolved on (StateStore.update checks the gradient's
+    device and kind itself; anything else takes tap_grad's checks). The gradient is met by a pre-hook on the
+    output's grad_fn node, which gets the gradient of the value the output had when tapped (an in-place op
+    later gives the tensor a new node), as Tensor.register_hook does, for less host time per call; a leaf
+    output has no node and gets Tensor.register_hook."""
+
+    def __init__(self, port, key, phase):
+        self.port, self.key, self.phase = port, key, phase
+        self.target = None  # (state, flag, bound op arguments) on the device resolved last
+
+    def __call__(self, t):
+        if not t.requires_grad:
+            return
+        if type(t) not in PLAIN or t.dtype not in MEASURED_DTYPES or self.target is None:
+            self.target = self.resolve(t)
+            if self.target is None:
+                return
+        port, clock, key, phase = self.port, self.port.clock, self.key, self.phase
+        st, flag, bound = self.target
+        view = port.view_taps.add(key, t) if t._is_view() else None
+        step = clock.step_count
+        store = port.store
+
+        def on_grad(g):
+            if torch.compiler.is_compiling():  # compiled autograd traces the hooks of an eager forward
+                store.accumulate(g, st, flag)
+            elif view is not None and ViewTaps.modified(view):
+                ViewTaps.say_modified(port.tell, key)
+            elif clock.attached:
+                if clock.step_count != step:
+                    tell_split_step(port.tell, key, step, clock.step_count)
+                if store.update(g, bound):
+                    st.reached = st.reached or clock.measures(phase)  # paused since the forward: the flag masks the op
+                elif (g := measured(g)) is not None:  # another device or kind, or accumulate_ swapped
+                    target = store.resolve(key, g.device, phase, reach=False)
+                    target[0].reached = target[0].reached or clock.measures(phase)
+                    store.accumulate(g, *target)
+
+        node = t.grad_fn
+        if node is None:
+            t.register_hook(on_grad)
+        else:
+            nr = t.output_nr
+            node.register_prehook(lambda grads: None if grads[nr] is None else on_grad(grads[nr]))
+
+    def resolve(self, t):
+        """(state, flag, bound arguments) for t's device, or None when t's gradient is not measured (said once
+        where hookstats cannot read it)."""
+        port, key = self.port, self.key
+        if not is_measurable(t):
+            if (why := unread_reason(t)) is not None:
+                port.tell(f"unread:{key.id}", f"hookstats: {key.id} is not measured: its tensor is {why}")
+            return None
+        st, flag = port.store.resolve(key, t.device, self.phase, reach=False)
+        return st, flag, port.store.bound(st, flag)
 
 
 def tell_split_step(tell, key, step, now):

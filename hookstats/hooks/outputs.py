@@ -2,32 +2,54 @@
 gradient flowing back into it), a forward pre-hook each leaf of its positional and keyword inputs."""
 import inspect
 
+import torch
+
+from ..clock import in_recompute
 from ..state import Kind, TargetKey
 from ..tensors import tensor_leaves
-from .grad_taps import tap_grad
+from .grad_taps import GradTap, tap_grad
 from .port import recomputing
 
 
 def output_hook(port, name, values=True, grads=True):
-    """Forward hook: each floating leaf of the output, and (grads) the gradient flowing back into it."""
-    clock, calls = port.clock, port.calls
+    """Forward hook: each floating leaf of the output, and (grads) the gradient flowing back into it.
+
+    Everything a call can share with the next is resolved once and kept per (leaf, call, phase): the op's bound
+    arguments of the output's state (eager code passes them to StateStore.update, which checks x's device and
+    kind itself) and the GradTap of its gradient; torch.compiler.is_compiling() is asked once per call."""
+    clock, calls, store = port.clock, port.calls, port.store
+    separate, forward_order = calls.separate, calls.forward_order
+    outputs = {}  # (leaf, call, phase) -> StateStore.bound() arguments of the output's state (eager)
+    taps = {}  # (leaf, call, phase) -> GradTap of the gradient flowing back into that output
 
     def hook(module, args, out):
+        compiling = torch.compiler.is_compiling()
         # a recomputed forward (checkpointing) was measured the first time; with use_reentrant=True
         # its gradients flow through the recomputed graph only, so they are tapped there
-        recompute = recomputing()
-        phase = clock.hook_phase(recompute)
+        recompute = not compiling and in_recompute()
+        phase = clock.hook_phase(recompute, compiling)
         if phase is None or recompute and not grads:
             return None
-        if calls.separate and calls.skip_recomputed(name, recompute, port.tell):
+        if separate and calls.skip_recomputed(name, recompute, port.tell):
             return None
-        calls.saw(name)
-        call = calls.call_of(name)
-        for leaf, t in tensor_leaves(out):
+        if name not in forward_order:
+            calls.saw(name, compiling)
+        call = calls.call_of(name) if separate else None
+        for leaf, t in (("", out),) if isinstance(out, torch.Tensor) else tensor_leaves(out):
+            where = (leaf, call, phase)
             if values and not recompute:
-                port.measure_in(TargetKey(name, Kind.OUTPUT, leaf, call), t, phase)
-            if grads:
+                bound = None if compiling else outputs.get(where)
+                if bound is None or not store.update(t, bound):
+                    bound = port.measure_in(TargetKey(name, Kind.OUTPUT, leaf, call), t, phase, keep=not compiling)
+                    if bound is not None:
+                        outputs[where] = bound
+            if grads and compiling:  # compiled code keeps no Python objects between calls
                 tap_grad(port, TargetKey(name, Kind.GRAD_OUTPUT, leaf, call), t, phase)
+            elif grads:
+                tap = taps.get(where)
+                if tap is None:
+                    tap = taps[where] = GradTap(port, TargetKey(name, Kind.GRAD_OUTPUT, leaf, call), phase)
+                tap(t)
         return None
     return hook
 

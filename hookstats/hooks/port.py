@@ -17,14 +17,19 @@ class Port:
         self.untapped = False  # a gradient tap was left out of compiled code (grad_taps.COMPILED_GRAD_TAPS)
         self.input_grads = False  # input_grads=True hooks some module
 
-    def measure_in(self, key, t, phase):
+    def measure_in(self, key, t, phase, keep=False):
+        """Measures t into key's state. keep (eager code only): returns the op's bound arguments (StateStore.bound)
+        when t itself was measured, for the hook to keep and pass to StateStore.update next time; else None."""
         x = measured(t)
         if x is not None:
             target = self.store.resolve(key, x.device, phase)
             if target is not None:
                 self.store.accumulate(x, *target)
+                if keep and x is t:
+                    return self.store.bound(*target)
         elif (why := unread_reason(t)) is not None:
             self.tell(f"unread:{key.id}", f"hookstats: {key.id} is {why}: it is not measured")
+        return None
 
     def settle(self):
         """An eager point (StepClock.eager_listeners): allocates what compiled code reached first, says once what
@@ -48,5 +53,7 @@ class Port:
                                      "module); they still run eagerly.")
 
 
-def recomputing():
-    return not torch.compiler.is_compiling() and in_recompute()
+def recomputing(compiling=None):
+    if compiling is None:
+        compiling = torch.compiler.is_compiling()
+    return not compiling and in_recompute()
