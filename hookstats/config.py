@@ -11,7 +11,7 @@ from . import layout
 class StatsConfig:
     """Linear bins are half-open [lo + i*w, lo + (i+1)*w), w = (hi - lo) / nbins; values below lo count
     as underflow and values >= hi as overflow. The range is fixed up front: inferring it from the data
-    would need a host sync. near_zero="abs" counts |x| <= eps; "le" counts x <= eps (fastai's rule).
+    would need a host sync. near_zero="abs" counts `|x|` <= eps; "le" counts x <= eps (fastai's rule).
 
     Defaults: the range-free float buckets (float_hist) on, the linear histogram off. It is on with
     linear_hist=True or when any of nbins/lo/hi is given (a range asked for is never silently dropped);

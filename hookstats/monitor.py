@@ -253,7 +253,7 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     every log_every steps to mon.history() (the last `keep` steps) and to `sinks` (every step); alerts (True,
     False or hookstats.AlertRules).
     A paddle.nn.Layer is measured through Paddle's hooks with the same keywords (hookstats/paddle/,
-    docs/notes/paddle.md); param_grads=True then takes optimizer=, the Paddle optimizer whose step() measures them.
+    docs/howto/paddle.md); param_grads=True then takes optimizer=, the Paddle optimizer whose step() measures them.
     Under torch.distributed the sinks write on rank 0 only (each rank's own statistics; mon.reduce() merges
     ranks); rank_zero_only=False lets every rank write (rank r > 0 writes <stem>.rank<r><suffix>).
     start_step=N: the first step is step N (a resumed run; mon.load_state_dict() also sets it, with the totals).

@@ -239,7 +239,7 @@ def host_history(cfg, targets, keep):
 
 
 def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None, speed=None, **attach_kwargs):
-    """What hookstats.attach(model, **attach_kwargs) would measure in one training step on these inputs,
+    """What `hookstats.attach(model, **attach_kwargs)` would measure in one training step on these inputs,
     and what it would cost, found on fake tensors: nothing of the model's size is allocated, so a 70B model
     on the meta device plans in seconds on a laptop.
 

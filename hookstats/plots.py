@@ -230,7 +230,7 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="outp
     panel on its own color scale, in a grid that grows with the targets (max_targets: the first ones, and
     the title says how many of how many; targets without histograms are named in the title).
     hist="linear": the value bins (the configured linear histogram, else the view of the float buckets over one
-    span for the steps shown); hist="log2": log2 |x| (zeros and values below 2**-126 in the bottom row).
+    span for the steps shown); hist="log2": log2 `|x|` (zeros and values below 2**-126 in the bottom row).
     One column per record that has the histogram, its step under it: the float buckets' view holds each flush
     window's histogram steps, with the record of the window's last step; the linear bins and log2 slots the step's
     own (steps between histogram steps, hist_every, have none)."""
@@ -300,10 +300,10 @@ def format_ranges():
 
 def range_shares(log2_hist):
     """Share of the finite values (zeros included) that each format cannot hold, from the log2 bins:
-    underflow = nonzero |x| below its smallest subnormal (rounds to 0 or to that subnormal); subnormal =
-    |x| in [smallest subnormal, smallest normal) (precision lost); overflow = |x| >= 2**(e+1) above its
+    underflow = nonzero `|x|` below its smallest subnormal (rounds to 0 or to that subnormal); subnormal =
+    `|x|` in [smallest subnormal, smallest normal) (precision lost); overflow = `|x|` >= 2**(e+1) above its
     max 2**e * (2 - ulp), a lower bound (the bin holding max itself is counted as in range). bf16's
-    smallest subnormal (2**-133) lies inside slot 1 (all nonzero |x| below 2**-126): its underflow share
+    smallest subnormal (2**-133) lies inside slot 1 (all nonzero `|x|` below 2**-126): its underflow share
     counts none of them, a lower bound too."""
     h = np.asarray(log2_hist, dtype=np.float64)
     total = h.sum()
@@ -338,7 +338,7 @@ def _log2_of(hist):
 
 
 def plot_dynamic_range(by_target, path=None, max_targets=None):
-    """Left: each target's log2 |x| distribution (one row per target, forward order; max_targets: the first
+    """Left: each target's log2 `|x|` distribution (one row per target, forward order; max_targets: the first
     ones, and the title says how many of how many) with each format's range marked (solid: smallest
     subnormal and max; dashed: smallest normal). Right: under/overflow % per format. by_target: {target:
     float buckets [4096]} (totals()), or log2 histograms [256] of a run saved without float buckets."""

@@ -115,9 +115,9 @@ def test_device_without_kernel(monkeypatch):
 
 
 def test_runs_the_paddle_notes_example():
-    """docs/notes/paddle.md's example, run as written."""
+    """docs/howto/paddle.md's example, run as written."""
     from pathlib import Path
-    text = (Path(__file__).resolve().parent.parent / "docs" / "notes" / "paddle.md").read_text()
+    text = (Path(__file__).resolve().parent.parent / "docs" / "howto" / "paddle.md").read_text()
     code = text.split("```python\n")[1].split("```")[0]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the example warns about nothing

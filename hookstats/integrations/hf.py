@@ -20,7 +20,7 @@ class HookStatsCallback(TrainerCallback):
 
     The Trainer runs user callbacks after its reporting integrations (TensorBoard, W&B, MLflow...): in
     `callbacks=[...]` the statistics go to `trainer.state.log_history` only; `add_to(trainer)` also hands
-    them to the integrations, and both histograms (linear, log2 |x|; histograms=False for none) to the
+    them to the integrations, and both histograms (linear, log2 `|x|`; histograms=False for none) to the
     TensorBoard integration's SummaryWriter and the W&B integration's run, under the same names as its
     scalars (`train/<prefix><module>/<kind>/hist`, `.../log2_abs`) at the same global step. Either way the
     console printer does not print them. stats: record fields logged; other keywords go to
@@ -66,7 +66,7 @@ class HookStatsCallback(TrainerCallback):
 
 
 def add_to(trainer, **kwargs):
-    """Makes a HookStatsCallback(**kwargs) and puts it before the Trainer's reporting integrations, so
+    """Makes a `HookStatsCallback(**kwargs)` and puts it before the Trainer's reporting integrations, so
     they report its statistics, and a remover of them after the integrations, so the console printer
     does not print them. Returns the callback."""
     cb = HookStatsCallback(**kwargs)

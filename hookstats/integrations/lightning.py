@@ -26,7 +26,7 @@ class HookStatsCallback(Callback):
     """A window ends on each batch where the trainer logs (every log_every_n_steps batches that stepped
     the optimizer; with manual optimization every batch counts, from the fit's first): its statistics go
     through pl_module.log_dict, so they land in the trainer's own rows (same step, epoch column, one
-    CSVLogger row), and its histograms (linear and log2 |x|, with histograms=True) go to each
+    CSVLogger row), and its histograms (linear and log2 `|x|`, with histograms=True) go to each
     TensorBoardLogger (add_histogram_raw on its SummaryWriter) and WandbLogger (wandb.Histogram) at the same
     step; the monitor is reset after each window. The windows cannot be longer than the trainer's logging
     interval: Lightning repeats a value logged at one step in the rows of its later steps. log_every: None,

@@ -96,7 +96,7 @@ def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=F
     """hookstats.attach() for a paddle.nn.Layer (hookstats.attach routes one here): the same keywords, on
     Paddle's named_sublayers() names. param_grads=True needs optimizer= (a paddle.optimizer.Optimizer whose
     step() is wrapped: each selected parameter's gradient is measured once per step, before the update).
-    See docs/notes/paddle.md."""
+    See docs/howto/paddle.md."""
     if not isinstance(layer, paddle.nn.Layer):
         raise ValueError(f"attach: model must be a torch.nn.Module or a paddle.nn.Layer, got "
                          f"{type(layer).__module__}.{type(layer).__name__} {layer!r:.80}")
