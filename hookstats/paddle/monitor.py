@@ -55,6 +55,7 @@ class PaddleMonitor(Monitor):
 
     # Monitor.step() and stats() consult the torch parameter-gradient hooks; here the optimizer's step does it
     _param_grads = None
+    _params = None
 
     def measure(self, key, t):
         """Feeds the Paddle tensor t to the state of `key` (a TargetKey) in the current phase."""
