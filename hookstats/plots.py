@@ -183,7 +183,7 @@ def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets
             ax.set_ylim(*data_limits([st.plot.scale * series[t][st.name] for t in targets], st.plot.ylim))
     fig.suptitle(f"layer stats over steps ({kind or 'all kinds'}, {_count(len(targets), total)})")
     if targets:
-        fig.legend(handles, [f"{k}  {t}" for k, t in enumerate(targets)], loc="upper left",
+        fig.legend(handles, [f"{k}  {short(t)}" for k, t in enumerate(targets)], loc="upper left",
                    bbox_to_anchor=(0.81, 1 - 0.55 / height), fontsize=7, title="target (forward order)",
                    title_fontsize=8)
     return _save(fig, path, whole_legend=True)
