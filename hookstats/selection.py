@@ -22,7 +22,13 @@ def select_modules(model, modules=None, types=None, exclude=None, include_paraml
     """name -> module (module_names). Default: every module with parameters of its own (fastai's rule).
     modules: names or glob patterns (the root model also matches ""); types: module classes; exclude: names
     or glob patterns."""
-    named = module_names(model)
+    return select(module_names(model), modules, types, exclude, include_paramless, own_params, nn.Module,
+                  "nn.Module", "module")
+
+
+def select(named, modules, types, exclude, include_paramless, has_params, base, base_name, noun):
+    """The selection rules on {name: module} of any framework (the root first): base is its module class,
+    has_params(m) whether m has parameters of its own, noun what the framework calls a module."""
     root = next(iter(named))
 
     def matches(name, pat):
@@ -34,18 +40,18 @@ def select_modules(model, modules=None, types=None, exclude=None, include_paraml
             raise ValueError(f"{what} must be a list of names or glob patterns, not a string: {pats!r}")
         for p in pats:
             if not any(matches(n, p) for n in named):
-                raise ValueError(f"{what}: no module of the model matches {p!r}; "
-                                 f"modules are e.g. {list(named)[:8]}")
+                raise ValueError(f"{what}: no {noun} of the model matches {p!r}; "
+                                 f"{noun}s are e.g. {list(named)[:8]}")
     if types is not None:
         types = tuple(types) if isinstance(types, (list, tuple)) else (types,)
-        if not all(isinstance(t, type) and issubclass(t, nn.Module) for t in types):
-            raise ValueError(f"types must be nn.Module subclasses, got {types!r}")
+        if not all(isinstance(t, type) and issubclass(t, base) for t in types):
+            raise ValueError(f"types must be {base_name} subclasses, got {types!r}")
     out = {}
     for name, m in named.items():
         if modules is not None:
             if not any(matches(name, p) for p in modules):
                 continue
-        elif types is None and not (include_paramless or own_params(m)):
+        elif types is None and not (include_paramless or has_params(m)):
             continue
         if types is not None and not isinstance(m, types):
             continue
@@ -53,5 +59,5 @@ def select_modules(model, modules=None, types=None, exclude=None, include_paraml
             continue
         out[name] = m
     if not out:
-        raise ValueError("no module selected: check modules=, types= and exclude=")
+        raise ValueError(f"no {noun} selected: check modules=, types= and exclude=")
     return out
