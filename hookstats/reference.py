@@ -67,6 +67,37 @@ def _check_scalars(op, lo, inv_w, eps, nbins, flags):
         raise RuntimeError(f"{op}eps must be >= 0, got {eps}")
 
 
+_SPARSE = {torch.sparse_coo: "COO", torch.sparse_csr: "CSR", torch.sparse_csc: "CSC", torch.sparse_bsr: "BSR",
+           torch.sparse_bsc: "BSC"}
+TAKES = ("the op takes dense strided tensors only (torch.strided layout, not sparse, quantized, nested or MKL-DNN): "
+         "x float32, float64, float16 or bfloat16; fstate float64, istate int64, scratch uint8; all on x's device, "
+         "CPU or CUDA")
+
+
+def kind_error(op, name, t):
+    """The op's error for a tensor of a kind it does not read (also raised for the compiled op: accumulate.py
+    registers it for the dispatch keys of those kinds), or None for a dense strided tensor."""
+    if t.is_nested:
+        kind, advice = "nested tensor", "measure its packed values, t.values()"
+    elif t.is_quantized:
+        kind, advice = "quantized tensor", "measure t.dequantize()"
+    elif t.layout in _SPARSE:
+        kind, advice = f"sparse {_SPARSE[t.layout]} tensor", "measure t.to_dense(), or its stored values t.values()"
+    elif t.layout == torch._mkldnn:
+        kind, advice = "mkldnn tensor", "measure t.to_dense()"
+    elif t.layout != torch.strided:
+        kind, advice = f"{t.layout} tensor", "measure a dense copy of it"
+    else:
+        return None
+    return f"{op}{name} is a {kind}; {TAKES}. To measure it, {advice}"
+
+
+def _check_kinds(op, tensors):
+    for name, t in tensors:
+        if (msg := kind_error(op, name, t)) is not None:
+            raise RuntimeError(msg)
+
+
 def _check_state(op, name, t, dtype, numel, x, size_note=""):
     if t.device != x.device:
         raise RuntimeError(f"{op}{name} must be on x's device ({x.device}), got {t.device}")
@@ -91,6 +122,7 @@ def _istate_note(nbins, flags, istate):
 
 
 def _check_target(op, x, fstate, istate, scratch, enabled, nbins, flags):
+    _check_kinds(op, (("x", x), ("fstate", fstate), ("istate", istate), ("scratch", scratch), ("enabled", enabled)))
     if x.dtype not in MEASURED_DTYPES:
         raise RuntimeError(f"{op}x must be float32, float64, float16 or bfloat16, got {x.dtype}")
     _check_state(op, "fstate", fstate, torch.float64, layout.FSTATE_SIZE, x)
