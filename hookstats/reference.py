@@ -208,8 +208,14 @@ def _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags
     # moments of the finite values: float64, two passes, then Chan's merge into the state
     nb = fin.sum().double()
     safe = nb.clamp(min=1)
-    mean_b = torch.where(fin, xd, 0).sum() / safe
-    m2_b = torch.where(fin, xd - mean_b, 0).square().sum()
+    # scaled by 2^-k, k = max(0, e - 500) for the largest magnitude 2^e: the sums of float64 squares of values
+    # past ~1.3e154 stay finite; scaled back exactly (M2 is inf only where it passes float64's range itself)
+    k = (torch.frexp(torch.where(fin, xd, 0).abs().amax()).exponent - 501).clamp(min=0).double()
+    up = torch.pow(2.0, k)
+    xs = torch.where(fin, xd * torch.pow(2.0, -k), 0)
+    mean_s = xs.sum() / safe
+    mean_b = mean_s * up
+    m2_b = torch.where(fin, xs - mean_s, 0).square().sum() * up * up
     na, ma, m2a = fstate[layout.N_FINITE], fstate[layout.MEAN], fstate[layout.M2]
     n = na + nb
     d = mean_b - ma
