@@ -358,7 +358,7 @@ def sweep(cfg, quick):
     (half zeros: one shared counter for all of them); no histogram) against a device-to-device copy of the same
     tensor (its read side: bytes / copy time, the issue's yardstick) and x.sum() (one read pass: the floor)."""
     from hookstats import StatsConfig
-    bare = StatsConfig(nbins=cfg.nbins, lo=cfg.lo, hi=cfg.hi, eps=cfg.eps, linear_hist=False, log_hist=False)
+    bare = StatsConfig(eps=cfg.eps, linear_hist=False, log_hist=False)
     flt = float_only(cfg)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     mbs = [1, 4, 16, 64] if quick else [1, 4, 16, 64, 256, 1024]

@@ -193,6 +193,50 @@ HS_HD void fp64_shifted_sums(const V* v, int n, double& K, double& s1, double& s
     s2 += d * d;
   }
 }
+// 2^k for k in [-1022, 1023], exact (no libm: the header builds for host and device alike).
+HS_HD double pow2(int k) {
+  const uint64_t u = static_cast<uint64_t>(k + 1023) << 52;
+  double d;
+  memcpy(&d, &u, sizeof(d));
+  return d;
+}
+// The redo of a float64 block whose fp64 sums overflowed (|v| past ~1.3e154 squares past DBL_MAX; sums of values
+// near DBL_MAX): the moments of its finite values on v * 2^-k, k = max(0, e - 500) for the largest magnitude 2^e,
+// so every scaled |v - K| < 2^502 and the sums of squares stay finite; mean and M2 are scaled back exactly (M2 is
+// inf only where it passes DBL_MAX itself). For k = 0 (every float32/16 block) it is fp64_shifted_sums' result.
+template <typename V>
+HS_HD void fp64_scaled_partial(const V* v, int n, Partial& p) {
+  double big = 0.0, cnt = 0.0;
+  for (int i = 0; i < n; ++i) {
+    const double x = static_cast<double>(v[i]);
+    const double a = x < 0 ? -x : x;
+    if (x - x == 0.0) {
+      big = a > big ? a : big;
+      cnt += 1.0;
+    }
+  }
+  uint64_t bits;
+  memcpy(&bits, &big, sizeof(bits));
+  const int e = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
+  const int k = e > 500 ? e - 500 : 0;
+  const double down = pow2(-k), up = pow2(k);
+  double K = 0.0, s1 = 0.0, s2 = 0.0;
+  for (int i = n - 1; i >= 0; --i) {
+    const double x = static_cast<double>(v[i]);
+    K = x - x == 0.0 ? x * down : K;
+  }
+  for (int i = 0; i < n; ++i) {
+    const double x = static_cast<double>(v[i]);
+    const double d = x - x == 0.0 ? x * down - K : 0.0;
+    s1 += d;
+    s2 += d * d;
+  }
+  p.n = cnt;
+  if (cnt == 0.0) { p.mean = 0.0; p.m2 = 0.0; return; }
+  p.mean = (K + s1 / cnt) * up;
+  const double m2 = s2 - s1 * s1 / cnt;
+  p.m2 = (m2 > 0.0 ? m2 : 0.0) * up * up;
+}
 HS_HD bool partial_overflowed(const Partial& p) { return !(p.mean - p.mean == 0.0 && p.m2 - p.m2 == 0.0); }
 // The other end: fp32 squares of |v - K| below ~1e-19 (FLT_MIN = 2^-126) are subnormal or zero, so tiny
 // values (vanishing gradients) lost most of their variance. A block whose fp32 sum of squares is below 2^-100

@@ -54,6 +54,14 @@ if _COMPILED:
     def _accumulate_many_fake(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags):
         reference.check_many_args(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags, memory=False)
 
+    # The dispatcher routes a sparse, quantized, nested or MKL-DNN tensor to its own backend, where the op has no
+    # kernel ("Could not run ... from the 'SparseCPU' backend"): these kernels raise the op's own error instead.
+    _other_kinds = torch.library.Library("hookstats", "IMPL")
+    for _key in ("SparseCPU", "SparseCUDA", "SparseCsrCPU", "SparseCsrCUDA", "QuantizedCPU", "QuantizedCUDA",
+                 "NestedTensorCPU", "NestedTensorCUDA", "AutogradNestedTensor", "MkldnnCPU"):
+        _other_kinds.impl("accumulate_", reference.check_args, _key)
+        _other_kinds.impl("accumulate_many_", reference.check_many_args, _key)
+
     accumulate_ = torch.ops.hookstats.accumulate_.default
     accumulate_many_ = torch.ops.hookstats.accumulate_many_.default
     # The eager hooks' entry to the same op (csrc/ops.cpp): present when hookstats._C was imported as a module

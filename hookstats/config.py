@@ -45,6 +45,13 @@ class StatsConfig:
                   "float_hist": (bool,)}
         for name, rule in checks.items():  # frozen: the checked (Python) values replace NumPy scalars
             object.__setattr__(self, name, check_arg(name, getattr(self, name), *rule))
+        if self.linear_hist is False:
+            # a range asked for is never silently dropped; the defaults count as not given (dataclasses.replace)
+            asked = {k: v for k, v in (("nbins", self.nbins), ("lo", self.lo), ("hi", self.hi))
+                     if v != LINEAR_DEFAULTS[k]}
+            if asked:
+                raise ValueError(f"linear_hist=False contradicts {', '.join(f'{k}={v!r}' for k, v in asked.items())}: "
+                                 "nbins, lo and hi set the linear histogram; drop them, or drop linear_hist=False")
         if not self.lo < self.hi:
             raise ValueError(f"lo must be < hi, got lo={self.lo} hi={self.hi}")
         if not self.lo32 < float(np.float32(self.hi)):

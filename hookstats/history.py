@@ -10,6 +10,7 @@ import torch
 from . import layout
 from .alerts import ROW_WIDTH, AlertRules, step_order
 from .config import check_count
+from .device_memory import available_bytes, host_available_bytes
 from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
                       step_records)
 from .sinks.memory import MemorySink
@@ -23,6 +24,22 @@ def step_slots(cfg):
     """The istate slots a ring keeps per step: the istate's prefix before the float buckets (what the flags
     measure: count, near-zero, the linear bins if configured, NaN/Inf, the op's own log2 slots if any)."""
     return layout.float_base(cfg.nbins, cfg.flags)
+
+
+def check_ring_fits(capacity, targets, cfg, device):
+    """Raises a ValueError naming history= when a ring of `capacity` steps for `targets` targets would take more
+    than `device` (and the host, for its staging copies) has available now."""
+    device = torch.device(device)
+    buf = targets * (ROW_WIDTH + capacity * (F + step_slots(cfg))) * 8
+    copies = 2 if device.type == "cuda" else 1  # host staging buffers (Ring.host)
+    needs = [(str(device), buf, available_bytes(device)), ("host (staging)", copies * buf, host_available_bytes())]
+    if device.type == "cpu":  # one memory for both
+        needs = [("cpu", (1 + copies) * buf, host_available_bytes())]
+    for where, need, avail in needs:
+        if avail is not None and need > avail:
+            raise ValueError(f"history={capacity}: a ring of {capacity} steps for {targets} target(s) needs {need:,} "
+                             f"bytes on {where}, and {avail:,} bytes are available; give history= fewer steps "
+                             f"(history=True keeps log_every steps on the device)")
 
 
 class HistoryWarning(RuntimeWarning):
@@ -193,6 +210,10 @@ class History:
         self._no_hist = set()  # recorded steps that counted no histograms (hist_every), until delivered
         self._broken = self._closed = False
         self._order = step_order(monitor.modules, monitor.forward_order)
+        known = self._train_states()
+        devices = {p.device for m in monitor.modules.values() for p in m.parameters(recurse=False)}
+        for device in known or devices or {torch.device("cpu")}:
+            check_ring_fits(capacity, max(1, len(known.get(device, ()))), self.cfg, device)
         monitor.split_steps()
         monitor.step_listeners.append(self._on_step_end)
 
@@ -248,6 +269,7 @@ class History:
         """The ring of `device`, remade (keeping what it knew) when targets appeared since."""
         ring = self.rings.get(device)
         if ring is None or len(ring.states) != len(states):
+            check_ring_fits(self.capacity, len(states), self.cfg, device)
             if ring is not None and ring.steps:
                 self._start_copy(ring)
             self.rings[device] = ring = Ring(device, states, self.capacity, self.cfg, self.rules, old=ring)

@@ -241,8 +241,8 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     k % (N * M) == 0; moments, counts, min/max, near-zero and NaN/Inf on each); steps="forward" counts a step per root forward in training mode,
     steps="manual" lets mon.step() end each step (gradient accumulation); eval=True also measures eval-mode forwards, kept apart from train, in any step (every=N samples train steps only);
     inputs=True measures module inputs; grads (default on) the gradients flowing back into the outputs;
-    input_grads=True the gradients w.r.t. module inputs (full backward hook nodes; no in-place ops on the
-    outputs, graph breaks under torch.compile); param_grads=True each parameter's gradient once per
+    input_grads=True the gradients w.r.t. module inputs, through each call only (a call that modifies its
+    input in place is left out, said once); param_grads=True each parameter's gradient once per
     optimizer step; params=True the parameters themselves ("fc1.weight:param") after each optimizer step
     (or at mon.step()), at the cadence of every/hist_every; separate_calls=True keeps each call of a module in a
     step apart ("fc:output@1").

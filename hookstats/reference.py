@@ -67,6 +67,37 @@ def _check_scalars(op, lo, inv_w, eps, nbins, flags):
         raise RuntimeError(f"{op}eps must be >= 0, got {eps}")
 
 
+_SPARSE = {torch.sparse_coo: "COO", torch.sparse_csr: "CSR", torch.sparse_csc: "CSC", torch.sparse_bsr: "BSR",
+           torch.sparse_bsc: "BSC"}
+TAKES = ("the op takes dense strided tensors only (torch.strided layout, not sparse, quantized, nested or MKL-DNN): "
+         "x float32, float64, float16 or bfloat16; fstate float64, istate int64, scratch uint8; all on x's device, "
+         "CPU or CUDA")
+
+
+def kind_error(op, name, t):
+    """The op's error for a tensor of a kind it does not read (also raised for the compiled op: accumulate.py
+    registers it for the dispatch keys of those kinds), or None for a dense strided tensor."""
+    if t.is_nested:
+        kind, advice = "nested tensor", "measure its packed values, t.values()"
+    elif t.is_quantized:
+        kind, advice = "quantized tensor", "measure t.dequantize()"
+    elif t.layout in _SPARSE:
+        kind, advice = f"sparse {_SPARSE[t.layout]} tensor", "measure t.to_dense(), or its stored values t.values()"
+    elif t.layout == torch._mkldnn:
+        kind, advice = "mkldnn tensor", "measure t.to_dense()"
+    elif t.layout != torch.strided:
+        kind, advice = f"{t.layout} tensor", "measure a dense copy of it"
+    else:
+        return None
+    return f"{op}{name} is a {kind}; {TAKES}. To measure it, {advice}"
+
+
+def _check_kinds(op, tensors):
+    for name, t in tensors:
+        if (msg := kind_error(op, name, t)) is not None:
+            raise RuntimeError(msg)
+
+
 def _check_state(op, name, t, dtype, numel, x, size_note=""):
     if t.device != x.device:
         raise RuntimeError(f"{op}{name} must be on x's device ({x.device}), got {t.device}")
@@ -91,6 +122,7 @@ def _istate_note(nbins, flags, istate):
 
 
 def _check_target(op, x, fstate, istate, scratch, enabled, nbins, flags):
+    _check_kinds(op, (("x", x), ("fstate", fstate), ("istate", istate), ("scratch", scratch), ("enabled", enabled)))
     if x.dtype not in MEASURED_DTYPES:
         raise RuntimeError(f"{op}x must be float32, float64, float16 or bfloat16, got {x.dtype}")
     _check_state(op, "fstate", fstate, torch.float64, layout.FSTATE_SIZE, x)
@@ -186,8 +218,14 @@ def _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags
     # moments of the finite values: float64, two passes, then Chan's merge into the state
     nb = fin.sum().double()
     safe = nb.clamp(min=1)
-    mean_b = torch.where(fin, xd, 0).sum() / safe
-    m2_b = torch.where(fin, xd - mean_b, 0).square().sum()
+    # scaled by 2^-k, k = max(0, e - 500) for the largest magnitude 2^e: the sums of float64 squares of values
+    # past ~1.3e154 stay finite; scaled back exactly (M2 is inf only where it passes float64's range itself)
+    k = (torch.frexp(torch.where(fin, xd, 0).abs().amax()).exponent - 501).clamp(min=0).double()
+    up = torch.pow(2.0, k)
+    xs = torch.where(fin, xd * torch.pow(2.0, -k), 0)
+    mean_s = xs.sum() / safe
+    mean_b = mean_s * up
+    m2_b = torch.where(fin, xs - mean_s, 0).square().sum() * up * up
     na, ma, m2a = fstate[layout.N_FINITE], fstate[layout.MEAN], fstate[layout.M2]
     n = na + nb
     d = mean_b - ma

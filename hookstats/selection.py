@@ -1,6 +1,7 @@
 """Which modules attach() hooks: select_modules (names, glob patterns, types, exclude; by default every module
 with parameters of its own) and how targets name them (module_names)."""
 import fnmatch
+from collections.abc import Iterable
 
 from torch import nn
 
@@ -18,6 +19,22 @@ def module_names(model):
     return {(n or root): m for n, m in named.items()}
 
 
+def check_patterns(what, pats):
+    """modules= / exclude=: None, or a list (tuple, set, generator) of str names or glob patterns, as a list."""
+    if pats is None:
+        return None
+    if isinstance(pats, str):
+        raise ValueError(f"{what} must be a list of names or glob patterns, not a string: {pats!r}")
+    if isinstance(pats, (bytes, dict)) or not isinstance(pats, Iterable):
+        raise ValueError(f"{what} must be a list of module names or glob patterns (str), "
+                         f"got {type(pats).__name__} {pats!r:.80}")
+    pats = list(pats)
+    for i, p in enumerate(pats):
+        if not isinstance(p, str):
+            raise ValueError(f"{what}[{i}] must be a module name or glob pattern (a str), got {type(p).__name__} {p!r:.80}")
+    return pats
+
+
 def select_modules(model, modules=None, types=None, exclude=None, include_paramless=False):
     """name -> module (module_names). Default: every module with parameters of its own (fastai's rule).
     modules: names or glob patterns (the root model also matches ""); types: module classes; exclude: names
@@ -33,12 +50,9 @@ def select(named, modules, types, exclude, include_paramless, has_params, base, 
 
     def matches(name, pat):
         return fnmatch.fnmatchcase(name, pat) or pat == "" and name == root
+    modules, exclude = check_patterns("modules", modules), check_patterns("exclude", exclude)
     for what, pats in (("modules", modules), ("exclude", exclude)):
-        if pats is None:
-            continue
-        if isinstance(pats, str):
-            raise ValueError(f"{what} must be a list of names or glob patterns, not a string: {pats!r}")
-        for p in pats:
+        for p in pats or ():
             if not any(matches(n, p) for n in named):
                 raise ValueError(f"{what}: no {noun} of the model matches {p!r}; "
                                  f"{noun}s are e.g. {list(named)[:8]}")

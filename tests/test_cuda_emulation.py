@@ -193,9 +193,9 @@ def test_tails_and_misalignment_asan(drivers, tmp_path, dtype, n, misalign):
     check(states[0], x, launches=2)
 
 
-@pytest.mark.parametrize("cfg", [StatsConfig(nbins=7, lo=-1, hi=1, linear_hist=False, float_hist=False),
+@pytest.mark.parametrize("cfg", [StatsConfig(linear_hist=False, float_hist=False),
                                  StatsConfig(nbins=256, lo=0, hi=10, log_hist=False, near_zero="le", float_hist=False),
-                                 StatsConfig(nbins=1, linear_hist=False, log_hist=False, float_hist=False)], ids=["log", "lin256", "none"])
+                                 StatsConfig(linear_hist=False, log_hist=False, float_hist=False)], ids=["log", "lin256", "none"])
 def test_histogram_flags(drivers, tmp_path, cfg):
     x = adversarial(5003, torch.float32, seed=7)
     states, r = run_driver(drivers["tsan"], x, ["dense", 1, 3], cfg=cfg, tmp=tmp_path)
@@ -347,7 +347,7 @@ FLOAT_DENSE = [(torch.float32, 1, 0, 4099, "tsan"), (torch.float32, 5, 1, 10007,
 @pytest.mark.parametrize("dtype,grid,misalign,n,san", FLOAT_DENSE, ids=lambda v: str(v).replace("torch.", ""))
 def test_float_buckets_dense(drivers, tmp_path, dtype, grid, misalign, n, san):
     """FLOAT_HIST alone (the future default): exact buckets on every dtype, multi-block, misaligned, 3 launches."""
-    cfg = FloatCfg(StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, linear_hist=False, log_hist=False, float_hist=False))
+    cfg = FloatCfg(StatsConfig(eps=1e-3, linear_hist=False, log_hist=False, float_hist=False))
     x = bucket_values(n, dtype, seed=grid)
     states, r = run_driver(drivers[san], x, ["dense", misalign, grid], cfg=cfg, launches="3", tmp=tmp_path)
     assert r.returncode == 0, r.stderr[-6000:]
@@ -356,7 +356,7 @@ def test_float_buckets_dense(drivers, tmp_path, dtype, grid, misalign, n, san):
 
 @pytest.mark.parametrize("base", [StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, float_hist=False),
                                   StatsConfig(nbins=256, lo=0, hi=10, log_hist=False, near_zero="le", float_hist=False),
-                                  StatsConfig(nbins=7, lo=-1, hi=1, linear_hist=False, float_hist=False)], ids=["all", "lin256", "log"])
+                                  StatsConfig(linear_hist=False, float_hist=False)], ids=["all", "lin256", "log"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_float_buckets_with_other_histograms(drivers, tmp_path, base, dtype):
     cfg = FloatCfg(base)
@@ -381,7 +381,7 @@ def test_float_buckets_tails_vanishing(drivers, tmp_path, data):
 
 @pytest.mark.parametrize("san", ["tsan", "asan"])
 def test_float_buckets_multi_tensor_launch(drivers, tmp_path, san):
-    cfg = FloatCfg(StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, linear_hist=False, log_hist=False, float_hist=False))
+    cfg = FloatCfg(StatsConfig(eps=1e-3, linear_hist=False, log_hist=False, float_hist=False))
     sizes, grids = [3001, 1, 257, 4096, 17], [2, 1, 1, 4, 1]
     x = bucket_values(sum(sizes), torch.bfloat16, seed=3)
     states, r = run_driver(drivers[san], x, ["many", ",".join(map(str, sizes)), ",".join(map(str, grids))],
@@ -405,7 +405,7 @@ def test_float_buckets_strided_view(drivers, tmp_path, san, dtype, which):
 
 
 def test_float_buckets_disabled_launches_change_nothing(drivers, tmp_path):
-    cfg = FloatCfg(StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, linear_hist=False, log_hist=False, float_hist=False))
+    cfg = FloatCfg(StatsConfig(eps=1e-3, linear_hist=False, log_hist=False, float_hist=False))
     x = bucket_values(3000, torch.bfloat16, seed=11)
     states, r = run_driver(drivers["tsan"], x, ["dense", 0, 3], cfg=cfg, launches="2:3", tmp=tmp_path)
     assert r.returncode == 0, r.stderr[-6000:]

@@ -408,7 +408,7 @@ def same_value(got, want):
 
 # the kernel's own histograms (float buckets off), then the defaults (float buckets, no linear bins)
 KERNEL_CONFIGS = [{"linear_hist": True, "float_hist": False}, {"nbins": 7, "log_hist": False, "float_hist": False},
-                  {"nbins": 3, "linear_hist": False, "float_hist": False}]
+                  {"linear_hist": False, "float_hist": False}]
 CONFIGS = KERNEL_CONFIGS + [{}]
 
 

@@ -222,9 +222,13 @@ struct ChunkKernel {
       Partial bp;
       shifted_to_partial(bp, ct, K, s1, s2);
       if (partial_overflowed(bp)) {
-        double Kd, d1, d2;
-        fp64_shifted_sums(v, m, Kd, d1, d2);
-        shifted_to_partial(bp, ct, Kd, d1, d2);
+        if constexpr (std::is_same_v<T, double>) {
+          fp64_scaled_partial(v, m, bp);  // float64 squares can overflow too
+        } else {
+          double Kd, d1, d2;
+          fp64_shifted_sums(v, m, Kd, d1, d2);
+          shifted_to_partial(bp, ct, Kd, d1, d2);
+        }
       }
       chan_merge(res.moments.n, res.moments.mean, res.moments.m2, bp.n, bp.mean, bp.m2);
     }

@@ -6,10 +6,9 @@ them changes what it observes."""
 
 from ..state import PHASES, Kind, TargetKey
 from ..tensors import is_measurable
-from ..user_warning import warn_user
 from .calls import CallIndex
 from .handles import global_optimizer_hook, hook_module
-from .input_grads import InputGrads, followed_in_place
+from .input_grads import InputGrads
 from .outputs import input_hook, output_hook
 from .param_grads import ParamGrads
 from .params import ParamValues
@@ -38,10 +37,6 @@ class Hooks:
         self.handles.append(hook_module(model, clock.on_root_forward_end, always_call=True))
         self.handles.append(global_optimizer_hook(clock.on_optimizer_step, post=True))
         clock.forward_listeners.append(self.new_forward)
-        no_bw = followed_in_place(model, modules) if input_grads else set()
-        if no_bw:
-            warn_user(f"hookstats: input_grads=True skips {sorted(no_bw)}: an in-place module follows each of them "
-                      "or starts it, and PyTorch's full backward hooks forbid in-place ops on a module's input and output")
         for name, m in modules.items():
             if calls.separate:  # registered first: its pre-hook runs before the others
                 calls.index[name] = CallIndex(clock, name)
@@ -55,10 +50,9 @@ class Hooks:
             if inputs:
                 self.handles.append(hook_module(m, input_hook(port, name, m), pre=True, with_kwargs=True))
                 self.preallocate(name, Kind.INPUT, m)
-            if input_grads and name not in no_bw:
+            if input_grads:
                 per_call = InputGrads(port, name, m)
                 self.per_call.append(per_call)
-                port.input_grads = True
                 self.handles.append(hook_module(m, per_call.pre_hook, pre=True))
                 self.handles.append(hook_module(m, per_call.forward_hook, always_call=True))
             if calls.separate:  # registered last: its forward hook runs after the others

@@ -15,7 +15,6 @@ class Port:
         self.calls = Calls(separate_calls)
         self.view_taps = ViewTaps()  # gradient taps on view outputs, checked for in-place ops
         self.untapped = False  # a gradient tap was left out of compiled code (grad_taps.COMPILED_GRAD_TAPS)
-        self.input_grads = False  # input_grads=True hooks some module
 
     def measure_in(self, key, t, phase, keep=False):
         """Measures t into key's state. keep (eager code only): returns the op's bound arguments (StateStore.bound)
@@ -47,10 +46,6 @@ class Port:
                                   "update hookstats' state (fixed in torch 2.13): inside torch.compile, gradients "
                                   "flowing into outputs and watched tensors are not measured (grad_output, "
                                   "watch_grad); forward values and parameter gradients are.")
-        if self.clock.compiled and self.input_grads:
-            self.tell("input_grads", "hookstats: input_grads=True uses PyTorch's backward-hook nodes (those of full "
-                                     "backward hooks), which torch.compile cannot trace (a graph break per hooked "
-                                     "module); they still run eagerly.")
 
 
 def recomputing(compiling=None):

@@ -18,7 +18,8 @@ from hookstats.selection import module_names  # noqa: E402
 # fastai's numbers: near_zero = mean(o <= 0.05), hist = o.histc(40, 0, 10): the exact linear bins (not the float
 # buckets' fitted view), counted only with with_hist, on every batch whatever the defaults; the float buckets only
 # when asked for (float_hist=True)
-FASTAI_CONFIG = dict(nbins=40, lo=0.0, hi=10.0, eps=0.05, near_zero="le", hist_every=1)
+FASTAI_CONFIG = dict(eps=0.05, near_zero="le", hist_every=1)
+FASTAI_BINS = dict(nbins=40, lo=0.0, hi=10.0)
 
 
 class ActivationStats(FastaiActivationStats):
@@ -75,8 +76,8 @@ class ActivationStats(FastaiActivationStats):
         self.monitor = hookstats.attach(
             self.model, modules=[n for n in self._names if n is not None], steps="manual", every=self.every or 1, outputs=self.is_forward,
             grads=not self.is_forward, history=True, log_every=self.log_every, sinks=[_BatchSink(self)],
-            alerts=False, linear_hist=self.with_hist, float_hist=self.float_hist, log_hist=self.float_hist,
-            **FASTAI_CONFIG)
+            alerts=False, float_hist=self.float_hist, log_hist=self.float_hist,
+            **FASTAI_CONFIG, **(FASTAI_BINS if self.with_hist else {"linear_hist": False}))
 
     def after_batch(self):
         # train_iter is the index of this batch: TrainEvalCallback (order -10) increments it after us
