@@ -442,7 +442,8 @@ def numpy_statistics(x, cfg):
            "min": fin.min() if n else np.nan, "max": fin.max() if n else np.nan,
            "near_zero": (np.abs(v) <= np.float32(cfg.eps)).sum() / v.size if v.size else np.nan,
            "near_zero_count": (np.abs(v) <= np.float32(cfg.eps)).sum(),
-           "nan": np.isnan(v).sum(), "posinf": np.isposinf(v).sum(), "neginf": np.isneginf(v).sum()}
+           "nan": np.isnan(v).sum(), "posinf": np.isposinf(v).sum(), "neginf": np.isneginf(v).sum(),
+           "rms": np.sqrt(np.mean(fin * fin)) if n else np.nan, "l2": np.linalg.norm(fin) if n else np.nan}
     if cfg.linear_hist:  # the bin of x: floor((x - lo) * nbins / (hi - lo)) in float32, as StatsConfig says
         pos = (fin.astype(np.float32) - np.float32(cfg.lo)) * np.float32(cfg.nbins / (cfg.hi - cfg.lo))
         inside = (pos >= 0) & (pos < cfg.nbins)
@@ -463,8 +464,10 @@ def state_statistics(f, i, cfg):
     count, nz = int(i[0]), int(i[1])
     lin = i[2: 2 + (cfg.nbins + 2 if cfg.linear_hist else 0) + 3]  # [under, bins, over], NaN, +Inf, -Inf
     var = m2 / (n - 1) if n > 1 else math.nan
+    rms = math.sqrt(mean * mean + m2 / n) if n > 0 else math.nan
     out = {"count": count, "finite": int(n), "mean": mean if n > 0 else math.nan,
            "std": math.sqrt(var) if n > 1 else math.nan, "var": var, "min": lo, "max": hi,
+           "rms": rms, "l2": math.sqrt(n) * rms,
            "near_zero": nz / count if count else math.nan, "near_zero_count": nz,
            "nan": int(lin[-3]), "posinf": int(lin[-2]), "neginf": int(lin[-1])}
     if cfg.linear_hist:
@@ -500,7 +503,7 @@ def test_finalize_against_numpy_statistics_of_the_data(config):
                     else:
                         np.testing.assert_allclose(g, w, rtol=1e-12, err_msg=f"{s},{t} {k}")
                 assert isinstance(one[k], np.ndarray if isinstance(w, np.ndarray) else
-                                  float if k in ("mean", "std", "var", "min", "max", "near_zero", "underflow", "overflow")
+                                  float if k in ("mean", "std", "var", "min", "max", "near_zero", "underflow", "overflow", "rms", "l2")
                                   else int), k  # underflow/overflow: NaN on history steps without histograms
 
 

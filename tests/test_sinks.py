@@ -378,18 +378,18 @@ def test_statistics_table_keeps_the_record_and_file_formats():
     from hookstats.sinks.memory import FLOATS, HISTS, INTS
     floats = ("near_zero_rel", "near_zero_rel_threshold", "p0_1", "p1", "p50", "p99", "p99_9", "abs_p0_1", "abs_p1",
               "abs_p50", "abs_p99", "abs_p99_9", "hist_count")
-    assert statistics.SCALARS == ("count", "finite", "mean", "std", "near_zero", *floats, "nan", "posinf", "neginf",
+    assert statistics.SCALARS == ("count", "finite", "mean", "std", "rms", "l2", "near_zero", *floats, "nan", "posinf", "neginf",
                                   "underflow", "overflow", "running_min", "running_max")
     assert statistics.DASHBOARD_STATS == ("mean", "std", "near_zero", "near_zero_rel", "nonfinite")
     assert statistics.DASHBOARD_CHOICES == statistics.SCALARS + ("nonfinite",)
     assert statistics.names(statistics.STATS) == (
-        "count", "finite", "mean", "std", "var", "min", "max", "near_zero", "near_zero_count", *floats, "nan",
+        "count", "finite", "mean", "std", "var", "rms", "l2", "min", "max", "near_zero", "near_zero_count", *floats, "nan",
         "posinf", "neginf", "underflow", "overflow", "hist", "hist_edges", "log2_hist", "float_hist")
     assert statistics.names(statistics.HISTORY) == tuple(
         k for k in statistics.names(statistics.STATS) if k not in ("min", "max")) + ("running_min", "running_max")
     assert INTS == ("count", "finite", "near_zero_count", "nan", "posinf", "neginf")
     # underflow/overflow: NaN on history steps that counted no histograms (hist_every)
-    assert FLOATS == ("mean", "std", "var", "near_zero", *floats, "underflow", "overflow", "running_min", "running_max")
+    assert FLOATS == ("mean", "std", "var", "rms", "l2", "near_zero", *floats, "underflow", "overflow", "running_min", "running_max")
     assert HISTS == ("hist", "log2_hist", "float_hist")
 
 
