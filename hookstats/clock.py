@@ -135,6 +135,12 @@ class StepClock:
     def compile_started(self):
         """Dynamo starts compiling a frame, in eager Python before it runs: an eager step whose optimizer has
         stepped ends here, so it is not merged into the compiled step that follows (one eager step first)."""
+        self.end_stepped_step()
+
+    def end_stepped_step(self):
+        """Ends the open eager step if its optimizer has stepped since its train forward (the step is done: the
+        next train forward would end it): at a compile start, and when the history is read, so a read has every
+        finished step. The next train forward then starts the next step without ending one."""
         if self._eager_stepped and self._step_has_forward and not self.manual and self.attached:
             self._step_has_forward = self._eager_stepped = False
             self._end_step()

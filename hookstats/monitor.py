@@ -140,9 +140,11 @@ class Monitor:
 
     def history(self):
         """Per-step statistics kept on the host: a pandas DataFrame (step, target, kind, stat, value), or a
-        dict of plain lists without pandas. Needs attach(..., history=True) or sinks=[...]."""
+        dict of plain lists without pandas; every finished step is in it (an eager step whose optimizer has
+        stepped is ended here, rather than at the next train forward). Needs attach(..., history=True) or sinks=[...]."""
         if self.recorder is None:
             raise RuntimeError("this monitor keeps no history: attach(model, history=True) or sinks=[...]")
+        self.clock.end_stepped_step()  # a step whose optimizer has stepped is finished: it is in the read
         return self.recorder.frame()
 
     def histogram(self, target, phase="train"):

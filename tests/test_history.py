@@ -627,3 +627,37 @@ def test_numpy_bool_history_is_history_true():
 def test_bad_numpy_scalars_get_one_error_naming_the_attach_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         hookstats.attach(nn.Linear(2, 2), **kwargs)
+
+
+def test_history_read_mid_run_has_every_finished_step_and_the_steps_go_on():
+    """An eager loop (steps counted by train forwards) with an optimizer: history() read after the optimizer step
+    of step k holds steps 0..k, each equal to the oracle of that step's tensors; the run goes on with step k + 1
+    (one forward a step, not a step ended twice), and a read before the optimizer step leaves the open step out."""
+    model = Recorder()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    mon = hookstats.attach(model, history=True, log_every=10, grads=False, **PER_STEP)
+
+    def train(n):
+        for _ in range(n):
+            model(torch.randn(4, 6)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+
+    def read():
+        frame = mon.history()
+        return sorted(set(frame["step"]))
+
+    train(3)
+    assert read() == [0, 1, 2]
+    train(2)
+    assert read() == [0, 1, 2, 3, 4]
+    model(torch.randn(4, 6)).square().mean().backward()  # step 5: no optimizer step yet
+    assert read() == [0, 1, 2, 3, 4]
+    opt.step()
+    assert read() == [0, 1, 2, 3, 4, 5]
+    mon.remove()
+    got = by_step(mon)
+    assert sorted({s for s, _ in got}) == list(range(6))
+    for step, seen in enumerate(model.seen):
+        for target, t in seen.items():
+            check_step(got[(step, target)], [t], mon.cfg)
