@@ -46,7 +46,8 @@ class StepClock:
     == 0: a fixed grid of steps (step 0 is one), so a pause() over one skips it rather than shifting the next
     ones, and history windows of log_every steps (a multiple of every * hist_every) hold the same number.
 
-    Listeners: step_listeners(clock, finished_step, it_was_sampled, it_counted_histograms) when a step ends,
+    Listeners: step_listeners(clock, finished_step, it_was_sampled, it_counted_histograms, a_validation_pass_ran)
+    when a step ends (the pass: eval root forwards measured while that step was open),
     forward_listeners() at the start of each root forward (not nested; compiled too), eager_listeners() at each
     eager point; on_sampling(sampled, hist, paused) with the step's mode, at each update (the device flags follow it)."""
 
@@ -66,6 +67,7 @@ class StepClock:
         # Whether the open step was sampled at any time in it (a pause or an eval forward since does not undo
         # what it measured): History records exactly these steps; and whether it counted histograms then.
         self.step_sampled = self.step_hist = True
+        self.step_eval = False  # an eval root forward was measured in the open step (eval=True): a validation pass
         self.attached = True  # a plain bool: compiled code can read it
         self.compiled = False  # a hook ran inside torch.compile
         self.optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
@@ -79,6 +81,8 @@ class StepClock:
 
     def on_root_forward(self, module, args):
         self.phase = "train" if module.training else "eval"
+        if self.phase == "eval" and self.track_eval and not self.paused:
+            self.step_eval = True
         compiling = torch.compiler.is_compiling()
         # Compiled code keeps no count of running root forwards: Dynamo guards on every int a hook reads, and
         # a count its replayed side effects leave behind recompiled the model at every step.
@@ -157,12 +161,13 @@ class StepClock:
         return known
 
     def _end_step(self):
-        finished, sampled, hist = self.step_count, self.step_sampled, self.step_hist
+        finished, sampled, hist, evaluated = self.step_count, self.step_sampled, self.step_hist, self.step_eval
         self.step_count += 1
         self.step_sampled = self.step_hist = False  # the caller's update_active() decides for the next step
+        self.step_eval = False
         with self.exclusive():
             for f in self.step_listeners:
-                f(self, finished, sampled, hist)
+                f(self, finished, sampled, hist, evaluated)
 
     def update_active(self):
         sampled = not self.paused and self.step_count % self.every == 0
@@ -196,7 +201,11 @@ class StepClock:
         if not recompute and self.root_running > 0:
             return self.phase if self.measuring else None
         phase = "train" if self.model.training else "eval"
-        return phase if self.measures(phase) else None
+        if not self.measures(phase):
+            return None
+        if phase == "eval":
+            self.step_eval = True
+        return phase
 
     def pause(self):
         self.paused = True

@@ -42,7 +42,7 @@ class Monitor:
                                exclusive=self.store.exclusive, hist_every=cfg.hist_every)
         self.every, self.separate_calls, self.tell = self.clock.every, separate_calls, WarnOnce()
         self.port = Port(self.store, self.clock, self.tell, separate_calls)
-        self.step_listeners = self.clock.step_listeners  # callables(clock, finished_step, sampled, counted_hists)
+        self.step_listeners = self.clock.step_listeners  # callables(clock, finished_step, sampled, counted_hists, evaluated)
         self.forward_order = self.port.calls.forward_order  # name -> rank of its first eager forward call
         self.clock.eager_listeners.append(self.port.settle)
         for dev in {t.device for t in (*model.parameters(), *model.buffers())} - {torch.device("meta")}:

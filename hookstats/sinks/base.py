@@ -13,8 +13,7 @@ import warnings
 from .. import statistics
 from ..records import KEY_FIELDS  # noqa: F401 (the record format, here with the rest of it)
 from ..statistics import DASHBOARD_CHOICES, DASHBOARD_STATS, SCALARS
-
-PREFIX = "hookstats/"
+from .names import PREFIX  # noqa: F401 (the default prefix of every dashboard name)
 
 
 def scalar_items(record):
