@@ -276,7 +276,7 @@ def test_history_without_pandas_is_plain_lists(monkeypatch):
     run(model, mon, 3)
     monkeypatch.setitem(sys.modules, "pandas", None)
     cols = mon.history()
-    assert set(cols) == {"step", "target", "kind", "stat", "value"}
+    assert set(cols) == {"step", "target", "kind", "phase", "stat", "value"}
     assert len({len(v) for v in cols.values()}) == 1
     rows = list(zip(cols["step"], cols["target"], cols["stat"]))
     i = rows.index((1, "a:output", "mean"))
@@ -289,7 +289,7 @@ def test_history_frame_is_long_format():
     mon = hookstats.attach(model, history=True)
     run(model, mon, 3)
     df = mon.history()
-    assert list(df.columns) == ["step", "target", "kind", "stat", "value"]
+    assert list(df.columns) == ["step", "target", "kind", "phase", "stat", "value"]
     assert sorted(df.step.unique()) == [0, 1]  # step 2 is still open
     v = df[(df.step == 1) & (df.target == "b:output") & (df.stat == "std")].value.item()
     assert v == pytest.approx(model.seen[1]["b:output"].double().std().item(), rel=1e-6)

@@ -21,8 +21,10 @@ def target_name(target, module, phase="train", prefix=PREFIX):
 
 def record_name(record, prefix=PREFIX, target=None):
     """target_name() of a record (a history record, or a stats() record with its id as `target`)."""
-    return target_name(target if target is not None else record["target"], record["module"],
-                       record.get("phase") or "train", prefix)
+    target = target if target is not None else record["target"]
+    module = record.get("module")
+    return target_name(target, target.split(":", 1)[0] if module is None else module, record.get("phase") or "train",
+                       prefix)
 
 
 def stat_name(base, stat):
