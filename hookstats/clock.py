@@ -68,6 +68,7 @@ class StepClock:
         # what it measured): History records exactly these steps; and whether it counted histograms then.
         self.step_sampled = self.step_hist = True
         self.step_eval = False  # an eval root forward was measured in the open step (eval=True): a validation pass
+        self.step_trained = False  # a train root forward ran in the open step
         self.attached = True  # a plain bool: compiled code can read it
         self.compiled = False  # a hook ran inside torch.compile
         self.optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
@@ -83,6 +84,8 @@ class StepClock:
         self.phase = "train" if module.training else "eval"
         if self.phase == "eval" and self.track_eval and not self.paused:
             self.step_eval = True
+        elif self.phase == "train":
+            self.step_trained = True
         compiling = torch.compiler.is_compiling()
         # Compiled code keeps no count of running root forwards: Dynamo guards on every int a hook reads, and
         # a count its replayed side effects leave behind recompiled the model at every step.
@@ -164,7 +167,7 @@ class StepClock:
         finished, sampled, hist, evaluated = self.step_count, self.step_sampled, self.step_hist, self.step_eval
         self.step_count += 1
         self.step_sampled = self.step_hist = False  # the caller's update_active() decides for the next step
-        self.step_eval = False
+        self.step_eval = self.step_trained = False
         with self.exclusive():
             for f in self.step_listeners:
                 f(self, finished, sampled, hist, evaluated)

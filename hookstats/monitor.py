@@ -9,7 +9,7 @@ from torch import nn
 
 from . import accumulate
 from .clock import StepClock
-from .config import StatsConfig, check_arg
+from .config import StatsConfig, check_arg, check_count
 from .hooks import Hooks, Port
 from .hooks.watch import watch
 from .selection import select_modules
@@ -51,6 +51,8 @@ class Monitor:
         self.hooks = Hooks(self.port, model, modules, inputs=inputs, outputs=outputs, grads=grads,
                            input_grads=input_grads, param_grads=param_grads)
         self._param_grads = self.hooks.param_grads
+        self._hist_steps = HistSteps()
+        self.step_listeners.append(self._hist_steps.on_step_end)
 
     # ---- steps and phases (hookstats/clock.py) ----
     def step(self):
@@ -119,7 +121,11 @@ class Monitor:
         for st in chosen:
             grouped.setdefault(st.key, []).append(host[id(st)])
         keyed = [(key, *(merge_states(parts) if len(parts) > 1 else parts[0])) for key, parts in grouped.items()]
-        return stats_records(keyed, self.cfg, phase)
+        records = stats_records(keyed, self.cfg, phase)
+        covered = self._hist_steps.read(self.clock) if phase == "train" else None
+        for rec in records.values():
+            rec["hist_steps"] = covered
+        return records
 
     def reset(self):
         """Restarts the running totals (stats(), reduce(), histogram(), running min/max). The per-step history
@@ -128,6 +134,7 @@ class Monitor:
             if self.recorder is not None:
                 self.recorder.before_reset()
             self.store.reset()
+            self._hist_steps.reset()
 
     def reduce(self, group=None):
         """Every target's state merged over the ranks of `group` (all ranks must call it), as a snapshot
@@ -196,6 +203,31 @@ class Monitor:
                 f"every={self.every}, backend={accumulate.backend()!r})")
 
 
+class HistSteps:
+    """Which train steps the running histograms hold (stats()' hist_steps): {"count", "first", "last"} of the
+    finished histogram steps since attach or reset(), and the open step if it is one and a train forward ran in it;
+    None before any. The eval
+    phase counts its histograms in every forward (its records say None)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.count, self.first, self.last = 0, None, None
+
+    def on_step_end(self, clock, step, sampled, hist, evaluated=False):
+        if hist:
+            self.count += 1
+            self.first = step if self.first is None else self.first
+            self.last = step
+
+    def read(self, clock):
+        count, first, last = self.count, self.first, self.last
+        if clock.step_hist and clock.step_trained:
+            count, first, last = count + 1, clock.step_count if first is None else first, clock.step_count
+        return None if not count else {"count": count, "first": first, "last": last}
+
+
 _attached_to = weakref.WeakKeyDictionary()  # model -> weakref of its last attached monitor (for summary())
 
 
@@ -247,6 +279,10 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
         unknown = set(config_kwargs) - {f.name for f in dataclasses.fields(StatsConfig)}
         if unknown:
             raise ValueError(f"unknown argument(s) to attach: {sorted(unknown)}")
+        if history is not None and config_kwargs.get("hist_every") is None:
+            from .config import hist_every_for
+            every = check_count("every", every)
+            config_kwargs["hist_every"] = hist_every_for(history["log_every"], every)  # each window holds one
         config = StatsConfig(**config_kwargs)
     if history is not None and rank_zero_only:
         from .distributed import rank_zero_sinks

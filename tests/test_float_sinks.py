@@ -152,22 +152,25 @@ def test_callbacks_histograms_are_the_fitted_view_of_the_windows_buckets(tmp_pat
 
 
 def test_tensorboard_histograms_only_for_windows_with_a_histogram_step(tmp_path):
-    """log_every=2 under the default hist_every=10: the windows holding step 0 or step 10 get a `hist` and a
-    `log2_abs` histogram whose counts are that step's values (the test's own hooks); the windows in between
-    hold no histogram step and get no histogram (not an empty one)."""
-    model = nn.Sequential(nn.Linear(5, 30), nn.ReLU(), nn.Linear(30, 3))
-    seen = []
-    model[0].register_forward_hook(lambda m, i, o: seen.append(o.detach().double().reshape(-1).numpy()))
-    mon = hookstats.attach(model, sinks=[TensorBoardSink(tmp_path)], log_every=2, alerts=False)
-    assert mon.cfg.hist_every == 10
-    for _ in range(13):
-        model(torch.randn(8, 5)).square().mean().backward()
-    mon.remove()
-    acc = tb_events(tmp_path)
-    for name in ("hist", "log2_abs"):
-        events = acc.Histograms(f"hookstats/0/output/{name}")
-        assert [ev.step for ev in events] == [1, 11], name  # windows [0, 1] and [10, 11]
-        for ev, step in zip(events, (0, 10)):
-            nonzero = int((seen[step] != 0).sum())
-            assert sum(ev.histogram_value.bucket) == pytest.approx(seen[step].size if name == "hist" else nonzero)
-            assert ev.histogram_value.num == pytest.approx(seen[step].size if name == "hist" else nonzero)
+    """log_every=2: by default every window holds a histogram step (hist_every follows log_every: 2), so each window
+    gets a `hist` and a `log2_abs` histogram whose counts are its histogram step's values (the test's own hooks).
+    With hist_every=10 asked for, the windows holding step 0 or step 10 get them; the windows in between hold no
+    histogram step and get no histogram (not an empty one)."""
+    for hist_every, steps in ((None, (0, 2, 4, 6, 8, 10, 12)), (10, (0, 10))):
+        model = nn.Sequential(nn.Linear(5, 30), nn.ReLU(), nn.Linear(30, 3))
+        seen = []
+        model[0].register_forward_hook(lambda m, i, o: seen.append(o.detach().double().reshape(-1).numpy()))
+        out = tmp_path / str(hist_every)
+        mon = hookstats.attach(model, sinks=[TensorBoardSink(out)], log_every=2, alerts=False, hist_every=hist_every)
+        assert mon.cfg.hist_every == (hist_every or 2)
+        for _ in range(13):
+            model(torch.randn(8, 5)).square().mean().backward()
+        mon.remove()
+        acc = tb_events(out)
+        for name in ("hist", "log2_abs"):
+            events = acc.Histograms(f"hookstats/0/output/{name}")
+            assert [ev.step for ev in events] == [min(s + 1, 12) for s in steps], name  # each window's last step
+            for ev, step in zip(events, steps):
+                nonzero = int((seen[step] != 0).sum())
+                assert sum(ev.histogram_value.bucket) == pytest.approx(seen[step].size if name == "hist" else nonzero)
+                assert ev.histogram_value.num == pytest.approx(seen[step].size if name == "hist" else nonzero)

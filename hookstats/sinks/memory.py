@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import statistics
 from ..config import check_count
-from .base import KEY_FIELDS, SCALARS
+from .base import HIST_FIGURES, KEY_FIELDS, SCALARS
 
 INTS, FLOATS, HISTS, (EDGES,) = (statistics.names(statistics.HISTORY, t) for t in
                                  (statistics.INT, statistics.FLOAT, statistics.COUNTS, statistics.EDGES))
@@ -393,8 +393,13 @@ class MemorySink:
                     vals, is_int = b.f[rows, b.floats.index(stat)], False
                 else:
                     continue
-                parts.append((b.steps[rows], t, b.key["target"], b.key["kind"], s, stat, vals, is_int,
+                steps = b.steps[rows]
+                if stat in HIST_FIGURES:  # rows whose histograms were not counted have no such figure, not NaN
+                    keep = ~np.isnan(vals)
+                    steps, vals = steps[keep], vals[keep]
+                parts.append((steps, t, b.key["target"], b.key["kind"], s, stat, vals, is_int,
                               b.key["phase"]))
+        parts = [p for p in parts if len(p[0])]
         if not parts:
             return None
         step = np.concatenate([p[0] for p in parts])
