@@ -84,8 +84,6 @@ class StepClock:
         self.phase = "train" if module.training else "eval"
         if self.phase == "eval" and self.track_eval and not self.paused:
             self.step_eval = True
-        elif self.phase == "train":
-            self.step_trained = True
         compiling = torch.compiler.is_compiling()
         # Compiled code keeps no count of running root forwards: Dynamo guards on every int a hook reads, and
         # a count its replayed side effects leave behind recompiled the model at every step.
@@ -100,6 +98,7 @@ class StepClock:
             # Counting steps here would put a Python branch on the step into the compiled graph and
             # recompile every step: compiled models count optimizer steps instead, or step() calls.
             self.compiled = True
+            self.step_trained = self.step_trained or module.training
             return None
         if in_recompute():
             self.update_active()  # an eval forward may have run since this step's forward
@@ -109,6 +108,7 @@ class StepClock:
             if self._step_has_forward:
                 self._end_step()
             self._step_has_forward, self._eager_stepped = True, False
+        self.step_trained = self.step_trained or module.training  # after the step it may have ended
         self.update_active()
 
     def on_root_forward_end(self, module, args, out):
