@@ -11,14 +11,24 @@ power of two from 2**-129 to 2**128, and 2**-149 (the powers between lie inside 
 
 Quantiles. Rank rule: numpy.quantile's method="inverted_cdf" over the n finite values sorted ascending, i.e. the
 order statistic x_(r) with r = max(1, ceil(q * n)) (computed as NumPy does, in float64). The estimate comes from
-the bucket [a, b) holding rank r, narrowed to [minimum, maximum] when those are given:
+the bucket [a, b) holding rank r, narrowed to [minimum, maximum] when those are given, interpolated within it as
+Prometheus' native histograms and HdrHistogram do: the bucket's c values are taken as spread evenly over it, rank
+r being the k-th of them (k = r - the count before the bucket), at fraction f = (k - 1/2) / c of the way from a
+to b:
 - zero: exact; r = 1 with `minimum` given: exactly `minimum`; r = n with `maximum`: exactly `maximum`;
-- log-linear buckets: 2ab / (a + b), relative error |est - x| / |x| <= (b - a) / (a + b) <= 1/17 (~5.9%,
-  QUANTILE_REL_ERROR), the optimum for one value per bucket (b / a <= 9/8);
-- below 2**-126 (subnormal sub-buckets, float64 below 2**-149): the midpoint, absolute error <= 2**-130
-  (QUANTILE_ABS_ERROR);
+- log-linear buckets (a fixed ratio b / a <= 9/8): log-linearly, a * (b / a)**f (Prometheus' exponential
+  buckets' rule); relative error |est - x| / |x| < (b - a) / a <= 1/8 (QUANTILE_REL_ERROR), reached only by a
+  point mass at a bucket's edge away from the known min/max;
+- below 2**-126 (subnormal sub-buckets, float64 below 2**-149): linearly, a + f * (b - a), absolute error
+  < 2**-129 (QUANTILE_ABS_ERROR);
 - float64 >= 2**128: 2**128, or the bucket narrowed by `maximum`; no bound (no float32 value lands there).
-So |est - x| <= max(QUANTILE_REL_ERROR * |x|, QUANTILE_ABS_ERROR) for every |x| < 2**128.
+So |est - x| <= max(QUANTILE_REL_ERROR * |x|, QUANTILE_ABS_ERROR) for every |x| < 2**128. Measured against
+NumPy over 10^5 values (PYTHONPATH=. python benchmarks/quantile_error.py; benchmarks/results/quantile_error.json),
+the relative error of p1/p50/p99 without min/max: on smooth data (normal, lognormal, uniform, a ReLU'd normal,
+layer-normalised rows) median 0.12%, largest 3.4% (the p50 of a ReLU output, a value near 0), where the bucket
+midpoint gave 2.4% and 5.0% and the same three figures for every normalised tensor; on spiky data a point mass
+inside one bucket is where the spread is assumed wrongly: point masses up to 10%, all-equal data up to 7.1% (the
+midpoint: 4.8%, 2.5%), a few huge outliers 0.7%; with min/max known (stats()) all-equal data is exact.
 
 Near zero. near_zero(counts, t) is the exact share of |x| < t for any edge t. The default figure,
 relative_near_zero(), is the share of values more than 2**10 (about 1000x) below the target's own scale: t is the
@@ -42,8 +52,8 @@ import numpy as np
 from . import layout
 
 DEFAULT_QUANTILES = (0.001, 0.01, 0.5, 0.99, 0.999)
-QUANTILE_REL_ERROR = 1 / 17
-QUANTILE_ABS_ERROR = 2.0 ** -130
+QUANTILE_REL_ERROR = 1 / 8
+QUANTILE_ABS_ERROR = 2.0 ** -129
 NEAR_ZERO_BELOW_LOG2 = 10
 NEAR_ZERO_SCALE_Q = 0.99
 
@@ -231,10 +241,15 @@ def _narrowed(j, lo_table, hi_table, known_lo, known_hi):
 
 def _estimate(ordered, q, tables, known_lo, known_hi):
     lo_table, hi_table, linear = tables
-    idx, j, n = _rank_buckets(_before(ordered), q)
+    before = _before(ordered)
+    idx, j, n = _rank_buckets(before, q)
     a, b = _narrowed(j, lo_table, hi_table, known_lo, known_hi)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        est = np.where(linear[j] | (a == b), a / 2 + b / 2, a / (0.5 + 0.5 * (a / b)))  # 2ab / (a + b)
+    rows = np.arange(ordered.shape[0])[:, None]
+    # the rank's place among its bucket's values, each value at the centre of its own equal share of the bucket
+    frac = (idx - before[rows, j] + 0.5) / np.maximum(ordered[rows, j], 1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        geometric = a * np.power(b / a, frac)  # log-linear: a bucket spans a fixed ratio b / a <= 9/8
+        est = np.where(linear[j] | (a == b) | ~(a * b > 0), a + frac * (b - a), geometric)
     est = np.where((idx == 0) & ~np.isnan(known_lo)[:, None], known_lo[:, None], est)
     est = np.where((idx == n[:, None] - 1) & ~np.isnan(known_hi)[:, None], known_hi[:, None], est)
     return np.where(n[:, None] > 0, est, np.nan)

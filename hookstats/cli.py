@@ -199,12 +199,14 @@ def _report_run(run_dir, out, log, show_progress):
     paths = plots.save_all(series, out or run_dir / "charts", progress=lambda charts: progress(
         charts, desc=f"charts of {run_dir.name}", unit="chart", enabled=show_progress))
     last, last_buckets = {}, {}
-    for step, rec in items:
-        if step >= last.get(rec["target"], (-1, None))[0]:
-            last[rec["target"]] = (step, rec)
+    for step, rec in items:  # per target and phase: its last train step, its last validation pass
+        phase = rec.get("phase") or "train"
+        t = rec["target"] if phase == "train" else f"{rec['target']} ({phase})"
+        if step >= last.get(t, (-1, None))[0]:
+            last[t] = (step, {**rec, "target": t})
         has_buckets = rec.get("float_hist") is not None and (rec.get("hist_count") or 0) > 0
-        if has_buckets and step >= last_buckets.get(rec["target"], (-1, None))[0]:
-            last_buckets[rec["target"]] = (step, rec)
+        if has_buckets and step >= last_buckets.get(t, (-1, None))[0]:
+            last_buckets[t] = (step, rec)
     # A flush window without a histogram step (hist_every > log_every) has empty buckets: the figures derived from
     # them come from the target's last window that has some, not NaN.
     derived = [k for k, _ in FLOAT_CELLS.values()]

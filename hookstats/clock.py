@@ -46,7 +46,8 @@ class StepClock:
     == 0: a fixed grid of steps (step 0 is one), so a pause() over one skips it rather than shifting the next
     ones, and history windows of log_every steps (a multiple of every * hist_every) hold the same number.
 
-    Listeners: step_listeners(clock, finished_step, it_was_sampled, it_counted_histograms) when a step ends,
+    Listeners: step_listeners(clock, finished_step, it_was_sampled, it_counted_histograms, a_validation_pass_ran)
+    when a step ends (the pass: eval root forwards measured while that step was open),
     forward_listeners() at the start of each root forward (not nested; compiled too), eager_listeners() at each
     eager point; on_sampling(sampled, hist, paused) with the step's mode, at each update (the device flags follow it)."""
 
@@ -66,6 +67,8 @@ class StepClock:
         # Whether the open step was sampled at any time in it (a pause or an eval forward since does not undo
         # what it measured): History records exactly these steps; and whether it counted histograms then.
         self.step_sampled = self.step_hist = True
+        self.step_eval = False  # an eval root forward was measured in the open step (eval=True): a validation pass
+        self.step_trained = False  # a train root forward ran in the open step
         self.attached = True  # a plain bool: compiled code can read it
         self.compiled = False  # a hook ran inside torch.compile
         self.optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
@@ -79,6 +82,8 @@ class StepClock:
 
     def on_root_forward(self, module, args):
         self.phase = "train" if module.training else "eval"
+        if self.phase == "eval" and self.track_eval and not self.paused:
+            self.step_eval = True
         compiling = torch.compiler.is_compiling()
         # Compiled code keeps no count of running root forwards: Dynamo guards on every int a hook reads, and
         # a count its replayed side effects leave behind recompiled the model at every step.
@@ -93,6 +98,7 @@ class StepClock:
             # Counting steps here would put a Python branch on the step into the compiled graph and
             # recompile every step: compiled models count optimizer steps instead, or step() calls.
             self.compiled = True
+            self.step_trained = self.step_trained or module.training
             return None
         if in_recompute():
             self.update_active()  # an eval forward may have run since this step's forward
@@ -102,6 +108,7 @@ class StepClock:
             if self._step_has_forward:
                 self._end_step()
             self._step_has_forward, self._eager_stepped = True, False
+        self.step_trained = self.step_trained or module.training  # after the step it may have ended
         self.update_active()
 
     def on_root_forward_end(self, module, args, out):
@@ -152,6 +159,12 @@ class StepClock:
     def compile_started(self):
         """Dynamo starts compiling a frame, in eager Python before it runs: an eager step whose optimizer has
         stepped ends here, so it is not merged into the compiled step that follows (one eager step first)."""
+        self.end_stepped_step()
+
+    def end_stepped_step(self):
+        """Ends the open eager step if its optimizer has stepped since its train forward (the step is done: the
+        next train forward would end it): at a compile start, and when the history is read, so a read has every
+        finished step. The next train forward then starts the next step without ending one."""
         if self._eager_stepped and self._step_has_forward and not self.manual and self.attached:
             self._step_has_forward = self._eager_stepped = False
             self._end_step()
@@ -168,12 +181,13 @@ class StepClock:
         return known
 
     def _end_step(self):
-        finished, sampled, hist = self.step_count, self.step_sampled, self.step_hist
+        finished, sampled, hist, evaluated = self.step_count, self.step_sampled, self.step_hist, self.step_eval
         self.step_count += 1
         self.step_sampled = self.step_hist = False  # the caller's update_active() decides for the next step
+        self.step_eval = self.step_trained = False
         with self.exclusive():
             for f in self.step_listeners:
-                f(self, finished, sampled, hist)
+                f(self, finished, sampled, hist, evaluated)
 
     def update_active(self):
         sampled = not self.paused and self.step_count % self.every == 0
@@ -208,7 +222,11 @@ class StepClock:
         if not recompute and self.root_running > 0:
             return self.phase if self.measuring else None
         phase = "train" if self.model.training else "eval"
-        return phase if self.measures(phase) else None
+        if not self.measures(phase):
+            return None
+        if phase == "eval":
+            self.step_eval = True
+        return phase
 
     def pause(self):
         self.paused = True

@@ -99,6 +99,14 @@ LINEAR_DEFAULTS = {"nbins": 40, "lo": -10.0, "hi": 10.0}  # the linear bins when
 # Train steps between histogram steps by default: measured (benchmarks/RESULTS.md, "Histogram cadence"); it divides
 # history's log_every=10, so every flush window holds the same number of histogram steps.
 HIST_EVERY = 10
+
+
+def hist_every_for(window, every=1):
+    """The default hist_every under logging windows of `window` steps (history's log_every, a Trainer's logging
+    interval) with every=N: HIST_EVERY, or fewer so that every * hist_every <= window, whence every window of
+    `window` consecutive steps holds a histogram step (a multiple of every * hist_every): none is left without
+    the figures of the histograms."""
+    return max(1, min(HIST_EVERY, int(window) // max(1, int(every))))
 F32_MAX = float(np.finfo(np.float32).max)
 
 

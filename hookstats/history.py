@@ -47,13 +47,14 @@ class HistoryWarning(RuntimeWarning):
 
 
 class Ring:
-    """The ring of one device: the alert rows [T, alerts.ROW_WIDTH], then the step slots 0..capacity-1, each
+    """The ring of one device and phase ("train": a slot per step; "eval": a slot per validation pass, stamped with
+    the step it ran in; the alert rules read the train phase only): the alert rows [T, alerts.ROW_WIDTH], then the step slots 0..capacity-1, each
     [T, F + step_slots] int64, all in one flat buffer so a flush is one contiguous transfer of its filled start.
     Float64 columns are stored bit-for-bit through an int64 view. With float buckets, prev_b holds the
     buckets at the last flush that took them: a flush sends their growth since."""
 
-    def __init__(self, device, states, capacity, cfg, rules, old=None):
-        self.device, self.states, self.capacity, self.cfg = device, list(states), capacity, cfg
+    def __init__(self, device, states, capacity, cfg, rules, old=None, phase="train"):
+        self.device, self.states, self.capacity, self.cfg, self.phase = device, list(states), capacity, cfg, phase
         self.keys = [s.key for s in self.states]
         t, isz = len(self.states), step_slots(cfg)
         self.width = F + isz
@@ -143,7 +144,8 @@ class Ring:
         torch._foreach_copy_(closed, list(total.unbind(0)))
         torch._foreach_copy_(fs, [self.empty_f] * len(fs))
         self.prev_i.copy_(self.cur_i)
-        rules.update(self.alert_row, row, step, self.cfg)
+        if self.phase == "train":
+            rules.update(self.alert_row, row, step, self.cfg)
         self.steps.append(step)
 
     def start_copy(self, buckets=False):
@@ -190,7 +192,9 @@ def history_options(history=True, log_every=10, keep=1000, sinks=None, alerts=Tr
 
 
 class History:
-    """Per-step statistics of every train-phase target, kept on the device and drained to sinks.
+    """Per-step statistics of every train-phase target, and with attach(eval=True) per validation pass those of the
+    eval phase (the eval forwards measured while one step was open, recorded when it ends, with its step and
+    phase "eval"), kept on the device and drained to sinks.
 
     Its arguments are those of history_options(): log_every: steps between flushes; capacity: ring slots;
     keep: steps kept on the host for history() (the sinks get every step); sinks: objects with
@@ -203,7 +207,7 @@ class History:
         self.memory_sink = MemorySink(max_steps=keep)
         self.sinks = [self.memory_sink] + sinks
         self.alerts = []  # every alert raised so far, oldest first
-        self.rings = {}  # device -> Ring
+        self.rings = {}  # (device, phase) -> Ring
         self._pending = []
         self._last_flush = monitor.step_count  # a run resumed at step N (attach(start_step=N)) flushes from there
         self._reported = set()
@@ -218,41 +222,44 @@ class History:
         monitor.step_listeners.append(self._on_step_end)
 
     # ---- recording ----
-    def _train_states(self):
+    def _states(self, phase):
         by_dev = {}
-        for _, device, st in self.monitor.states("train", reached_only=False):
+        for _, device, st in self.monitor.states(phase, reached_only=False):
             by_dev.setdefault(device, []).append(st)
         return by_dev
 
-    def _on_step_end(self, monitor, step, sampled, hist):
-        if self._broken or self._closed or not sampled:
+    def _on_step_end(self, monitor, step, sampled, hist, evaluated=False):
+        if self._broken or self._closed or not (sampled or evaluated):
             return
         try:
-            self.record(step, hist)
+            self.record(step, hist, sampled, evaluated)
             if step + 1 - self._last_flush >= self.log_every:
                 self.flush(wait=False)
         except Exception as e:  # the user's training step must go on
             self._broken = True
             warn_user(f"hookstats: history stopped after an error at step {step}: {e!r}", HistoryWarning)
 
-    def record(self, step, hist=True):
+    def record(self, step, hist=True, sampled=True, evaluated=False):
         """Snapshots the statistics of `step` (measured since the previous snapshot) on the device; hist: whether
-        it counted the histograms (its window's float buckets hold only such steps)."""
-        if not hist:
+        it counted the histograms (its window's float buckets hold only such steps); sampled: whether its train
+        phase was measured; evaluated: whether a validation pass (eval forwards) ran in it."""
+        if sampled and not hist:
             self._no_hist.add(step)
-        for device, states in self._train_states().items():
-            ring = self._ring(device, states)
-            if len(ring.steps) == ring.capacity:
-                self._start_copy(ring)
-            ring.record(step, self.rules)
+        for phase in ("train",) * sampled + ("eval",) * evaluated:
+            for device, states in self._states(phase).items():
+                ring = self._ring(device, states, phase)
+                if len(ring.steps) == ring.capacity:
+                    self._start_copy(ring)
+                ring.record(step, self.rules)
 
     def before_reset(self):
         """mon.reset() restarts the running totals, not the history: the open step keeps what it measured."""
         if self._broken or self._closed:
             return
         try:
-            for device, states in self._train_states().items():
-                self._ring(device, states).before_reset()
+            for phase in ("train", "eval"):
+                for device, states in self._states(phase).items():
+                    self._ring(device, states, phase).before_reset()
         except Exception as e:  # the user's training step must go on
             self._broken = True
             warn_user(f"hookstats: history stopped after an error in reset(): {e!r}", HistoryWarning)
@@ -265,14 +272,15 @@ class History:
             self._ring(device, states).rebase()
         self._last_flush = self.monitor.step_count
 
-    def _ring(self, device, states):
-        """The ring of `device`, remade (keeping what it knew) when targets appeared since."""
-        ring = self.rings.get(device)
+    def _ring(self, device, states, phase="train"):
+        """The ring of `device` and `phase`, remade (keeping what it knew) when targets appeared since."""
+        ring = self.rings.get((device, phase))
         if ring is None or len(ring.states) != len(states):
             check_ring_fits(self.capacity, len(states), self.cfg, device)
             if ring is not None and ring.steps:
                 self._start_copy(ring)
-            self.rings[device] = ring = Ring(device, states, self.capacity, self.cfg, self.rules, old=ring)
+            self.rings[(device, phase)] = ring = Ring(device, states, self.capacity, self.cfg, self.rules, old=ring,
+                                                      phase=phase)
         return ring
 
     def _start_copy(self, ring, buckets=False):
@@ -283,10 +291,10 @@ class History:
         self._pending.append((ring, *ring.start_copy(buckets)))
 
     def _finish(self, pending):
-        _, host, steps, event, keys, host_b = pending
+        ring, host, steps, event, keys, host_b = pending
         if event is not None:
             event.synchronize()
-        self._deliver(host, steps, keys, host_b)
+        self._deliver(host, steps, keys, host_b, ring.phase)
 
     # ---- flushing ----
     def flush(self, wait=True):
@@ -302,7 +310,7 @@ class History:
                 break  # copies finish in order: the later ones are not done either
             self._finish(self._pending.pop(0))
 
-    def _deliver(self, host, steps, keys, host_b=None):
+    def _deliver(self, host, steps, keys, host_b=None, phase="train"):
         buf = host.numpy()
         t = len(keys)
         arow = buf[: t * ROW_WIDTH].reshape(t, ROW_WIDTH)
@@ -310,8 +318,9 @@ class History:
         fs, counts = slots.view(np.float64)[..., :F], slots[..., F:]
         cols = step_columns(fs, counts, self.cfg)
         present = cols["count"] != 0
-        hist = [s not in self._no_hist for s in steps]
-        self._no_hist.difference_update(steps)
+        hist = [phase != "train" or s not in self._no_hist for s in steps]  # eval counts them always
+        if phase == "train":
+            self._no_hist.difference_update(steps)
         active = np.flatnonzero(present.any(axis=1))  # steps where nothing was measured go nowhere
         if len(active) < len(steps):
             hist = [hist[s] for s in active.tolist()]
@@ -321,41 +330,42 @@ class History:
         if steps:
             # the window's buckets go with its last measured step; the steps before it carry none
             last = active[-1]
-            self._write_runs(steps[:-1], keys, no_bucket_columns(cols, len(steps) - 1, self.cfg), present[:-1], hist)
+            self._write_runs(steps[:-1], keys, no_bucket_columns(cols, len(steps) - 1, self.cfg), present[:-1], hist,
+                             phase)
             grown = None if host_b is None else host_b.numpy()
             if grown is not None and not grown.any():  # a window without a histogram step: no buckets, not empty ones
                 grown = None
             tail = bucket_columns(fs[last], counts[last], grown, self.cfg)
-            self._write_runs(steps[-1:], keys, tail, present[-1:], hist[-1:])
-        new = self.rules.read(arow, keys, self._reported, order=self._order)
+            self._write_runs(steps[-1:], keys, tail, present[-1:], hist[-1:], phase)
+        new = self.rules.read(arow, keys, self._reported, order=self._order) if phase == "train" else None
         if new:
             self.alerts.extend(new)
             for msg in brief(new):
                 warn_user(f"hookstats alert: {msg}", self.rules.warning)
             self._write("write_alerts", new[0]["step"], new)
 
-    def _write_runs(self, steps, keys, cols, present, hist):
+    def _write_runs(self, steps, keys, cols, present, hist, phase="train"):
         """_write_steps per run of steps that did (hist[k]) or did not count histograms."""
         start = 0
         for end in range(1, len(steps) + 1):
             if end == len(steps) or hist[end] != hist[start]:
                 part = select_steps(cols, slice(start, end))
                 self._write_steps(steps[start:end], keys, part if hist[start] else no_hist_columns(part, self.cfg),
-                                  present[start:end])
+                                  present[start:end], phase)
                 start = end
 
-    def _write_steps(self, steps, keys, cols, present):
+    def _write_steps(self, steps, keys, cols, present, phase="train"):
         """Sinks with write_rows (MemorySink) take the flush as arrays; the others get per step a list of
         records, built only for them."""
         if not steps:
             return
         by_rows = [s for s in self.sinks if callable(getattr(s, "write_rows", None))]
         if by_rows:
-            key_rows = [key_fields(k) for k in keys]
+            key_rows = [key_fields(k, phase) for k in keys]
             self._write("write_rows", steps, key_rows, cols, present, sinks=by_rows)
         by_records = [s for s in self.sinks if s not in by_rows]
         if by_records:
-            for step, records in zip(steps, step_records(keys, cols, present)):
+            for step, records in zip(steps, step_records(keys, cols, present, phase)):
                 self._write("write", step, records, sinks=by_records)
 
     def _write(self, method, *args, sinks=None):
@@ -374,8 +384,9 @@ class History:
         if self._closed:
             return
         self._closed = True
-        if not self._broken and self.monitor.step_sampled:
-            self.record(self.monitor.step_count, self.monitor.step_hist)
+        clock = self.monitor.clock
+        if not self._broken and (clock.step_sampled or clock.step_eval):
+            self.record(clock.step_count, clock.step_hist, clock.step_sampled, clock.step_eval)
         self.flush(wait=True)
         for sink in self.sinks:
             try:

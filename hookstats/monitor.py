@@ -9,7 +9,7 @@ from torch import nn
 
 from . import accumulate
 from .clock import StepClock
-from .config import StatsConfig, check_arg
+from .config import StatsConfig, check_arg, check_count
 from .hooks import Hooks, Port
 from .hooks.watch import watch
 from .selection import select_modules
@@ -42,7 +42,7 @@ class Monitor:
                                exclusive=self.store.exclusive, hist_every=cfg.hist_every)
         self.every, self.separate_calls, self.tell = self.clock.every, separate_calls, WarnOnce()
         self.port = Port(self.store, self.clock, self.tell, separate_calls)
-        self.step_listeners = self.clock.step_listeners  # callables(clock, finished_step, sampled, counted_hists)
+        self.step_listeners = self.clock.step_listeners  # callables(clock, finished_step, sampled, counted_hists, evaluated)
         self.forward_order = self.port.calls.forward_order  # name -> rank of its first eager forward call
         self.clock.eager_listeners.append(self.port.settle)
         for dev in {t.device for t in (*model.parameters(), *model.buffers())} - {torch.device("meta")}:
@@ -53,6 +53,8 @@ class Monitor:
         self.hooks = Hooks(self.port, model, modules, inputs=inputs, outputs=outputs, grads=grads,
                            input_grads=input_grads, param_grads=param_grads, params=params)
         self._param_grads, self._params = self.hooks.param_grads, self.hooks.params
+        self._hist_steps = HistSteps()
+        self.step_listeners.append(self._hist_steps.on_step_end)
 
     # ---- steps and phases (hookstats/clock.py) ----
     def step(self):
@@ -125,7 +127,11 @@ class Monitor:
         for st in chosen:
             grouped.setdefault(st.key, []).append(host[id(st)])
         keyed = [(key, *(merge_states(parts) if len(parts) > 1 else parts[0])) for key, parts in grouped.items()]
-        return stats_records(keyed, self.cfg, phase)
+        records = stats_records(keyed, self.cfg, phase)
+        covered = self._hist_steps.read(self.clock) if phase == "train" else None
+        for rec in records.values():
+            rec["hist_steps"] = covered
+        return records
 
     def reset(self):
         """Restarts the running totals (stats(), reduce(), histogram(), running min/max). The per-step history
@@ -134,6 +140,7 @@ class Monitor:
             if self.recorder is not None:
                 self.recorder.before_reset()
             self.store.reset()
+            self._hist_steps.reset()
 
     def reduce(self, group=None):
         """Every target's state merged over the ranks of `group` (all ranks must call it), as a snapshot
@@ -146,9 +153,11 @@ class Monitor:
 
     def history(self):
         """Per-step statistics kept on the host: a pandas DataFrame (step, target, kind, stat, value), or a
-        dict of plain lists without pandas. Needs attach(..., history=True) or sinks=[...]."""
+        dict of plain lists without pandas; every finished step is in it (an eager step whose optimizer has
+        stepped is ended here, rather than at the next train forward). Needs attach(..., history=True) or sinks=[...]."""
         if self.recorder is None:
             raise RuntimeError("this monitor keeps no history: attach(model, history=True) or sinks=[...]")
+        self.clock.end_stepped_step()  # a step whose optimizer has stepped is finished: it is in the read
         return self.recorder.frame()
 
     def histogram(self, target, phase="train"):
@@ -213,6 +222,31 @@ class Monitor:
     def __repr__(self):
         return (f"Monitor({len(self.modules)} modules, {len(self.store)} states, step={self.step_count}, "
                 f"every={self.every}, backend={accumulate.backend()!r})")
+
+
+class HistSteps:
+    """Which train steps the running histograms hold (stats()' hist_steps): {"count", "first", "last"} of the
+    finished histogram steps since attach or reset(), and the open step if it is one and a train forward ran in it;
+    None before any. The eval
+    phase counts its histograms in every forward (its records say None)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.count, self.first, self.last = 0, None, None
+
+    def on_step_end(self, clock, step, sampled, hist, evaluated=False):
+        if hist:
+            self.count += 1
+            self.first = step if self.first is None else self.first
+            self.last = step
+
+    def read(self, clock):
+        count, first, last = self.count, self.first, self.last
+        if clock.step_hist and clock.step_trained:
+            count, first, last = count + 1, clock.step_count if first is None else first, clock.step_count
+        return None if not count else {"count": count, "first": first, "last": last}
 
 
 _attached_to = weakref.WeakKeyDictionary()  # model -> weakref of its last attached monitor (for summary())
@@ -288,6 +322,10 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
         unknown = set(config_kwargs) - {f.name for f in dataclasses.fields(StatsConfig)}
         if unknown:
             raise ValueError(f"unknown argument(s) to attach: {sorted(unknown)}")
+        if history is not None and config_kwargs.get("hist_every") is None:
+            from .config import hist_every_for
+            every = check_count("every", every)
+            config_kwargs["hist_every"] = hist_every_for(history["log_every"], every)  # each window holds one
         config = StatsConfig(**config_kwargs)
     if history is not None and rank_zero_only:
         from .distributed import rank_zero_sinks

@@ -44,8 +44,9 @@ def collect(source):
     or (step, record) pairs (read_jsonl(path)[0], read_csv(path)[0])."""
     items = _items(source)
     rows = {}
-    for step, rec in items:
-        rows.setdefault(rec["target"], []).append((step, rec))
+    for step, rec in items:  # a target's validation passes are a series of their own, beside its train steps
+        phase = rec.get("phase") or "train"
+        rows.setdefault(rec["target"] if phase == "train" else f"{rec['target']} ({phase})", []).append((step, rec))
     out = {}
     for target, recs in rows.items():
         recs.sort(key=lambda p: p[0])

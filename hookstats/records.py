@@ -8,12 +8,12 @@ import numpy as np
 from . import layout, statistics
 from .stats import finalize_rows
 
-KEY_FIELDS = ("target", "module", "kind", "leaf")  # what a history record says of its target, first
+KEY_FIELDS = ("target", "module", "kind", "leaf", "phase")  # what a history record says of its target, first
 
 
-def key_fields(key):
-    """The KEY_FIELDS of a TargetKey, as history records and MemorySink.write_rows take them."""
-    return {"target": key.id, "module": key.module, "kind": key.kind, "leaf": key.leaf}
+def key_fields(key, phase="train"):
+    """The KEY_FIELDS of a TargetKey in `phase`, as history records and MemorySink.write_rows take them."""
+    return {"target": key.id, "module": key.module, "kind": key.kind, "leaf": key.leaf, "phase": phase}
 
 
 def stats_records(keyed, cfg, phase):
@@ -113,11 +113,11 @@ def select_steps(cols, slots):
     return {k: v if v is None or statistics.BY_NAME[k].type == statistics.EDGES else v[slots] for k, v in cols.items()}
 
 
-def step_records(keys, cols, present):
+def step_records(keys, cols, present, phase="train"):
     """Per step slot, the records (dicts) of the targets present, from step_columns()."""
     lists = {k: v.tolist() for k, v in cols.items() if v is not None and v.ndim == 2}
     for s, row in enumerate(present.tolist()):
-        yield [{**key_fields(keys[t]), **_row(cols, (s, t), lists)} for t, here in enumerate(row) if here]
+        yield [{**key_fields(keys[t], phase), **_row(cols, (s, t), lists)} for t, here in enumerate(row) if here]
 
 
 def _row(cols, at, lists=None):

@@ -130,7 +130,7 @@ class StateStore:
         self._states = {}  # (phase, TargetKey, device) -> TargetState
         self._flags = {}  # (device, phase) -> flag
         self._late = set()  # (phase, *key fields, device) first reached inside compiled code
-        self._split_steps = False  # train states keep the open step apart (History sets it)
+        self._split_steps = False  # states keep the open step apart (History sets it)
         self._op_args = cfg.op_args()
         self._lock = threading.RLock()  # exclusive(); re-entrant: a step end's listeners may run user code
 
@@ -170,7 +170,7 @@ class StateStore:
         st = self._states.get(k)
         if st is None:
             st = self._states[k] = TargetState(key, phase, device, self.cfg)
-            if self._split_steps and phase == "train":
+            if self._split_steps:
                 st.split_steps()
         return st
 
@@ -181,11 +181,11 @@ class StateStore:
                 if (phase is None or ph == phase) and (st.reached or not reached_only)]
 
     def split_steps(self):
-        """From now on train states keep the open step apart from the steps before it (History needs it)."""
+        """From now on states keep the open step (eval: the open validation pass) apart from the steps before it
+        (History needs it)."""
         self._split_steps = True
-        for (phase, _, _), st in self._states.items():
-            if phase == "train":
-                st.split_steps()
+        for st in self._states.values():
+            st.split_steps()
 
     def resolve(self, key, device, phase, reach=True):
         """(state, flag) of key, or None inside compiled code when they do not exist yet: compiled code

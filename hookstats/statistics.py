@@ -127,6 +127,18 @@ def _var(s):
     return s.where(n > 1, s.div(s.fcol(layout.M2), n - 1), math.nan)
 
 
+def _rms(s):
+    """sqrt(mean^2 + M2 / n) over the finite values: the root mean square, NaN while there are none."""
+    n = s.fcol(layout.N_FINITE)
+    mean = s.fcol(layout.MEAN)
+    return s.where(n > 0, s.sqrt(mean * mean + s.div(s.fcol(layout.M2), n)), math.nan)
+
+
+def _l2(s):
+    """sqrt(n) * rms: the L2 norm of the finite values (NaN while there are none, as rms and mean)."""
+    return s.sqrt(s.as_float(s.fcol(layout.N_FINITE))) * s["rms"]
+
+
 def _log2(s):
     """The log2 histogram: summed from the float buckets when the config counts them (the kernel's log2 slots
     then stay empty where it skips them), else the kernel's own."""
@@ -210,6 +222,9 @@ TABLE = (
     Statistic("std", lambda s: s.sqrt(s["var"]), FLOAT,  # NaN where var is
               scalar=True, dashboard="default", alerts=True, plot=Plot("std", log=True)),
     Statistic("var", _var, FLOAT),
+    # of the finite values (NaN/Inf left out, as in mean and var): in a history record, of that step's values
+    Statistic("rms", _rms, FLOAT, scalar=True, dashboard="choice"),
+    Statistic("l2", _l2, FLOAT, scalar=True, dashboard="choice"),
     Statistic("min", lambda s: s.fcol(layout.MIN), FLOAT, scope=STATS),
     Statistic("max", lambda s: s.fcol(layout.MAX), FLOAT, scope=STATS),
     # near_zero_count <= count: 0 / 0 = NaN while empty
@@ -254,6 +269,9 @@ DASHBOARD_CHOICES = SCALARS + tuple(st.name for st in TABLE if st.dashboard and 
 DASHBOARD_STATS = tuple(st.name for st in TABLE if st.dashboard == "default")
 PLOTTED = tuple(st for st in TABLE if st.plot is not None)
 ALERTED = tuple(st.name for st in TABLE if st.alerts)
+# figures of the histograms (needs a histogram switch): NaN on a record whose histograms were not counted (a step
+# between histogram steps, a step of a flush window but its last), which the sinks leave out rather than write
+HIST_FIGURES = tuple(st.name for st in TABLE if st.scalar and st.needs is not None)
 
 
 def names(scope, of_type=None):

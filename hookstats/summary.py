@@ -176,15 +176,16 @@ def _float_columns(rows):
 
 
 def stats_table(records, title=None):
-    """One line per target from stats() values or history records: mean, std, near-zero % (|x| <= eps), with
+    """One line per target from stats() values or history records: mean, std, rms and L2 norm (of the finite
+    values), near-zero % (|x| <= eps), with
     float buckets the relative near-zero % and the p1/p50/p99 of |x|, then min, max, non-finite count."""
     rows = []
     for rec in records:
         rows.append({"target": short(rec["target"]), "count": rec.get("count"), "mean": rec.get("mean"),
-                     "std": rec.get("std"),
+                     "std": rec.get("std"), "rms": rec.get("rms"), "l2": rec.get("l2"),
                      "near zero %": None if rec.get("near_zero") is None else 100 * rec["near_zero"],
                      **_float_cells(rec),
                      "min": rec.get("min", rec.get("running_min")), "max": rec.get("max", rec.get("running_max")),
                      "nan/inf": sum(int(rec.get(k) or 0) for k in ("nan", "posinf", "neginf"))})
-    return format_table(rows, ["target", "count", "mean", "std", "near zero %", *_float_columns(rows), "min", "max",
+    return format_table(rows, ["target", "count", "mean", "std", "rms", "l2", "near zero %", *_float_columns(rows), "min", "max",
                                "nan/inf"], title)

@@ -59,8 +59,8 @@ def assert_fitted_view(limits, counts, lo, values, own_range=True):
 def test_tensorboard_hist_is_the_fitted_view_and_log2_abs_the_log2_histogram(tmp_path):
     outs = train([TensorBoardSink(tmp_path)])
     acc = tb_events(tmp_path)
-    hists = acc.Histograms("hookstats/0:output/hist")
-    logs = acc.Histograms("hookstats/0:output/log2_abs")
+    hists = acc.Histograms("hookstats/0/output/hist")
+    logs = acc.Histograms("hookstats/0/output/log2_abs")
     assert [e.step for e in hists] == [e.step for e in logs] == [0, 1, 2, 3]
     for ev, lg, values in zip(hists, logs, outs):
         h = ev.histogram_value
@@ -71,8 +71,8 @@ def test_tensorboard_hist_is_the_fitted_view_and_log2_abs_the_log2_histogram(tmp
         nz = np.flatnonzero(want)
         assert list(lg.histogram_value.bucket) == list(want[nz[0]: nz[-1] + 1])
     scalars = acc.Tags()["scalars"]
-    assert "hookstats/0:output/near_zero_rel" in scalars and "hookstats/0:output/near_zero" in scalars
-    got = [e.value for e in acc.Scalars("hookstats/0:output/near_zero_rel")]
+    assert "hookstats/0/output/near_zero_rel" in scalars and "hookstats/0/output/near_zero" in scalars
+    got = [e.value for e in acc.Scalars("hookstats/0/output/near_zero_rel")]
     np.testing.assert_allclose(got, [near_zero_rel_oracle(v)[0] for v in outs], rtol=1e-6, atol=1e-9)
 
 
@@ -116,12 +116,12 @@ def test_wandb_gets_the_fitted_view_and_the_new_scalars(tmp_path, monkeypatch):
     outs = train([sink], steps=3)
     rows = offline_history(run, min_rows=3)
     for r, values in zip(rows, outs):
-        bins, counts = r["hookstats/0:output/hist/bins"], r["hookstats/0:output/hist/values"]
+        bins, counts = r["hookstats/0/output/hist/bins"], r["hookstats/0/output/hist/values"]
         assert_fitted_view(bins[1:], counts, bins[0], values)
-        assert r["hookstats/0:output/near_zero_rel"] == pytest.approx(near_zero_rel_oracle(values)[0])
+        assert r["hookstats/0/output/near_zero_rel"] == pytest.approx(near_zero_rel_oracle(values)[0])
         want = log2_oracle(values)[1:]
         nz = np.flatnonzero(want)
-        assert r["hookstats/0:output/log2_abs/values"] == list(want[nz[0]: nz[-1] + 1])
+        assert r["hookstats/0/output/log2_abs/values"] == list(want[nz[0]: nz[-1] + 1])
 
 
 def test_callbacks_histograms_are_the_fitted_view_of_the_windows_buckets(tmp_path):
@@ -152,22 +152,25 @@ def test_callbacks_histograms_are_the_fitted_view_of_the_windows_buckets(tmp_pat
 
 
 def test_tensorboard_histograms_only_for_windows_with_a_histogram_step(tmp_path):
-    """log_every=2 under the default hist_every=10: the windows holding step 0 or step 10 get a `hist` and a
-    `log2_abs` histogram whose counts are that step's values (the test's own hooks); the windows in between
-    hold no histogram step and get no histogram (not an empty one)."""
-    model = nn.Sequential(nn.Linear(5, 30), nn.ReLU(), nn.Linear(30, 3))
-    seen = []
-    model[0].register_forward_hook(lambda m, i, o: seen.append(o.detach().double().reshape(-1).numpy()))
-    mon = hookstats.attach(model, sinks=[TensorBoardSink(tmp_path)], log_every=2, alerts=False)
-    assert mon.cfg.hist_every == 10
-    for _ in range(13):
-        model(torch.randn(8, 5)).square().mean().backward()
-    mon.remove()
-    acc = tb_events(tmp_path)
-    for name in ("hist", "log2_abs"):
-        events = acc.Histograms(f"hookstats/0:output/{name}")
-        assert [ev.step for ev in events] == [1, 11], name  # windows [0, 1] and [10, 11]
-        for ev, step in zip(events, (0, 10)):
-            nonzero = int((seen[step] != 0).sum())
-            assert sum(ev.histogram_value.bucket) == pytest.approx(seen[step].size if name == "hist" else nonzero)
-            assert ev.histogram_value.num == pytest.approx(seen[step].size if name == "hist" else nonzero)
+    """log_every=2: by default every window holds a histogram step (hist_every follows log_every: 2), so each window
+    gets a `hist` and a `log2_abs` histogram whose counts are its histogram step's values (the test's own hooks).
+    With hist_every=10 asked for, the windows holding step 0 or step 10 get them; the windows in between hold no
+    histogram step and get no histogram (not an empty one)."""
+    for hist_every, steps in ((None, (0, 2, 4, 6, 8, 10, 12)), (10, (0, 10))):
+        model = nn.Sequential(nn.Linear(5, 30), nn.ReLU(), nn.Linear(30, 3))
+        seen = []
+        model[0].register_forward_hook(lambda m, i, o: seen.append(o.detach().double().reshape(-1).numpy()))
+        out = tmp_path / str(hist_every)
+        mon = hookstats.attach(model, sinks=[TensorBoardSink(out)], log_every=2, alerts=False, hist_every=hist_every)
+        assert mon.cfg.hist_every == (hist_every or 2)
+        for _ in range(13):
+            model(torch.randn(8, 5)).square().mean().backward()
+        mon.remove()
+        acc = tb_events(out)
+        for name in ("hist", "log2_abs"):
+            events = acc.Histograms(f"hookstats/0/output/{name}")
+            assert [ev.step for ev in events] == [min(s + 1, 12) for s in steps], name  # each window's last step
+            for ev, step in zip(events, steps):
+                nonzero = int((seen[step] != 0).sum())
+                assert sum(ev.histogram_value.bucket) == pytest.approx(seen[step].size if name == "hist" else nonzero)
+                assert ev.histogram_value.num == pytest.approx(seen[step].size if name == "hist" else nonzero)

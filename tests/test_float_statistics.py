@@ -12,7 +12,7 @@ from torch import nn
 import hookstats
 
 QS = {"p0_1": 0.001, "p1": 0.01, "p50": 0.5, "p99": 0.99, "p99_9": 0.999}
-REL, ABS = 1 / 17, 2.0 ** -130  # the error bound stated in hookstats/buckets.py
+REL, ABS = 1 / 8, 2.0 ** -129  # the error bound stated in hookstats/buckets.py
 
 
 def model_and_outputs(seed=0):

@@ -276,7 +276,7 @@ def test_history_without_pandas_is_plain_lists(monkeypatch):
     run(model, mon, 3)
     monkeypatch.setitem(sys.modules, "pandas", None)
     cols = mon.history()
-    assert set(cols) == {"step", "target", "kind", "stat", "value"}
+    assert set(cols) == {"step", "target", "kind", "phase", "stat", "value"}
     assert len({len(v) for v in cols.values()}) == 1
     rows = list(zip(cols["step"], cols["target"], cols["stat"]))
     i = rows.index((1, "a:output", "mean"))
@@ -289,7 +289,7 @@ def test_history_frame_is_long_format():
     mon = hookstats.attach(model, history=True)
     run(model, mon, 3)
     df = mon.history()
-    assert list(df.columns) == ["step", "target", "kind", "stat", "value"]
+    assert list(df.columns) == ["step", "target", "kind", "phase", "stat", "value"]
     assert sorted(df.step.unique()) == [0, 1]  # step 2 is still open
     v = df[(df.step == 1) & (df.target == "b:output") & (df.stat == "std")].value.item()
     assert v == pytest.approx(model.seen[1]["b:output"].double().std().item(), rel=1e-6)
@@ -442,7 +442,8 @@ def numpy_statistics(x, cfg):
            "min": fin.min() if n else np.nan, "max": fin.max() if n else np.nan,
            "near_zero": (np.abs(v) <= np.float32(cfg.eps)).sum() / v.size if v.size else np.nan,
            "near_zero_count": (np.abs(v) <= np.float32(cfg.eps)).sum(),
-           "nan": np.isnan(v).sum(), "posinf": np.isposinf(v).sum(), "neginf": np.isneginf(v).sum()}
+           "nan": np.isnan(v).sum(), "posinf": np.isposinf(v).sum(), "neginf": np.isneginf(v).sum(),
+           "rms": np.sqrt(np.mean(fin * fin)) if n else np.nan, "l2": np.linalg.norm(fin) if n else np.nan}
     if cfg.linear_hist:  # the bin of x: floor((x - lo) * nbins / (hi - lo)) in float32, as StatsConfig says
         pos = (fin.astype(np.float32) - np.float32(cfg.lo)) * np.float32(cfg.nbins / (cfg.hi - cfg.lo))
         inside = (pos >= 0) & (pos < cfg.nbins)
@@ -463,8 +464,10 @@ def state_statistics(f, i, cfg):
     count, nz = int(i[0]), int(i[1])
     lin = i[2: 2 + (cfg.nbins + 2 if cfg.linear_hist else 0) + 3]  # [under, bins, over], NaN, +Inf, -Inf
     var = m2 / (n - 1) if n > 1 else math.nan
+    rms = math.sqrt(mean * mean + m2 / n) if n > 0 else math.nan
     out = {"count": count, "finite": int(n), "mean": mean if n > 0 else math.nan,
            "std": math.sqrt(var) if n > 1 else math.nan, "var": var, "min": lo, "max": hi,
+           "rms": rms, "l2": math.sqrt(n) * rms,
            "near_zero": nz / count if count else math.nan, "near_zero_count": nz,
            "nan": int(lin[-3]), "posinf": int(lin[-2]), "neginf": int(lin[-1])}
     if cfg.linear_hist:
@@ -500,7 +503,7 @@ def test_finalize_against_numpy_statistics_of_the_data(config):
                     else:
                         np.testing.assert_allclose(g, w, rtol=1e-12, err_msg=f"{s},{t} {k}")
                 assert isinstance(one[k], np.ndarray if isinstance(w, np.ndarray) else
-                                  float if k in ("mean", "std", "var", "min", "max", "near_zero", "underflow", "overflow")
+                                  float if k in ("mean", "std", "var", "min", "max", "near_zero", "underflow", "overflow", "rms", "l2")
                                   else int), k  # underflow/overflow: NaN on history steps without histograms
 
 
@@ -624,3 +627,37 @@ def test_numpy_bool_history_is_history_true():
 def test_bad_numpy_scalars_get_one_error_naming_the_attach_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         hookstats.attach(nn.Linear(2, 2), **kwargs)
+
+
+def test_history_read_mid_run_has_every_finished_step_and_the_steps_go_on():
+    """An eager loop (steps counted by train forwards) with an optimizer: history() read after the optimizer step
+    of step k holds steps 0..k, each equal to the oracle of that step's tensors; the run goes on with step k + 1
+    (one forward a step, not a step ended twice), and a read before the optimizer step leaves the open step out."""
+    model = Recorder()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    mon = hookstats.attach(model, history=True, log_every=10, grads=False, **PER_STEP)
+
+    def train(n):
+        for _ in range(n):
+            model(torch.randn(4, 6)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+
+    def read():
+        frame = mon.history()
+        return sorted(set(frame["step"]))
+
+    train(3)
+    assert read() == [0, 1, 2]
+    train(2)
+    assert read() == [0, 1, 2, 3, 4]
+    model(torch.randn(4, 6)).square().mean().backward()  # step 5: no optimizer step yet
+    assert read() == [0, 1, 2, 3, 4]
+    opt.step()
+    assert read() == [0, 1, 2, 3, 4, 5]
+    mon.remove()
+    got = by_step(mon)
+    assert sorted({s for s, _ in got}) == list(range(6))
+    for step, seen in enumerate(model.seen):
+        for target, t in seen.items():
+            check_step(got[(step, target)], [t], mon.cfg)

@@ -79,8 +79,8 @@ def test_log_hist_switches_the_log2_histogram_everywhere(tmp_path, log_hist):
                for line in lines)
 
     tags = tb_events(tmp_path / "tb").Tags()["histograms"]
-    assert (f"hookstats/{TARGET}/log2_abs" in tags) == log_hist
-    assert f"hookstats/{TARGET}/hist" in tags  # the view fitted to the buckets
+    assert (f"hookstats/{TARGET.replace(':', '/')}/log2_abs" in tags) == log_hist
+    assert f"hookstats/{TARGET.replace(':', '/')}/hist" in tags  # the view fitted to the buckets
 
     pytest.importorskip("matplotlib")
     for source in (mon.history_sink, tmp_path / "h.jsonl"):

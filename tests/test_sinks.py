@@ -62,7 +62,7 @@ def test_csv_long_table_round_trip(tmp_path):
     mon, want = train([CSVSink(path)], nan_at=3)
     with open(path) as f:
         header = f.readline().strip()
-    assert header == "step,target,module,kind,leaf,stat,value"
+    assert header == "step,target,module,kind,leaf,phase,stat,value"
     items, alerts = read_csv(path)
     got = {(s, r["target"]): r for s, r in items}
     for s, w in enumerate(want):
@@ -166,11 +166,11 @@ def test_readers_skip_torn_lines_anywhere_and_keep_every_whole_record(tmp_path, 
             for stat in ("mean", "std", "near_zero"):
                 if stat in r:
                     np.testing.assert_allclose(r[stat], w[stat], rtol=1e-6)
-    n_values = sum(len([k for k in r if k in ("count", "finite", "mean", "std", "near_zero", "nan", "posinf",
-                                               "neginf", "underflow", "overflow", "running_min", "running_max",
-                                               "hist_count")])
+    n_values = sum(len([k for k in r if k in ("count", "finite", "mean", "std", "rms", "l2", "near_zero", "nan",
+                                               "posinf", "neginf", "underflow", "overflow", "running_min",
+                                               "running_max", "hist_count")])
                    for r in got.values())
-    assert n_values == (len(kept) if fmt == "csv" else 13 * len(kept))
+    assert n_values == (len(kept) if fmt == "csv" else 15 * len(kept))
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
@@ -240,15 +240,15 @@ def test_tensorboard_event_files_read_back_with_tensorboards_reader(tmp_path):
     tags = acc.Tags()
     # one section: every tag under hookstats/; the default statistics only (not count, finite, underflow...)
     assert all(t.startswith("hookstats/") for t in tags["scalars"] + tags["histograms"])
-    assert sorted(tags["scalars"]) == sorted(f"hookstats/{t}:{k}/{s}" for t in ("0", "2")
+    assert sorted(tags["scalars"]) == sorted(f"hookstats/{t}/{k}/{s}" for t in ("0", "2")
                                              for k in ("output",) for s in ("mean", "std", "near_zero", "nonfinite"))
-    means = acc.Scalars("hookstats/0:output/mean")
+    means = acc.Scalars("hookstats/0/output/mean")
     assert [e.step for e in means] == [0, 1, 2, 3]
     np.testing.assert_allclose([e.value for e in means], [w["mean"] for w in want], rtol=1e-5)
-    np.testing.assert_allclose([e.value for e in acc.Scalars("hookstats/0:output/near_zero")],
+    np.testing.assert_allclose([e.value for e in acc.Scalars("hookstats/0/output/near_zero")],
                                [w["near_zero"] for w in want], rtol=1e-6)
-    assert [e.value for e in acc.Scalars("hookstats/0:output/nonfinite")] == [0] * 4
-    check_tb_histograms(acc, "hookstats/0:output", want)
+    assert [e.value for e in acc.Scalars("hookstats/0/output/nonfinite")] == [0] * 4
+    check_tb_histograms(acc, "hookstats/0/output", want)
 
 
 def test_tensorboard_sink_takes_a_writer_and_a_choice_of_statistics(tmp_path):
@@ -262,14 +262,14 @@ def test_tensorboard_sink_takes_a_writer_and_a_choice_of_statistics(tmp_path):
     writer.add_scalar("after", 1.0, 0)  # the writer stays the caller's: close() flushed it, did not close it
     writer.close()
     acc = tb_events(tmp_path)
-    assert sorted(t for t in acc.Tags()["scalars"] if t.startswith("mon/0:")) == \
-        ["mon/0:output/nonfinite", "mon/0:output/running_max", "mon/0:output/std"]
+    assert sorted(t for t in acc.Tags()["scalars"] if t.startswith("mon/0/")) == \
+        ["mon/0/output/nonfinite", "mon/0/output/running_max", "mon/0/output/std"]
     assert "after" in acc.Tags()["scalars"]
-    assert [e.value for e in acc.Scalars("mon/0:output/nonfinite")] == [w["nan"] + w["posinf"] + w["neginf"]
+    assert [e.value for e in acc.Scalars("mon/0/output/nonfinite")] == [w["nan"] + w["posinf"] + w["neginf"]
                                                                         for w in want] == [0, 7, 0]
-    np.testing.assert_allclose([e.value for e in acc.Scalars("mon/0:output/running_max")],
+    np.testing.assert_allclose([e.value for e in acc.Scalars("mon/0/output/running_max")],
                                np.maximum.accumulate([w["max"] for w in want]), rtol=1e-6)
-    check_tb_histograms(acc, "mon/0:output", want)
+    check_tb_histograms(acc, "mon/0/output", want)
     none = TensorBoardSink(tmp_path / "none", stats=(), histograms=False)
     none.write(0, [{"target": "t:output", "mean": 1.0, "finite": 1, "hist": np.ones(3)}])
     none.close()
@@ -322,11 +322,11 @@ def test_wandb_offline_run_holds_the_steps(tmp_path, monkeypatch):
     mon, want = train([sink], steps=3)
     rows = offline_history(run, min_rows=3)
     assert [r["hookstats/step"] for r in rows] == [0, 1, 2]
-    np.testing.assert_allclose([r["hookstats/0:output/mean"] for r in rows], [w["mean"] for w in want], rtol=1e-6)
-    assert {k.rsplit("/", 1)[1] for k in rows[0] if k.startswith("hookstats/0:output/") and "hist" not in k
+    np.testing.assert_allclose([r["hookstats/0/output/mean"] for r in rows], [w["mean"] for w in want], rtol=1e-6)
+    assert {k.rsplit("/", 1)[1] for k in rows[0] if k.startswith("hookstats/0/output/") and "hist" not in k
             and "log2" not in k} == {"mean", "std", "near_zero", "nonfinite"}
     for r, w in zip(rows, want):
-        check_wandb_histograms(r, "hookstats/0:output", w)
+        check_wandb_histograms(r, "hookstats/0/output", w)
 
 
 def test_wandb_sink_beside_the_users_own_wandb_log(tmp_path, monkeypatch):
@@ -356,8 +356,8 @@ def test_wandb_sink_beside_the_users_own_wandb_log(tmp_path, monkeypatch):
     ours = [r for r in rows if "hookstats/step" in r]
     assert [r["hookstats/step"] for r in ours] == [0, 1, 2, 3, 4]
     for r, o in zip(ours, outs):
-        np.testing.assert_allclose(r["hookstats/Linear:output/mean"], o.mean().item(), rtol=1e-6)
-        np.testing.assert_allclose(r["hookstats/Linear:output/std"], o.std().item(), rtol=1e-6)
+        np.testing.assert_allclose(r["hookstats/Linear/output/mean"], o.mean().item(), rtol=1e-6)
+        np.testing.assert_allclose(r["hookstats/Linear/output/std"], o.std().item(), rtol=1e-6)
 
 
 def test_collect_takes_the_memory_sink_a_file_or_a_run_folder(tmp_path):
@@ -399,18 +399,18 @@ def test_statistics_table_keeps_the_record_and_file_formats():
     from hookstats.sinks.memory import FLOATS, HISTS, INTS
     floats = ("near_zero_rel", "near_zero_rel_threshold", "p0_1", "p1", "p50", "p99", "p99_9", "abs_p0_1", "abs_p1",
               "abs_p50", "abs_p99", "abs_p99_9", "hist_count")
-    assert statistics.SCALARS == ("count", "finite", "mean", "std", "near_zero", *floats, "nan", "posinf", "neginf",
+    assert statistics.SCALARS == ("count", "finite", "mean", "std", "rms", "l2", "near_zero", *floats, "nan", "posinf", "neginf",
                                   "underflow", "overflow", "running_min", "running_max")
     assert statistics.DASHBOARD_STATS == ("mean", "std", "near_zero", "near_zero_rel", "nonfinite")
     assert statistics.DASHBOARD_CHOICES == statistics.SCALARS + ("nonfinite",)
     assert statistics.names(statistics.STATS) == (
-        "count", "finite", "mean", "std", "var", "min", "max", "near_zero", "near_zero_count", *floats, "nan",
+        "count", "finite", "mean", "std", "var", "rms", "l2", "min", "max", "near_zero", "near_zero_count", *floats, "nan",
         "posinf", "neginf", "underflow", "overflow", "hist", "hist_edges", "log2_hist", "float_hist")
     assert statistics.names(statistics.HISTORY) == tuple(
         k for k in statistics.names(statistics.STATS) if k not in ("min", "max")) + ("running_min", "running_max")
     assert INTS == ("count", "finite", "near_zero_count", "nan", "posinf", "neginf")
     # underflow/overflow: NaN on history steps that counted no histograms (hist_every)
-    assert FLOATS == ("mean", "std", "var", "near_zero", *floats, "underflow", "overflow", "running_min", "running_max")
+    assert FLOATS == ("mean", "std", "var", "rms", "l2", "near_zero", *floats, "underflow", "overflow", "running_min", "running_max")
     assert HISTS == ("hist", "log2_hist", "float_hist")
 
 

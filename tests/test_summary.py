@@ -1,5 +1,6 @@
 """summary(): layer rows against shapes and parameter counts taken straight from the modules; the forward
 it runs leaves training flags, BatchNorm statistics and an attached monitor untouched."""
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -93,7 +94,37 @@ def test_tables_format_numbers_and_missing_values():
     assert lines[2].split() == ["x", "1,234,567", "nan"] and lines[3].split() == ["yy", "-", "0.5"]
     t = stats_table([{"target": "fc:output", "count": 10, "mean": 0.25, "std": 1.0, "near_zero": 0.5,
                       "min": -1.0, "max": 2.0, "nan": 1, "posinf": 2, "neginf": 0}])
-    assert t.splitlines()[2].split() == ["fc:output", "10", "0.25", "1", "50", "-1", "2", "3"]
+    assert t.splitlines()[2].split() == ["fc:output", "10", "0.25", "1", "-", "-", "50", "-1", "2", "3"]
+
+
+def test_stats_and_the_table_give_rms_and_l2_of_the_finite_values_against_numpy():
+    """rms = sqrt(mean^2 + var_biased) and l2 = sqrt(finite) * rms, over the finite values (NaN/Inf left out), in
+    stats() (two steps merged) and in stats_table's columns; the test's own hook and NumPy float64 are the oracle."""
+    torch.manual_seed(0)
+    lin = nn.Linear(8, 300)
+    seen = []
+    lin.register_forward_hook(lambda m, i, o: seen.append(o.detach().double().reshape(-1).numpy()))
+    mon = hookstats.attach(lin, grads=False)
+    for scale in (1.0, 1e3):
+        x = torch.randn(4, 8) * scale
+        with torch.no_grad():
+            out = lin(x)
+    x = torch.randn(4, 8)
+    x[0, 0] = float("inf")  # a row of Inf/NaN outputs: left out of rms and l2
+    with torch.no_grad():
+        lin(x)
+    mon.remove()
+    v = np.concatenate(seen)
+    fin = v[np.isfinite(v)]
+    rec = mon.stats()["Linear:output"]
+    assert rec["finite"] == fin.size < v.size
+    np.testing.assert_allclose(rec["rms"], np.sqrt(np.mean(fin ** 2)), rtol=1e-6)  # the moments claim
+    np.testing.assert_allclose(rec["l2"], np.linalg.norm(fin), rtol=1e-6)
+    row = stats_table([{"target": "Linear:output", **rec}]).splitlines()
+    cols = row[0].split()
+    cells = dict(zip(cols, row[2].split()))
+    assert cells["rms"] == f"{rec['rms']:.4g}" and cells["l2"] == f"{rec['l2']:.4g}"
+    assert out.shape == (4, 300)
 
 
 def test_the_attached_monitor_is_found_without_passing_it_and_counts_non_finite_values():

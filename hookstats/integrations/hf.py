@@ -9,7 +9,8 @@ from transformers.integrations import INTEGRATION_TO_CALLBACK, TensorBoardCallba
 
 import hookstats  # noqa: E402
 
-from .metrics import (DEFAULT_STATS, flat_metrics, measured, sent, tensorboard_histograms, wandb_histograms,
+from ..sinks.names import PREFIX  # noqa: E402
+from .metrics import (DEFAULT_STATS, attach_for_windows, flat_metrics, measured, sent, tensorboard_histograms, wandb_histograms,
                       window_stats)
 
 
@@ -26,7 +27,7 @@ class HookStatsCallback(TrainerCallback):
     console printer does not print them. stats: record fields logged; other keywords go to
     hookstats.attach (modules=, every=, param_grads=, nbins=, ...)."""
 
-    def __init__(self, stats=DEFAULT_STATS, prefix="hookstats/", histograms=True, **attach_kwargs):
+    def __init__(self, stats=DEFAULT_STATS, prefix=PREFIX, histograms=True, **attach_kwargs):
         if "steps" in attach_kwargs:
             raise ValueError("steps is set by the callback: one optimizer step is one step")
         if not isinstance(prefix, str) or not prefix:
@@ -40,7 +41,8 @@ class HookStatsCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if model is None:
             raise ValueError("HookStatsCallback needs the model: the Trainer passes it to on_train_begin")
-        self.monitor = hookstats.attach(model, steps="manual", **self.attach_kwargs)
+        window = getattr(state, "logging_steps", None) or args.logging_steps
+        self.monitor = attach_for_windows(model, window if window >= 1 else 1, self.attach_kwargs)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.monitor is not None and self.monitor.attached:

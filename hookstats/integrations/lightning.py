@@ -15,10 +15,9 @@ except ImportError as e:  # the standalone package
             raise missing_extra("lightning", "hookstats.integrations.lightning") from None
         raise e from None  # lightning is installed and fails to import: its own error
 
-import hookstats
-
+from ..sinks.names import PREFIX
 from ..config import check_count
-from .metrics import (DEFAULT_STATS, flat_metrics, measured, sent, tensorboard_histograms, wandb_histograms,
+from .metrics import (DEFAULT_STATS, attach_for_windows, flat_metrics, measured, sent, tensorboard_histograms, wandb_histograms,
                       window_stats)
 
 
@@ -34,7 +33,7 @@ class HookStatsCallback(Callback):
     name. Other keywords go to hookstats.attach (modules=, every=, param_grads=, nbins=, ...). After fit,
     `callback.monitor` holds the last window's statistics."""
 
-    def __init__(self, log_every=None, stats=DEFAULT_STATS, prefix="hookstats/", histograms=True, **attach_kwargs):
+    def __init__(self, log_every=None, stats=DEFAULT_STATS, prefix=PREFIX, histograms=True, **attach_kwargs):
         self.log_every = check_count("log_every", log_every, optional=True)
         self.fields, self.prefix, self.histograms = tuple(stats), prefix, bool(histograms)
         self.attach_kwargs = attach_kwargs
@@ -49,7 +48,7 @@ class HookStatsCallback(Callback):
                              "hookstats' windows go out in the trainer's own logging rows; set "
                              "Trainer(log_every_n_steps=...) instead")
         # the strategy has moved (and wrapped) the model by now: states are allocated on its device
-        self.monitor = hookstats.attach(pl_module, steps="manual", **self.attach_kwargs)
+        self.monitor = attach_for_windows(pl_module, n, self.attach_kwargs)
         self._every = n
         self._stepped = trainer.global_step if pl_module.automatic_optimization else 0
 

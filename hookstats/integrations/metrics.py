@@ -1,14 +1,25 @@
 """What the Lightning and HF callbacks log: the window's statistics merged over ranks, as flat scalars
-named `<prefix><module>/<kind><leaf>/<stat>` (characters loggers such as MLflow reject become '_')."""
-import re
-
+named as every sink names them (hookstats/sinks/names.py: `<prefix><module>/<kind><leaf>/<stat>`)."""
 from .. import distributed
+from ..statistics import HIST_FIGURES
+from ..sinks.names import PREFIX, record_name, stat_name
 from ..sinks.tensorboard import add_histograms
 from ..sinks.wandb import histograms
 from ..user_warning import warn_user
 
 DEFAULT_STATS = ("mean", "std", "min", "max", "near_zero", "near_zero_rel", "nan", "posinf", "neginf")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/ ]")
+
+
+def attach_for_windows(model, window, attach_kwargs):
+    """hookstats.attach(model, steps="manual", **attach_kwargs) for logging windows of `window` steps: unless the
+    caller set hist_every (or a config), the histogram cadence is config.hist_every_for(window, every), so each
+    window holds a histogram step and logs the figures of the histograms."""
+    import hookstats
+    from ..config import hist_every_for
+    kwargs = dict(attach_kwargs)
+    if kwargs.get("hist_every") is None and kwargs.get("config") is None:
+        kwargs["hist_every"] = hist_every_for(window or 1, kwargs.get("every", 1))
+    return hookstats.attach(model, steps="manual", **kwargs)
 
 
 def window_stats(monitor, phase="train"):
@@ -19,7 +30,7 @@ def window_stats(monitor, phase="train"):
     return stats
 
 
-def flat_metrics(stats, prefix="hookstats/", fields=DEFAULT_STATS):
+def flat_metrics(stats, prefix=PREFIX, fields=DEFAULT_STATS):
     """{name: float} for the loggers; targets that saw nothing in the window are left out."""
     out = {}
     for base, rec in measured(stats, prefix):
@@ -27,16 +38,16 @@ def flat_metrics(stats, prefix="hookstats/", fields=DEFAULT_STATS):
             if f not in rec:
                 raise ValueError(f"unknown statistic {f!r}; records have {sorted(k for k in rec if k != 'module')}")
             v = rec[f]
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                out[f"{base}/{f}"] = float(v)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not (v != v and f in HIST_FIGURES):
+                out[stat_name(base, f)] = float(v)  # a window without a histogram step: no NaN point
     return out
 
 
-def measured(stats, prefix="hookstats/"):
-    """(name base `<prefix><module>/<kind><leaf>`, record) of each target that saw values in the window."""
+def measured(stats, prefix=PREFIX):
+    """(name base, sinks/names.py's target_name, record) of each target that saw values in the window."""
     for tid, rec in stats.items():
         if rec["count"]:
-            yield prefix + _UNSAFE.sub("_", f"{rec['module'] or 'model'}/{tid.split(':', 1)[1]}"), rec
+            yield record_name(rec, prefix, target=tid), rec
 
 
 def tensorboard_histograms(writer, targets, step):

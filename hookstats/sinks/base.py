@@ -12,10 +12,9 @@ import warnings
 
 from .. import statistics
 from ..records import KEY_FIELDS  # noqa: F401 (the record format, here with the rest of it)
-from ..statistics import DASHBOARD_CHOICES, DASHBOARD_STATS, SCALARS
+from ..statistics import DASHBOARD_CHOICES, DASHBOARD_STATS, HIST_FIGURES, SCALARS
+from .names import PREFIX  # noqa: F401 (the default prefix of every dashboard name)
 from .runs import HistoryFileWarning
-
-PREFIX = "hookstats/"
 
 
 def scalar_items(record):
@@ -41,12 +40,15 @@ def check_prefix(prefix):
 
 
 def chosen_items(record, stats):
-    """(stat, value) for each of `stats` present in the record (see check_stats)."""
+    """(stat, value) for each of `stats` present in the record (see check_stats). A figure of the histograms
+    (statistics.HIST_FIGURES) that is NaN, not counted on this record, is left out: a dashboard gets no point and
+    a file no field there, never a NaN that reads as a measurement."""
     for stat in stats:
         v = statistics.from_record(stat, record) if statistics.BY_NAME[stat].scope == statistics.SINKS \
             else record.get(stat)
-        if v is not None:
-            yield stat, int(v) if isinstance(v, numbers.Integral) else float(v)
+        if v is None or (v != v and stat in HIST_FIGURES):
+            continue
+        yield stat, int(v) if isinstance(v, numbers.Integral) else float(v)
 
 
 def json_number(v):

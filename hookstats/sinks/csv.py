@@ -1,4 +1,6 @@
-"""CSVSink: the long table (step, target, module, kind, leaf, stat, value), one row per scalar statistic;
+"""CSVSink: the long table (step, target, module, kind, leaf, phase, stat, value), one row per scalar statistic
+(phase: "train", or "eval" for a validation pass, stamped with the step it ran in; an empty value where a
+statistic does not exist for that row, e.g. a figure of the histograms on a step that counted none);
 alerts go to a sibling file <stem>_alerts.csv. read_csv() loads the table back for `hookstats report`."""
 import csv
 import math
@@ -9,7 +11,8 @@ from . import claim, fields
 from .base import KEY_FIELDS, SCALARS, file_lines, open_parent, scalar_items, warn_skipped
 from .runs import Ledger, run_header
 
-COLUMNS = ("step", "target", "module", "kind", "leaf", "stat", "value")
+COLUMNS = ("step", "target", "module", "kind", "leaf", "phase", "stat", "value")
+OLD_COLUMNS = ("step", "target", "module", "kind", "leaf", "stat", "value")  # files of versions without phases
 ALERT_COLUMNS = ("step", "target", "kind", "message")
 INT_SCALARS = tuple(s for s in SCALARS if statistics.BY_NAME[s].type == statistics.INT)
 # Marker rows (empty target): a run header when the sink opens its file (the run id in `leaf`) and a step end
@@ -34,15 +37,16 @@ class CSVSink:
             path = claim.rank_path(self.path)
             self._claim = claim.Claim(path)
             self._file, self._writer = _open_table(path, COLUMNS)
-            self._writer.writerow((step, "", "", RUN, run_header()["run"], "run", "nan"))
+            self._writer.writerow((step, "", "", RUN, run_header()["run"], "", "run", "nan"))
         return self._writer
 
     def write(self, step, records):
         w = self._open(step)
         for rec in records:
             for stat, v in scalar_items(rec):
-                w.writerow((step, rec["target"], rec["module"], rec["kind"], rec["leaf"], stat, repr(v)))
-        w.writerow((step, "", "", STEP_END, "", "targets", len(records)))
+                w.writerow((step, rec["target"], rec["module"], rec["kind"], rec["leaf"], rec.get("phase") or "train",
+                            stat, repr(v)))
+        w.writerow((step, "", "", STEP_END, "", "", "targets", len(records)))
         self._file.flush()
 
     def write_alerts(self, step, alerts):
@@ -93,7 +97,7 @@ def read_csv(path):
     path = Path(path)
     ledger, lines = Ledger(path), fields.BadLines(path)
     rec = None
-    for n, step, row in _rows(path, COLUMNS, "step", "value", lines):
+    for n, step, row in _rows(path, (COLUMNS, OLD_COLUMNS), "step", "value", lines):
         if row["target"] == "" and row["kind"] in (RUN, STEP_END):
             rec = None
             if row["kind"] == RUN:
@@ -105,17 +109,17 @@ def read_csv(path):
             if row["stat"] in KEY_FIELDS:
                 raise fields.BadField("stat", f"{row['stat']!r} is not a statistic")
             value = fields.scalar(row["stat"], row["value"])
-            key = {k: fields.name(row[k], k, lines) for k in KEY_FIELDS}
+            key = {k: fields.name(row.get(k, "train"), k, lines) for k in KEY_FIELDS}
         except ValueError as e:
             lines.add(n, str(e), stacklevel=3)
             continue
         # a record's rows are written one after another: a new (step, target) starts the next record
-        if rec is None or step != rec_step or key["target"] != rec["target"]:
+        if rec is None or step != rec_step or (key["target"], key["phase"]) != (rec["target"], rec["phase"]):
             rec, rec_step = dict(key), step
             ledger.record(step, rec)
         rec[row["stat"]] = value
     alerts_path = path.with_name(path.stem + "_alerts.csv")
-    alerts = [{**a, "step": step} for _, step, a in _rows(alerts_path, ALERT_COLUMNS, "step", None, lines)] \
+    alerts = [{**a, "step": step} for _, step, a in _rows(alerts_path, (ALERT_COLUMNS,), "step", None, lines)] \
         if alerts_path.exists() else []
     lines.finish()
     items = ledger.items()
@@ -126,16 +130,18 @@ def read_csv(path):
     return items, alerts
 
 
-def _rows(path, columns, step_col, float_col, lines):
-    """Yields (line number, step, {column: value}) of each whole row of a file with `columns` as its header.
-    Line by line, so a torn line cannot pull the next ones into an open quote."""
+def _rows(path, headers, step_col, float_col, lines):
+    """Yields (line number, step, {column: value}) of each whole row of a file with one of `headers` as its
+    header. Line by line, so a torn line cannot pull the next ones into an open quote."""
     read, bad = 0, []
+    columns = headers[0]
     for n, text in file_lines(path, bad):
         # csv.writer quotes only fields holding a quote, comma or line break: the rest split plainly
         row = text.split(",") if '"' not in text else next(csv.reader([text]), [])
         if n == 1:
-            if tuple(row) != columns:
+            if tuple(row) not in headers:
                 raise ValueError(f"{path} is not a hookstats CSV: expected columns {','.join(columns)}")
+            columns = tuple(row)
             read += 1
             continue
         if len(row) != len(columns):

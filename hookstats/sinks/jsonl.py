@@ -1,4 +1,5 @@
-"""JSONLSink: one JSON line per step and target with the scalars and the histograms (the float buckets and
+"""JSONLSink: one JSON line per step and target (its "phase": "train", or "eval" for a validation pass, stamped
+with the step it ran in) with the scalars and the histograms (the float buckets and
 the log2 slots as {slot: count} of the occupied slots; the log2 ones also where there are buckets, a few dozen
 entries that keep the files readable by versions without buckets; null beside the buckets with log_hist=False),
 and one line per alert. read_jsonl() loads it back for `hookstats report`; files of versions without float
@@ -40,7 +41,7 @@ class JSONLSink:
         f = self._out()
         for rec in records:
             line = {"type": "stats", "step": step, "target": rec["target"], "module": rec["module"],
-                    "kind": rec["kind"], "leaf": rec["leaf"]}
+                    "kind": rec["kind"], "leaf": rec["leaf"], "phase": rec.get("phase") or "train"}
             line.update((k, json_number(v)) for k, v in scalar_items(rec))
             if rec.get("hist") is not None:
                 line["hist"] = [int(c) for c in rec["hist"]]
@@ -162,6 +163,7 @@ def _record(obj, lines):
             out[k] = fields.name(obj.get(k), k, lines)
         else:
             out[k] = ""
+    out["phase"] = fields.name(obj.get("phase", "train"), "phase", lines)  # files of versions without phases
     log2_off = "log2_hist" in obj and obj["log2_hist"] is None  # written with log_hist=False
     for k, v in obj.items():
         if k in KEYS or k in ("type", "step", "hist", "hist_range", "log2_hist", "float_hist"):

@@ -9,12 +9,13 @@ import numpy as np
 
 from .. import statistics
 from ..config import check_count
-from .base import KEY_FIELDS, SCALARS
+from .base import HIST_FIGURES, KEY_FIELDS, SCALARS
 
 INTS, FLOATS, HISTS, (EDGES,) = (statistics.names(statistics.HISTORY, t) for t in
                                  (statistics.INT, statistics.FLOAT, statistics.COUNTS, statistics.EDGES))
 FIELDS = (*INTS, *FLOATS, *HISTS, EDGES)
-SPARSE = ("float_hist",)  # histograms kept as (slots, counts) on the rows that have any
+SPARSE = ("float_hist",)
+LONG_COLUMNS = ("step", "target", "kind", "phase", "stat", "value")  # frame() / columns()  # histograms kept as (slots, counts) on the rows that have any
 
 
 class _Sparse:
@@ -259,11 +260,21 @@ def _histogram_row(name, records):
     return np.array([[zero if v is None else v for v in values]]), missing if missing.any() else None
 
 
+def _key(record):
+    """The KEY_FIELDS of a record (phase "train" where it has none)."""
+    return {k: record.get(k, "train") if k == "phase" else record[k] for k in KEY_FIELDS}
+
+
+def _block_id(key):
+    """A target's rows are kept per phase: its train steps and its validation passes apart."""
+    return key["target"], key.get("phase") or "train"
+
+
 class MemorySink:
     def __init__(self, max_steps=None):
         self.max_steps = max_steps = check_count("max_steps", max_steps, optional=True)
         self._window = collections.deque(maxlen=max_steps)  # the kept steps, oldest first (with max_steps)
-        self._blocks = {}  # target id -> _Block, in first-seen order
+        self._blocks = {}  # (target id, phase) -> _Block, in first-seen order
         self._writes = 0
         self.alerts = []
 
@@ -280,7 +291,7 @@ class MemorySink:
             else:
                 cols[k] = None if first[k] is None else (
                     first[k] if k == EDGES else np.array([[r[k] for r in records]]))
-        self.write_rows([step], [{k: r[k] for k in KEY_FIELDS} for r in records], cols,
+        self.write_rows([step], [_key(r) for r in records], cols,
                         np.ones((1, len(records)), dtype=bool), missing)
 
     def write_rows(self, steps, keys, cols, present, missing=None):
@@ -321,13 +332,13 @@ class MemorySink:
         spans = {k: None if k in SPARSE or h is None else spans_of(h, present) for k, (h, _) in hists.items()}
         order = sorted(targets.tolist(), key=lambda t: (firsts[t], t))  # new targets: in first-seen order
         for t in order:  # every target checked before any is written: a refused write changes nothing
-            block = self._blocks.get(keys[t]["target"])
+            block = self._blocks.get(_block_id(keys[t]))
             if block is not None:
                 block.check(schema)
         for t in order:
-            block = self._blocks.get(keys[t]["target"])
+            block = self._blocks.get(_block_id(keys[t]))
             if block is None:
-                block = self._blocks[keys[t]["target"]] = _Block(keys[t], schema, self.max_steps)
+                block = self._blocks[_block_id(keys[t])] = _Block(_key(keys[t]), schema, self.max_steps)
             block.add_histograms(schema)
             rows = slice(None) if every[t] else np.flatnonzero(present[:, t])
             block.append(steps[rows], ints[rows, t], floats[rows, t],
@@ -369,7 +380,8 @@ class MemorySink:
         return list(out.items())
 
     def _long(self):
-        """The long table as arrays (step, target, kind, stat, value, is_int), by step, target, stat."""
+        """The long table as arrays (step, target, kind, phase, stat, value, is_int), by step, target (train before
+        eval), stat."""
         parts = []
         for t, (b, rows) in enumerate(self._kept()):
             if not len(rows):
@@ -381,7 +393,13 @@ class MemorySink:
                     vals, is_int = b.f[rows, b.floats.index(stat)], False
                 else:
                     continue
-                parts.append((b.steps[rows], t, b.key["target"], b.key["kind"], s, stat, vals, is_int))
+                steps = b.steps[rows]
+                if stat in HIST_FIGURES:  # rows whose histograms were not counted have no such figure, not NaN
+                    keep = ~np.isnan(vals)
+                    steps, vals = steps[keep], vals[keep]
+                parts.append((steps, t, b.key["target"], b.key["kind"], s, stat, vals, is_int,
+                              b.key["phase"]))
+        parts = [p for p in parts if len(p[0])]
         if not parts:
             return None
         step = np.concatenate([p[0] for p in parts])
@@ -391,17 +409,17 @@ class MemorySink:
 
         def col(i):
             return np.concatenate([np.full(len(p[0]), p[i], dtype=object) for p in parts])[order]
-        return (step[order], col(2), col(3), col(5), np.concatenate([p[6] for p in parts])[order],
+        return (step[order], col(2), col(3), col(8), col(5), np.concatenate([p[6] for p in parts])[order],
                 np.concatenate([np.full(len(p[0]), p[7]) for p in parts])[order])
 
     def columns(self):
-        """The long table as plain lists: {"step": [...], "target": [...], "kind", "stat", "value"}."""
+        """The long table as plain lists: {"step": [...], "target": [...], "kind", "phase", "stat", "value"}."""
         long = self._long()
         if long is None:
-            return {"step": [], "target": [], "kind": [], "stat": [], "value": []}
-        step, target, kind, stat, value, is_int = long
-        return {"step": step.tolist(), "target": target.tolist(), "kind": kind.tolist(), "stat": stat.tolist(),
-                "value": [int(v) if i else v for v, i in zip(value.tolist(), is_int.tolist())]}
+            return {k: [] for k in LONG_COLUMNS}
+        step, target, kind, phase, stat, value, is_int = long
+        return {"step": step.tolist(), "target": target.tolist(), "kind": kind.tolist(), "phase": phase.tolist(),
+                "stat": stat.tolist(), "value": [int(v) if i else v for v, i in zip(value.tolist(), is_int.tolist())]}
 
     def frame(self):
         """A pandas DataFrame of the long table when pandas is installed, else columns()."""
@@ -412,4 +430,4 @@ class MemorySink:
         long = self._long()
         if long is None:
             return pd.DataFrame(self.columns())
-        return pd.DataFrame(dict(zip(("step", "target", "kind", "stat", "value"), long[:5])))
+        return pd.DataFrame(dict(zip(LONG_COLUMNS, long[:6])))

@@ -30,7 +30,7 @@ class Ledger:
     def __init__(self, path):
         self.path = path
         self.runs = []  # run ids in file order ("" for records before any header)
-        self.entries = []  # (run index, step, target, record)
+        self.entries = []  # (run index, step, (target, phase), record)
         self.last_end = {}  # run index -> position (in entries) after its last step-end marker
         self.steps = {}  # run index -> [first step, last step] of its records
 
@@ -46,7 +46,7 @@ class Ledger:
         r = self._run()
         span = self.steps.setdefault(r, [step, step])
         span[0], span[1] = min(span[0], step), max(span[1], step)
-        self.entries.append((r, step, rec["target"], rec))
+        self.entries.append((r, step, (rec["target"], rec.get("phase") or "train"), rec))
 
     def step_end(self, step):
         self.last_end[self._run()] = len(self.entries)

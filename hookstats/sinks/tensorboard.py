@@ -1,12 +1,13 @@
 """TensorBoardSink: chosen scalars per target and both histograms, rebuilt from our bins with the real
 SummaryWriter.add_histogram_raw (no tensor is copied to build a histogram). Every tag starts with one
-prefix, so TensorBoard shows one collapsible section: "hookstats/<target>/<stat>", "hookstats/<target>/hist"
-(the linear bins with under/overflow as the outer buckets where configured, else the view fitted to the float
-buckets), "hookstats/<target>/log2_abs" (log2 |x|)."""
+prefix, so TensorBoard shows one collapsible section, named by hookstats/sinks/names.py:
+"hookstats/<module>/<kind>/<stat>", ".../hist" (the linear bins with under/overflow as the outer buckets where
+configured, else the view fitted to the float buckets), ".../log2_abs" (log2 |x|); eval records ".../eval/<stat>"."""
 import os
 
 from .base import DASHBOARD_STATS, PREFIX, check_prefix, check_stats, chosen_items
 from .histograms import log2_buckets, value_histograms
+from .names import record_name, stat_name
 
 
 def add_histograms(writer, pairs, step):
@@ -26,14 +27,14 @@ def _add(writer, base, rec, lin, step):
         if held is not None and held == held and 0 < held < n:
             n = int(held)
         m2 = std ** 2 * (n - 1) if n > 1 else 0.0
-        writer.add_histogram_raw(f"{base}/hist", min=float(edges[0]), max=float(edges[-1]), num=int(n),
+        writer.add_histogram_raw(stat_name(base, "hist"), min=float(edges[0]), max=float(edges[-1]), num=int(n),
                                  sum=float(mean * n), sum_squares=float(m2 + n * mean * mean),
                                  bucket_limits=edges[1:].tolist(), bucket_counts=counts.tolist(), global_step=step)
     lg = log2_buckets(rec)
     if lg is not None:
         edges, counts = lg
         mid = (edges[:-1] + edges[1:]) / 2
-        writer.add_histogram_raw(f"{base}/log2_abs", min=float(edges[0]), max=float(edges[-1]),
+        writer.add_histogram_raw(stat_name(base, "log2_abs"), min=float(edges[0]), max=float(edges[-1]),
                                  num=int(counts.sum()), sum=float(counts @ mid), sum_squares=float(counts @ mid ** 2),
                                  bucket_limits=edges[1:].tolist(), bucket_counts=counts.tolist(), global_step=step)
 
@@ -69,11 +70,11 @@ class TensorBoardSink:
     def write(self, step, records):
         w = self.writer
         for rec in records:
-            base = self.prefix + rec["target"]
+            base = record_name(rec, self.prefix)
             for stat, v in chosen_items(rec, self.stats):
-                w.add_scalar(f"{base}/{stat}", v, step)
+                w.add_scalar(stat_name(base, stat), v, step)
         if self.histograms:
-            add_histograms(w, ((self.prefix + rec["target"], rec) for rec in records), step)
+            add_histograms(w, ((record_name(rec, self.prefix), rec) for rec in records), step)
 
     def write_alerts(self, step, alerts):
         for a in alerts:

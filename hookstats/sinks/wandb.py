@@ -10,6 +10,7 @@ import numpy as np
 
 from .base import DASHBOARD_STATS, PREFIX, check_prefix, check_stats, chosen_items
 from .histograms import log2_buckets, value_histograms
+from .names import record_name, stat_name
 
 
 def histograms(wandb, pairs):
@@ -21,7 +22,7 @@ def histograms(wandb, pairs):
         for name, buckets in (("hist", lin), ("log2_abs", log2_buckets(rec))):
             if buckets is not None:
                 edges, counts = buckets
-                out[f"{base}/{name}"] = wandb.Histogram(np_histogram=(counts.astype(np.int64), edges))
+                out[stat_name(base, name)] = wandb.Histogram(np_histogram=(counts.astype(np.int64), edges))
     return out
 
 
@@ -46,10 +47,10 @@ class WandbSink:
     def write(self, step, records):
         data = {self.step_key: step}
         for rec in records:
-            base = self.prefix + rec["target"]
-            data.update((f"{base}/{stat}", v) for stat, v in chosen_items(rec, self.stats))
+            base = record_name(rec, self.prefix)
+            data.update((stat_name(base, stat), v) for stat, v in chosen_items(rec, self.stats))
         if self.histograms:
-            data.update(histograms(self._wandb, ((self.prefix + rec["target"], rec) for rec in records)))
+            data.update(histograms(self._wandb, ((record_name(rec, self.prefix), rec) for rec in records)))
         self.run.log(data)
 
     def write_alerts(self, step, alerts):
