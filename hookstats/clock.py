@@ -82,9 +82,11 @@ class StepClock:
 
     def on_root_forward(self, module, args):
         self.phase = "train" if module.training else "eval"
-        if self.phase == "eval" and self.track_eval and not self.paused:
-            self.step_eval = True
         compiling = torch.compiler.is_compiling()
+        # Compiled code must not read `paused` (Dynamo would guard on it and recompile at each pause/resume): a
+        # pass run wholly paused under compile still marks the step; its record then holds what was measured.
+        if self.phase == "eval" and self.track_eval and (compiling or not self.paused):
+            self.step_eval = True
         # Compiled code keeps no count of running root forwards: Dynamo guards on every int a hook reads, and
         # a count its replayed side effects leave behind recompiled the model at every step.
         nested = not compiling and self.root_running > 0  # the root model called inside its own forward

@@ -40,7 +40,7 @@ def test_tensorboard_sink_takes_a_writer_without_histograms_when_none_are_asked_
         TensorBoardSink(writer=w)
     sink = TensorBoardSink(writer=w, histograms=False, stats=("mean",))
     sink.write(3, [{"target": "a:output", "mean": 1.5}])
-    assert w.got == [("hookstats/a:output/mean", 1.5, 3)]
+    assert w.got == [("hookstats/a/output/mean", 1.5, 3)]
 
 
 @pytest.mark.parametrize("bad", [5, b"runs", ""])

@@ -127,8 +127,8 @@ def test_calls_merge_exactly(op, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
 def test_every_flag_combination(op, flags, dtype):
     cfg = StatsConfig(linear_hist=bool(flags & layout.LINEAR_HIST), log_hist=bool(flags & layout.LOG_HIST),
-                      near_zero="le" if flags & layout.SIGNED_NEAR_ZERO else "abs", eps=1e-3, nbins=7, lo=-2, hi=5,
-                      float_hist=False)
+                      near_zero="le" if flags & layout.SIGNED_NEAR_ZERO else "abs", eps=1e-3, float_hist=False,
+                      **(dict(nbins=7, lo=-2, hi=5) if flags & layout.LINEAR_HIST else {}))
     x = make("special", 30011, dtype, seed=flags)
     assert_state(run(op, [x], cfg), x, cfg, exact_floats=op is reference.accumulate_)
 

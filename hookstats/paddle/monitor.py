@@ -9,7 +9,7 @@ from ..clock import StepClock
 from ..config import StatsConfig, check_arg
 from ..distributed import MutedSink
 from ..hooks import Port
-from ..monitor import Monitor
+from ..monitor import HistSteps, Monitor
 from ..state import StateStore, Kind, TargetKey
 from ..user_warning import WarnOnce
 from . import bridge
@@ -39,6 +39,8 @@ class PaddleMonitor(Monitor):
         self.every, self.separate_calls, self.tell = self.clock.every, separate_calls, WarnOnce()
         self.port = Port(self.store, self.clock, self.tell, separate_calls)
         self.step_listeners = self.clock.step_listeners
+        self._hist_steps = HistSteps()
+        self.step_listeners.append(self._hist_steps.on_step_end)
         self.forward_order = self.port.calls.forward_order
         self.clock.eager_listeners.append(self.port.settle)
         for p in layer.parameters():
