@@ -562,7 +562,8 @@ def test_records_handed_to_sinks_are_finalize_per_target(config):
             want = finalize(f[s, t], i[s, t], cfg)
             lo, hi = want.pop("min"), want.pop("max")
             want.update(running_min=lo, running_max=np.nan if np.isnan(lo) else hi)
-            want = {"target": keys[t].id, "module": keys[t].module, "kind": "output", "leaf": keys[t].leaf, **want}
+            want = {"target": keys[t].id, "module": keys[t].module, "kind": "output", "leaf": keys[t].leaf, "phase": "train",
+                    **want}
             assert list(rec) == list(want)
             bad = [k for k in want if not same_value(rec[k], want[k])]
             assert not bad, (s, t, bad)

@@ -90,12 +90,12 @@ def test_a_hostile_jsonl_line_is_one_warning_naming_it_and_the_rest_is_read(tmp_
 
 
 CSV_HOSTILE = {
-    "400-digit-step": ("1" * 400 + ",0:output,0,output,,count,24", "step"),
-    "string-step": ("one,0:output,0,output,,count,24", "step"),
-    "negative-count": ("1,0:output,0,output,,count,-5", "count"),
-    "fractional-count": ("1,0:output,0,output,,nan,0.5", "nan"),
-    "count-1e400": ("1,0:output,0,output,,finite,1e400", "finite"),
-    "stat-named-target": ("1,0:output,0,output,,target,1", "stat"),
+    "400-digit-step": ("1" * 400 + ",0:output,0,output,,train,count,24", "step"),
+    "string-step": ("one,0:output,0,output,,train,count,24", "step"),
+    "negative-count": ("1,0:output,0,output,,train,count,-5", "count"),
+    "fractional-count": ("1,0:output,0,output,,train,nan,0.5", "nan"),
+    "count-1e400": ("1,0:output,0,output,,train,finite,1e400", "finite"),
+    "stat-named-target": ("1,0:output,0,output,,train,target,1", "stat"),
 }
 
 
