@@ -64,6 +64,7 @@ class Reduced:
         self.cfg, self.world_size = cfg, world
         self._keys = keys  # [(phase, TargetKey)], rows of fstates [K, 5] and istates [K, S]
         self._f, self._i = fstates, istates
+        self.hist_steps = None  # the train steps the histograms hold (Monitor.reduce() sets it)
 
     def states(self):
         return {k: (self._f[r], self._i[r]) for r, k in enumerate(self._keys)}
@@ -75,7 +76,10 @@ class Reduced:
         f, i = self._f.cpu().numpy(), self._i.cpu().numpy()
         keyed = [(key, f[r], i[r]) for r, (ph, key) in enumerate(self._keys)
                  if ph == phase and (kind is None or key.kind == kind)]
-        return stats_records(keyed, self.cfg, phase)
+        records = stats_records(keyed, self.cfg, phase)
+        for rec in records.values():
+            rec["hist_steps"] = self.hist_steps if phase == "train" else None
+        return records
 
     def __repr__(self):
         return f"Reduced({len(self._keys)} targets over {self.world_size} ranks)"

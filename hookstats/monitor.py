@@ -146,7 +146,9 @@ class Monitor:
         """Every target's state merged over the ranks of `group` (all ranks must call it), as a snapshot
         with .stats(); the local state is left as it is. See hookstats.distributed."""
         from . import distributed
-        return distributed.reduce(self, group)
+        reduced = distributed.reduce(self, group)
+        reduced.hist_steps = self._hist_steps.read(self.clock)  # every rank counts histograms on the same steps
+        return reduced
 
     # ---- per-step history, sinks, alerts (the logic is in hookstats/history.py) ----
     recorder = None  # the History (hookstats/history.py) of attach(history=.../sinks=...), or None

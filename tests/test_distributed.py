@@ -208,7 +208,8 @@ def scenario_history(rank, world):
         model.train()
     reduced = mon.reduce().stats()
     mon.remove()  # records the open step 5
-    history = [(s, r["target"], r["count"], r["mean"], r["std"]) for s, r in mon.history_sink.items()]
+    history = [(s, r["target"], r["count"], r["mean"], r["std"]) for s, r in mon.history_sink.items()
+               if r["phase"] == "train"]
     return {"history": history, "reduced": reduced, "since": 3}
 
 

@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.usefixtures("every_step_histograms"),  # their oracles
 RTOL = 1e-5
 INPUT_GRADS = {"gpt2", "bert", "t5", "llama", "vit", "lstm", "gru", "encoder", "moe"}  # no in-place op in forward
 KINDS = {"output", "grad_output", "input", "param_grad"}  # what every loop measures, the oracle must see them
-SCALARS = ("count", "finite", "mean", "std", "near_zero", "nan", "posinf", "neginf", "underflow", "overflow",
+SCALARS = ("count", "finite", "mean", "std", "rms", "l2", "near_zero", "nan", "posinf", "neginf", "underflow", "overflow",
            "running_min", "running_max",
            # from the float buckets (float_hist): None without them; hist_count: what the histograms hold
            "hist_count", "near_zero_rel", "near_zero_rel_threshold", *(p + q for p in ("", "abs_")
@@ -195,6 +195,16 @@ def check_history(mon, orc, memory, csv_path, caught, rtol=RTOL, exact=True, lat
     warned = warned_text(caught)
     problems = []
     items = list(memory.items())
+    # validation passes: one record per pass and target, stamped with the step it ran in, its own counts
+    evals = {(s, rec["target"]): rec for s, rec in items if rec["phase"] == "eval"}
+    want_eval = orc.per_step("eval", mon.cfg) if mon.track_eval else {}
+    if set(evals) != set(want_eval):
+        problems.append(f"eval records {sorted(set(evals) ^ set(want_eval))[:5]} differ from the validation passes")
+    for key in sorted(set(evals) & set(want_eval)):
+        if evals[key]["count"] != want_eval[key]["count"]:
+            problems.append(f"eval pass at step {key[0]}: {key[1]}: count {evals[key]['count']} != "
+                            f"{want_eval[key]['count']}")
+    items = [(s, rec) for s, rec in items if rec["phase"] == "train"]
     steps = sorted({s for s, _ in items})
     want_steps = orc.steps("train")
     if [s for s, _ in items] != sorted(s for s, _ in items):
@@ -230,12 +240,14 @@ def check_history(mon, orc, memory, csv_path, caught, rtol=RTOL, exact=True, lat
     # the sinks: mon.history() and the CSV hold exactly the MemorySink's scalars
     mine = {(s, rec["target"], k): v for s, rec in items for k, v in rec.items() if k in SCALARS and v is not None}
     frame = mon.history()
+    frame = frame[frame["phase"] == "train"]
     rows = list(zip(frame["step"], frame["target"], frame["stat"], frame["value"]))
     table = {(int(s), t, k): v for s, t, k, v in rows}
     if len(rows) != len(table):
         problems.append(f"mon.history() has {len(rows) - len(table)} duplicate (step, target, stat) rows")
     rows = read_csv(csv_path)[0] if csv_path.exists() else []
-    from_csv = {(s, rec["target"], k): v for s, rec in rows for k, v in rec.items() if k in SCALARS}
+    from_csv = {(s, rec["target"], k): v for s, rec in rows for k, v in rec.items()
+                if k in SCALARS and rec["phase"] == "train"}
     for name, other in (("mon.history()", table), ("CSVSink", from_csv)):
         if set(other) != set(mine):
             problems.append(f"{name} rows differ from the MemorySink's: {sorted(set(other) ^ set(mine))[:5]}")

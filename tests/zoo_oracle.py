@@ -70,7 +70,11 @@ class Oracle:
             if inputs:
                 self.handles.append(m.register_forward_pre_hook(self._input_hook(name, m), with_kwargs=True))
             if name in input_grads:
+                self.handles.append(m.register_forward_pre_hook(self._requires_grad_hook(name)))
                 self.handles.append(m.register_full_backward_hook(self._grad_input_hook(name, m)))
+        # BackwardHook gives every positional tensor input a gradient once any requires grad (its Function makes
+        # them all require grad); the README's grad_input is the gradient of the inputs that require grad
+        self.wants_grad = {}  # module name -> positional input slots that required grad at its last call
         self.params = {}  # id -> (target id, param): the first name of a shared parameter
         if param_grads:
             for name, m in modules.items():
@@ -117,12 +121,19 @@ class Oracle:
                 self.record(f"{name}:input{leaf}", t)
         return hook
 
+    def _requires_grad_hook(self, name):
+        def hook(module, args):
+            self.wants_grad[name] = {i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad}
+        return hook
+
     def _grad_input_hook(self, name, mod):
         name_of = slot_names(mod)
 
         def hook(module, grad_input, grad_output):
             if module is mod and self.sampled():
-                for leaf, g in positional(grad_input, name_of):
+                wants = self.wants_grad.get(name, ())
+                kept = [g if i in wants else None for i, g in enumerate(grad_input)]
+                for leaf, g in positional(kept, name_of):
                     self.record(f"{name}:grad_input{leaf}", g)
         return hook
 
