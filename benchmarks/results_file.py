@@ -15,11 +15,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def commit():
-    """HEAD's short hash, with "+changes" when the tracked files differ from it."""
+    """HEAD's short hash, with "+changes" when the measured code (hookstats/, csrc/, setup.py) differs from it."""
     def git(*args):
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no", "--", "hookstats", "csrc", "setup.py") else "")
 
 
 def cpu_name():
