@@ -1,4 +1,4 @@
-"""The op with float buckets alone (FLOAT_HIST, issue 13: the default) against x.sum(), against the old default op
+"""The op with float buckets alone (FLOAT_HIST: the default) against x.sum(), against the old default op
 (linear and log2 histograms, 40 bins) and without any histogram (flags 0), side by side in one run: one torch
 thread, the thread's CPU time, variants interleaved in rotated order each round; medians of the per-round ratios
 with their [min..max]. The CPU kernel is the best the CPU has; HOOKSTATS_CPU_KERNEL=avx2 (or portable) forces one.

@@ -1,4 +1,4 @@
-"""Host time of the history's step end and flush (issue 13 item 4): N Linear(16, 16) targets, steps="manual",
+"""Host time of the history's step end and flush: N Linear(16, 16) targets, steps="manual",
 history=True, log_every=L; each mon.step() is timed on the thread's CPU clock, one torch thread. A step that
 ends a window also flushes (device ring -> host, statistics of every step and target derived, MemorySink).
 Prints the median step end without a flush and the median flush step, with the float buckets on and off."""

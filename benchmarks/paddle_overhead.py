@@ -1,7 +1,7 @@
 """Training-step cost of hookstats on a Paddle CNN beside the same network shape in PyTorch, in one run: per
 framework no hooks, hookstats with its defaults (hookstats.attach(model)), the same statistics written as plain
 hooks of that framework (moments, min/max, near-zero and NaN counts, a 40-bin histogram, on device: what a user
-writes today) and the floor (a plain hook reading each value once: a sum). The CNN is hookstats.bench's: 6 x
+writes by hand) and the floor (a plain hook reading each value once: a sum). The CNN is hookstats.bench's: 6 x
 conv/bn/relu (stride 2 every other block), mean-pooled, a linear head; hooked: the 13 layers with parameters.
 
 One thread (OMP_NUM_THREADS=1 and torch.set_num_threads(1); the script re-runs itself with them set before
