@@ -12,7 +12,7 @@ CPU kernel once it takes FLOAT_HIST), graph replays, the bandwidth sweep (target
 of copy bandwidth at >= 64 MB) and the 1 MB graph latency (< 8 us).
 
 Needs hookstats built with its CUDA kernel (torch with CUDA, nvcc; see .ci/cuda_build.sh). Prints markdown
-rows for benchmarks/RESULTS.md; exits non-zero if a correctness check fails.
+tables of what it measured; exits non-zero if a correctness check fails.
 """
 import argparse
 import contextlib

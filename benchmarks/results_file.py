@@ -47,7 +47,7 @@ def command(argv=None):
     script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)
     args = sys.argv[1:] if argv is None else list(argv)
     env = "OMP_NUM_THREADS=1 " if os.environ.get("OMP_NUM_THREADS") == "1" else ""
-    return f"{env}PYTHONPATH=. python {script} " + " ".join(args)
+    return " ".join([f"{env}PYTHONPATH=. python {script}", *args])
 
 
 def write(path, results, machine_line, argv=None):
