@@ -1,10 +1,11 @@
-"""Follow-up runs quoted in RESULTS.md: where hookstats' step overhead goes (histograms on and off,
+"""Where hookstats' step overhead goes (histograms on and off,
 interleaved with no hooks and fastai; the op's own time inside the step), and RSS over 60 steps for no
 hooks, hookstats and fastai."""
 import argparse
 import json
 import statistics
 
+import results_file
 import torch
 
 from hookstats import bench
@@ -13,7 +14,7 @@ from hookstats import bench
 def histograms_off(workload="cnn", repeats=4, steps=4):
     vs = ["no hooks", "hookstats", "hookstats (histograms off)", "fastai ActivationStats"]
     t = bench.interleaved_step_times(workload, vs, repeats=repeats, steps=steps)
-    return {workload: {v: bench.summarize(t[v], t["no hooks"]) for v in vs}, "machine": bench.machine()}
+    return {f"{workload}: {v}": bench.summarize(t[v], t["no hooks"]) for v in vs}
 
 
 def op_time(workload="cnn", steps=6, warmup=2, repeats=3):
@@ -52,12 +53,17 @@ def op_time(workload="cnn", steps=6, warmup=2, repeats=3):
         out[label] = {k: statistics.median(r[k] for r in runs) for k in ("step_ms", "op_ms")}
         out[label]["ratio"] = statistics.median(r["step_ms"] / b["step_ms"] for r, b in zip(runs, samples["no hooks"]))
         out[label]["op_share_of_no_hooks_step"] = out[label]["op_ms"] / out["no hooks"]["step_ms"]
-    return {workload: out, "machine": bench.machine(), "repeats": repeats, "steps": steps}
+    return {f"{workload}: {label}": r for label, r in out.items()}
 
 
 def memory_long(workload="cnn", steps=60):
     vs = ("no hooks", "hookstats", "fastai ActivationStats")
-    return {v: bench.measure_memory(workload, v, steps, list(range(10, steps + 1, 10))) for v in vs}
+    out = {}
+    for v in vs:
+        m = bench.measure_memory(workload, v, steps, list(range(10, steps + 1, 10)))
+        out[f"{workload}: {v}"] = {"peak_rss_mb": m["peak_rss"] / 1e6, "monitor_bytes": m["monitor_bytes"],
+                                   **{f"rss_mb_after_{k}": b / 1e6 for k, b in m["rss"].items()}}
+    return out
 
 
 def main(argv=None):
@@ -76,8 +82,8 @@ def main(argv=None):
         res, path = op_time(a.workload), f"benchmarks/results/op_time_{a.workload}.json"
     else:
         res, path = memory_long(), "benchmarks/results/memory_long_cnn.json"
-    with open(a.json or path, "w") as f:
-        json.dump(res, f, indent=1)
+    clock = "the thread's CPU clock" if a.clock == "cpu" else "wall clock"
+    results_file.write(a.json or path, res, results_file.machine(clock), argv)
     print(json.dumps(res, indent=1)[:3000])
 
 

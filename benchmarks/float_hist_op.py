@@ -1,4 +1,4 @@
-"""The op with float buckets alone (FLOAT_HIST, issue 13: the default) against x.sum(), against the old default op
+"""The op with float buckets alone (FLOAT_HIST: the default) against x.sum(), against the old default op
 (linear and log2 histograms, 40 bins) and without any histogram (flags 0), side by side in one run: one torch
 thread, the thread's CPU time, variants interleaved in rotated order each round; medians of the per-round ratios
 with their [min..max]. The CPU kernel is the best the CPU has; HOOKSTATS_CPU_KERNEL=avx2 (or portable) forces one.
@@ -6,12 +6,11 @@ with their [min..max]. The CPU kernel is the best the CPU has; HOOKSTATS_CPU_KER
     PYTHONPATH=. python benchmarks/float_hist_op.py            # fp32 and bf16 at 1, 4, 16, 64 and 256 MB
 """
 import argparse
-import json
 import os
 import statistics
 import subprocess
-import sys
 
+import results_file
 import torch
 from op_throughput import fresh_state, size_label, time_call
 
@@ -84,6 +83,18 @@ def uptime():
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
+def results(rows):
+    """{"float32 16 MB": {field: value}}: ns per value of each variant, and the medians of the per-round ratios."""
+    out = {}
+    for r in rows:
+        ns = r["ns_per_value"]
+        out[f"{r['dtype']} {size_label(r['bytes'])}"] = {
+            "sum_ns": ns[SUM], "float_hist_ns": ns[FLOAT], "no_hist_ns": ns[NO_HIST], "linear_log2_ns": ns[DEFAULT],
+            "float_hist_vs_sum": r["float_vs_sum"]["median"], "no_hist_vs_sum": r["no_hist_vs_sum"]["median"],
+            "float_hist_speedup": r["float_speedup_vs_default"]["median"]}
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dtypes", default="float32,bfloat16")
@@ -94,19 +105,13 @@ def main(argv=None):
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     bench.set_clock("cpu")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
-    start = uptime()
-    print(f"commit {commit}, CPU kernel {torch.ops.hookstats.cpu_kernel()}; {start}")
+    load = os.getloadavg()[0]
+    print(f"CPU kernel {torch.ops.hookstats.cpu_kernel()}; {uptime()}")
     rows = measure([getattr(torch, d) for d in a.dtypes.split(",")], [int(m) << 20 for m in a.sizes_mb.split(",")],
                    a.rounds, a.min_seconds)
-    end = uptime()
-    print(f"{end}\n" + markdown(rows))
-    with open(a.json, "w") as f:
-        json.dump({"commit": commit, "cpu_kernel": torch.ops.hookstats.cpu_kernel(), "machine": bench.machine(),
-                   "uptime_start": start, "uptime_end": end, "rows": rows,
-                   "command": "python benchmarks/float_hist_op.py " + " ".join(sys.argv[1:] if argv is None else argv)},
-                  f, indent=1)
+    print(f"{uptime()}\n" + markdown(rows))
+    results_file.write(a.json, results(rows), results_file.machine(load_start=load) +
+                       f", CPU kernel {torch.ops.hookstats.cpu_kernel()}", argv)
 
 
 if __name__ == "__main__":

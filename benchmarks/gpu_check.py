@@ -8,11 +8,11 @@
 
 Every check runs with the old default histograms (linear + log2) and with the float buckets alone (FLOAT_HIST,
 the new default): their buckets against an oracle from the values' magnitudes (and the whole state against the
-CPU kernel once it takes FLOAT_HIST), graph replays, the bandwidth sweep (issue 13: bf16 >= 75%, fp32 >= 90%
+CPU kernel once it takes FLOAT_HIST), graph replays, the bandwidth sweep (targets: bf16 >= 75%, fp32 >= 90%
 of copy bandwidth at >= 64 MB) and the 1 MB graph latency (< 8 us).
 
 Needs hookstats built with its CUDA kernel (torch with CUDA, nvcc; see .ci/cuda_build.sh). Prints markdown
-rows for benchmarks/RESULTS.md; exits non-zero if a correctness check fails.
+tables of what it measured; exits non-zero if a correctness check fails.
 """
 import argparse
 import contextlib
@@ -57,13 +57,13 @@ class WithFlags:
 
 
 def float_only(cfg):
-    """The issue-13 default: float buckets alone (no linear, no log2 histogram), cfg's near-zero rule."""
+    """The default: float buckets alone (no linear, no log2 histogram), cfg's near-zero rule."""
     from hookstats import layout
     return WithFlags(cfg, layout.FLOAT_HIST | (cfg.flags & layout.SIGNED_NEAR_ZERO))
 
 
 def cpu_takes(cfg):
-    """Whether the CPU kernel accepts cfg's flags (FLOAT_HIST: once the CPU side of issue 13 has landed)."""
+    """Whether the CPU kernel accepts cfg's flags (FLOAT_HIST on every current build)."""
     try:
         run(torch.zeros(3), cfg)
     except RuntimeError:
@@ -356,7 +356,7 @@ def time_ms(fn, iters):
 def sweep(cfg, quick):
     """Read bandwidth of the op (both histograms; the float buckets alone, on N(0, 1) and on ReLU-like data
     (half zeros: one shared counter for all of them); no histogram) against a device-to-device copy of the same
-    tensor (its read side: bytes / copy time, the issue's yardstick) and x.sum() (one read pass: the floor)."""
+    tensor (its read side: bytes / copy time, the yardstick) and x.sum() (one read pass: the floor)."""
     from hookstats import StatsConfig
     bare = StatsConfig(eps=cfg.eps, linear_hist=False, log_hist=False)
     flt = float_only(cfg)
@@ -415,7 +415,7 @@ def sweep(cfg, quick):
 
 def graph_latency(cfg, calls=20, dtype=torch.float32, label="both histograms"):
     """us per call, `calls` calls captured in one CUDA graph (and eager), for the op and for x.sum() of the
-    same tensor (a one-kernel floor), at 4 KB (the fixed cost) and 1 MB (issue 13's < 8 us target)."""
+    same tensor (a one-kernel floor), at 4 KB (the fixed cost) and 1 MB (the < 8 us target)."""
     print(f"\n| {str(dtype)[6:]} tensor, {label} | op in a CUDA graph, us/call | x.sum() in a CUDA graph, us/call | "
           "op eager, us/call |\n|---|---|---|---|")
     for nbytes in (4096, 2**20):
@@ -450,8 +450,8 @@ TARGETS = {}  # FLOAT_HIST alone: {dtype: [op / copy at each size >= 64 MB, cold
 
 
 def issue13_targets():
-    """Issue 13 item 6 on this GPU (performance: printed, not counted as failed checks)."""
-    print("\n| issue 13 target (FLOAT_HIST alone) | measured | met? |\n|---|---|---|")
+    """The GPU targets on this GPU (performance: printed, not counted as failed checks)."""
+    print("\n| target (FLOAT_HIST alone) | measured | met? |\n|---|---|---|")
     for dtype, want in ((torch.bfloat16, 0.75), (torch.float32, 0.90)):
         got = TARGETS.get(dtype, [])
         print(f"| {str(dtype)[6:]} >= {want:.0%} of copy bandwidth at >= 64 MB | "

@@ -1,11 +1,12 @@
 """The histogram cadence (StatsConfig.hist_every) on CPU: per N, the fused op's own time per step (a clock around
 each call) and the step time against no hooks, interleaved with histograms off, over a whole number of cadences.
-The default N is chosen from this (RESULTS.md, "Histogram cadence").
+The default N is chosen from this (docs/performance.md, "The histogram cadence").
     python benchmarks/hist_cadence.py --workloads cnn,transformer [--repeats 3 --json out.json]"""
 import argparse
-import json
+import os
 import statistics
 
+import results_file
 import torch
 
 from hookstats import accumulate, bench
@@ -59,17 +60,17 @@ def main(argv=None):
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     bench.set_clock("cpu")
-    res = {"machine": bench.machine(), "repeats": a.repeats, "steps": a.steps}
+    load = os.getloadavg()[0]
+    res = {}
     for w in a.workloads.split(","):
         res[w] = measure(w, a.repeats, a.steps)
         print(f"{w}: {'variant':<16} {'step ms':>8} {'op ms':>7} {'ratio':>6} [min..max]")
         for label, v in res[w].items():
             print(f"{w}: {label:<16} {v['step_ms']:8.1f} {v['op_ms']:7.2f} {v['ratio']:6.3f} "
                   f"[{v['ratio_min']:.3f}..{v['ratio_max']:.3f}]", flush=True)
-    print(res["machine"])
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+        results_file.write(a.json, {f"{w}: {label}": v for w, rows in res.items() for label, v in rows.items()},
+                           results_file.machine(load_start=load), argv)
 
 
 if __name__ == "__main__":

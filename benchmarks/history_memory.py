@@ -1,4 +1,4 @@
-"""Host memory and host time of the per-step history (issue 14 item 9). Default: RSS growth while
+"""Host memory and host time of the per-step history. Default: RSS growth while
 mon.history() fills up to `keep` steps with many targets, against what mon.memory() reports. --time: CPU time
 (1 thread, time.thread_time) per step with history=True and without, rounds interleaved in one process, and
 the part spent in the flushes. Run it once per checkout to compare them:

@@ -19,12 +19,12 @@ JSON under benchmarks/results/.
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 
+import results_file
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -284,12 +284,30 @@ def steps_part(workload, rounds, per_round, gpt2_layers):
     return res
 
 
-def commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except OSError:
-        return None
+def stat(q, unit):
+    """One row's fields from quartiles(): the median and its IQR."""
+    return {unit: q["median"], "q1": q["iqr"][0], "q3": q["iqr"][1], "rounds": q["n"]}
+
+
+def table(part, results):
+    """{row: {field: value}}. calls: one row per figure ("µs per module call: no hooks", "output hook beyond a plain
+    forward hook", "op alone: x.sum()"), fields us, q1, q3, rounds. steps: "<workload>: <variant>" with step_ms and
+    the ratio to no hooks; "<workload>: <variant> over the floor" with the ratio of overheads and ms beyond the floor."""
+    out = {}
+    if part == "calls":
+        for name, v in results.items():
+            if "median" in v:
+                out[name] = stat(v, "us")
+            else:
+                group = "module call" if name == "us_per_module_call" else "op alone"
+                out.update({f"{group}: {k}": stat(q, "us") for k, q in v.items()})
+        return out
+    for w, r in results.items():
+        for v, q in r["ratio_to_no_hooks"].items():
+            out[f"{w}: {v}"] = {"step_ms": r["ms_per_step"][v], **stat(q, "ratio")}
+        for (v, q), (_, ms) in zip(r.get("overhead_over_floor", {}).items(), r.get("ms_beyond_the_floor", {}).items()):
+            out[f"{w}: {v}"] = {**stat(q, "over_floor"), "ms_beyond_floor": ms["median"]}
+    return out
 
 
 def main():
@@ -309,22 +327,17 @@ def main():
     torch.set_num_threads(1)
     import hookstats
     load = os.getloadavg()
-    out = {"command": " ".join(["python", *sys.argv]), "commit": commit(), "torch": torch.__version__,
-           "backend": hookstats.backend(), "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": 1, "clock": "time.thread_time",
-           "rounds": a.rounds, "per_round": a.per_round}
     if a.part == "calls":
-        out.update(chain=a.chain, numel=a.numel, results=calls_part(a.rounds, a.chain, a.numel, a.per_round))
-        print(json.dumps(out["results"], indent=1), flush=True)
+        results = calls_part(a.rounds, a.chain, a.numel, a.per_round)
+        print(json.dumps(results, indent=1), flush=True)
     else:
-        out.update(gpt2_layers=a.gpt2_layers or 12, results={})
+        results = {}
         for w in a.workloads:
-            out["results"][w] = steps_part(w, a.rounds, a.per_round, a.gpt2_layers)
-            print(w, json.dumps(out["results"][w], indent=1), flush=True)
-    out["load"] = [load[0], os.getloadavg()[0]]
+            results[w] = steps_part(w, a.rounds, a.per_round, a.gpt2_layers)
+            print(w, json.dumps(results[w], indent=1), flush=True)
     path = a.json or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", f"hook_overhead_{a.part}.json")
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
+    results_file.write(path, table(a.part, results),
+                       results_file.machine(load_start=load[0]) + f", hookstats backend {hookstats.backend()}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""The CPU kernel before and after (RESULTS.md, "The CPU kernel before and after"): ns per value of the op, portable
+"""The CPU kernels side by side: ns per value of the op, portable
 kernel (HOOKSTATS_CPU_KERNEL=portable, each kernel in a process of its own) against the AVX2 one, with no
-histograms, the linear one, linear + log2 (no float buckets: the configs of that table) and the float buckets
+histograms, the linear one, linear + log2 (no float buckets) and the float buckets
 alone, beside x.sum() on the same tensor: 16 MB of N(0, 1), one torch thread, the thread's CPU time, the
 variants interleaved, medians of the rounds.
 

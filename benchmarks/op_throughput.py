@@ -1,12 +1,11 @@
-"""The op alone (issue 2, issue 7 items 4-5): GB/s of hookstats.accumulate_ against x.sum() (one read:
+"""The op alone: GB/s of hookstats.accumulate_ against x.sum() (one read:
 the floor), fastai's ActivationStats hook (separate passes, three .item()), the reference path and
 torch.compile of the reference, per dtype and tensor size. Variants interleaved, medians and spread."""
 import argparse
-import json
 import math
 import statistics
-import sys
 
+import results_file
 import torch
 
 from hookstats import accumulate, bench, reference
@@ -145,10 +144,10 @@ def main(argv=None):
     bench.set_clock(a.clock)
     dtypes = [getattr(torch, d) for d in a.dtypes.split(",")]
     rows = measure(dtypes, [int(s) for s in a.sizes.split(",")], a.repeats, not a.no_compile, a.slow_max_bytes)
-    with open(a.json, "w") as f:
-        json.dump({"threads": torch.get_num_threads(), "machine": bench.machine(), "rows": rows,
-                   "command": "python benchmarks/op_throughput.py " + " ".join(sys.argv[1:] if argv is None else argv)},
-                  f, indent=1)
+    clock = "the thread's CPU clock" if a.clock == "cpu" else "wall clock"
+    results_file.write(a.json, {f"{r['variant']}, {r['dtype']} {size_label(r['bytes'])}":
+                                {k: r[k] for k in ("gbps", "gbps_min", "gbps_max", "vs_sum")} for r in rows},
+                       results_file.machine(clock), argv)
     print(markdown(rows))
 
 

@@ -1,7 +1,7 @@
 """Training-step cost of hookstats on a Paddle CNN beside the same network shape in PyTorch, in one run: per
 framework no hooks, hookstats with its defaults (hookstats.attach(model)), the same statistics written as plain
 hooks of that framework (moments, min/max, near-zero and NaN counts, a 40-bin histogram, on device: what a user
-writes today) and the floor (a plain hook reading each value once: a sum). The CNN is hookstats.bench's: 6 x
+writes by hand) and the floor (a plain hook reading each value once: a sum). The CNN is hookstats.bench's: 6 x
 conv/bn/relu (stride 2 every other block), mean-pooled, a linear head; hooked: the 13 layers with parameters.
 
 One thread (OMP_NUM_THREADS=1 and torch.set_num_threads(1); the script re-runs itself with them set before
@@ -9,10 +9,8 @@ Paddle loads), the thread's CPU clock, the variants interleaved (order rotated e
 per-round ratios to the same framework's no-hooks step and their IQR. Writes JSON to benchmarks/results/.
 Run: OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/paddle_overhead.py [--rounds 12 --steps 4 --batch 32]"""
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,6 +24,7 @@ import paddle  # noqa: E402
 import torch  # noqa: E402
 
 import hookstats  # noqa: E402
+import results_file  # noqa: E402
 from hookstats import bench  # noqa: E402
 
 WIDTH = (32, 32, 64, 64, 128, 128)
@@ -170,11 +169,11 @@ def measure(batch, rounds, steps):
     return out
 
 
-def commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
+def table(results):
+    """{"paddle: hookstats": {"step_ms", "wall_ms", "ratio", "ratio_q1", "ratio_q3", "rounds"}}."""
+    return {f"{f}: {v}": {"step_ms": r["step_ms"], "wall_ms": r["wall_ms"], "ratio": r["ratio"],
+                          "ratio_q1": r["ratio_iqr"][0], "ratio_q3": r["ratio_iqr"][1], "rounds": len(r["ratios"])}
+            for f, rows in results.items() for v, r in rows.items()}
 
 
 def main(argv=None):
@@ -186,26 +185,19 @@ def main(argv=None):
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     bench.set_clock("cpu")
-    res = {"machine": {**bench.machine(), "paddle": paddle.__version__, "omp_threads": os.environ["OMP_NUM_THREADS"]},
-           "commit": commit(), "command": "OMP_NUM_THREADS=1 PYTHONPATH=. python " + " ".join(
-               ["benchmarks/paddle_overhead.py", *(argv if argv is not None else sys.argv[1:])]),
-           "rounds": a.rounds, "steps": a.steps, "batch": a.batch, "workload": "cnn (hookstats.bench.SmallCNN shape)"}
-    res["results"] = measure(a.batch, a.rounds, a.steps)
+    load = os.getloadavg()[0]
+    results = measure(a.batch, a.rounds, a.steps)
     print(f"{'framework':9s} {'variant':12s} {'cpu ms':>8s} {'wall ms':>8s} {'ratio':>6s} [IQR]")
-    for f, vs in res["results"].items():
+    for f, vs in results.items():
         for v, s in vs.items():
             print(f"{f:9s} {v:12s} {s['step_ms']:8.1f} {s['wall_ms']:8.1f} {s['ratio']:6.3f} "
                   f"[{s['ratio_iqr'][0]:.3f}..{s['ratio_iqr'][1]:.3f}]")
-    r = res["results"]
-    gap = r["paddle"]["hookstats"]["ratio"] - r["torch"]["hookstats"]["ratio"]
-    res["hookstats_ratio_gap_points"] = gap * 100
-    res["hookstats_added_ms"] = {f: r[f]["hookstats"]["step_ms"] - r[f]["no hooks"]["step_ms"] for f in r}
-    print(f"hookstats overhead, Paddle minus PyTorch: {gap * 100:+.2f} points (target: at most +1.5); added per step: "
-          + ", ".join(f"{f} {ms:.1f} ms" for f, ms in res["hookstats_added_ms"].items()))
+    gap = results["paddle"]["hookstats"]["ratio"] - results["torch"]["hookstats"]["ratio"]
+    print(f"hookstats overhead, Paddle minus PyTorch: {gap * 100:+.2f} points; added per step: " + ", ".join(
+        f"{f} {r['hookstats']['step_ms'] - r['no hooks']['step_ms']:.1f} ms" for f, r in results.items()))
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-    with open(a.json, "w") as f:
-        json.dump(res, f, indent=1)
-    print(res["machine"])
+    results_file.write(a.json, table(results), results_file.machine(load_start=load) +
+                       f", paddle {paddle.__version__}, the benchmark CNN's shape, batch {a.batch}", argv)
 
 
 if __name__ == "__main__":

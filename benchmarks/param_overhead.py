@@ -4,18 +4,16 @@ hooks. The floor: a plain optimizer post-hook reading each parameter once (p.sum
 Writes benchmarks/results/param_overhead.json.
 Run: PYTHONPATH=. python benchmarks/param_overhead.py [--rounds 15] [--steps 10]"""
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 
+import results_file
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 import hookstats
-from hookstats.bench import machine, make_workload
+from hookstats.bench import make_workload
 
 
 def floor(model):
@@ -86,17 +84,21 @@ def main():
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "param_overhead.json"))
     a = p.parse_args()
     torch.set_num_threads(1)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    out = {"machine": {**machine(), "clock": "cpu"}, "commit": commit, "command": " ".join([sys.executable, *sys.argv]),
-           "rounds": a.rounds, "steps": a.steps, "workloads": {}}
+    load = os.getloadavg()[0]
+    results = {}
     for w in a.workloads.split(","):
-        out["workloads"][w] = run(w, a.rounds, a.steps)
-        for v, r in out["workloads"][w].items():
+        results[w] = run(w, a.rounds, a.steps)
+        for v, r in results[w].items():
             print(f"{w:12} {v:40} {r['median_ms']:8.1f} ms  {r['ratio']:.3f}x [IQR {r['ratio_q1']:.3f}..{r['ratio_q3']:.3f}]",
                   flush=True)
-        with open(a.out, "w") as f:
-            json.dump(out, f, indent=1)
+        results_file.write(a.out, table(results), results_file.machine(load_start=load) + f", {a.steps} steps a round")
+
+
+def table(results):
+    """{"cnn: params only": {"step_ms", "ratio", "ratio_q1", "ratio_q3", "rounds"}}."""
+    return {f"{w}: {v}": {"step_ms": r["median_ms"], "ratio": r["ratio"], "ratio_q1": r["ratio_q1"],
+                          "ratio_q3": r["ratio_q3"], "rounds": len(r["ratios"])}
+            for w, rows in results.items() for v, r in rows.items()}
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import statistics
 import time
 from pathlib import Path
 
+import results_file
 import torch
 from torch.nn import functional as F
 
@@ -95,16 +96,32 @@ def main(argv=None):
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     bench.set_clock("cpu")
-    res = {"machine": bench.machine(), "load_start": bench.loadavg(), "repeats": a.repeats, "steps": a.steps}
+    load = bench.loadavg()[0]
+    res = {}
     for w in a.workloads:
         res[w] = validate(w, a.repeats, a.steps)
         print(w, json.dumps(res[w]["summary"]), "targets equal:", res[w]["targets_equal_attach"],
               "memory equal:", res[w]["memory_equal"], flush=True)
-    res["presets"] = time_presets(a.presets, a.seq)
-    for name, r in res["presets"].items():
+    presets_timed = time_presets(a.presets, a.seq)
+    for name, r in presets_timed.items():
         print(name, {k: r[k] for k in ("wall_s", "cpu_s", "targets", "op_ms_h100", "peak_rss_mb")}, flush=True)
-    res["load_end"] = bench.loadavg()
-    Path(a.out).write_text(json.dumps(res, indent=1))
+    results_file.write(a.out, table(res, presets_timed),
+                       results_file.machine(load_start=load) + f", {a.repeats} rounds of {a.steps} steps", argv)
+
+
+def table(workloads, presets_timed):
+    """{"cnn": {plan against measurement}, "gpt2 (preset)": {what plan() predicts for it, and its CPU time}}."""
+    out = {w: {"targets": r["targets"], "targets_equal_attach": r["targets_equal_attach"],
+               "memory_equal": r["memory_equal"], "values_per_step": r["values_per_step"],
+               "op_ms_predicted": r["summary"]["op_ms_predicted"], "op_ms_measured": r["summary"]["op_ms_measured_median"],
+               "overhead_predicted": r["summary"]["overhead_predicted_median"],
+               "overhead_measured": r["summary"]["overhead_measured_median"],
+               "error_points": r["summary"]["error_points"] * 100} for w, r in workloads.items()}
+    for name, r in presets_timed.items():
+        out[f"{name} (preset)"] = {"targets": r["targets"], "gb_per_step": r["bytes_per_step"] / 1e9,
+                                   "op_ms_h100": r["op_ms_h100"], "flops": r["flops"], "cpu_s": r["cpu_s"],
+                                   "peak_rss_mb": r["peak_rss_mb"]}
+    return out
 
 
 if __name__ == "__main__":

@@ -3,9 +3,7 @@ smooth and spiky data, for the interpolated estimate and the bucket midpoint it 
 here from the bucket holding the exact value). Without and with the exact min/max (stats() has them, history rows
 do not). Writes benchmarks/results/quantile_error.json.
     PYTHONPATH=. python benchmarks/quantile_error.py"""
-import json
 import pathlib
-import subprocess
 import sys
 
 import numpy as np
@@ -14,7 +12,8 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 from float_oracle import float_counts  # noqa: E402
 
-from hookstats import bench, buckets  # noqa: E402
+import results_file  # noqa: E402
+from hookstats import buckets  # noqa: E402
 
 Q = np.array([0.001, 0.01, 0.5, 0.99, 0.999])
 N = 100_000
@@ -70,20 +69,25 @@ def main():
         e = e[np.isfinite(e)]
         return {"median": float(np.median(e)), "max": float(e.max())}
 
-    out = {"machine": bench.machine(), "command": "PYTHONPATH=. python benchmarks/quantile_error.py",
-           "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
-           "n": N, "bound": {"rel": buckets.QUANTILE_REL_ERROR, "abs": buckets.QUANTILE_ABS_ERROR},
-           "smooth_p1_p50_p99": {"interpolated": summary(smooth, "interpolated_rel_err"),
-                                 "midpoint": summary(smooth, "midpoint_rel_err")},
-           "rows": rows}
     for r in rows:
         if not r["min_max_known"]:
             print(f"{r['data']:40s} {r['of']:3s} interp {np.array2string(np.array(r['interpolated_rel_err']), precision=4)}"
                   f"  midpoint {np.array2string(np.array(r['midpoint_rel_err']), precision=4)}")
-    print("smooth data, p1/p50/p99:", out["smooth_p1_p50_p99"])
+    smooth_rows = {f"smooth data p1/p50/p99, {key.split('_')[0]}": summary(smooth, key)
+                   for key in ("interpolated_rel_err", "midpoint_rel_err")}
+    print(smooth_rows)
     path = pathlib.Path(__file__).parent / "results" / "quantile_error.json"
-    path.write_text(json.dumps(out, indent=1))
+    results_file.write(path, {**smooth_rows, **table(rows)}, f"{results_file.cpu_name()}, {N} values per data set; "
+                       f"bound |est - x| <= max(|x| * {buckets.QUANTILE_REL_ERROR}, {buckets.QUANTILE_ABS_ERROR:.3g})")
     print("wrote", path)
+
+
+def table(rows):
+    """{"normal, x": {"p0_1", "p1", "p50", "p99", "p99_9"}}: the interpolated estimate's relative error (", min/max
+    known" rows: with the exact ends, as in stats())."""
+    names = [f"p{q * 100:g}".replace(".", "_") for q in Q]
+    return {f"{r['data']}, {r['of']}" + (", min/max known" if r["min_max_known"] else ""):
+            dict(zip(names, r["interpolated_rel_err"])) for r in rows}
 
 
 if __name__ == "__main__":

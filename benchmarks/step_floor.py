@@ -14,7 +14,6 @@ every variant allocates from a heap that stays mapped; --glibc-defaults leaves t
     PYTHONPATH=. python benchmarks/step_floor.py --workload cnn --rounds 80 [--json out.json]
 """
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -22,6 +21,7 @@ import subprocess
 import sys
 import time
 
+import results_file
 import torch
 
 from hookstats.bench import NO_HISTOGRAMS
@@ -104,10 +104,10 @@ def main():
         print(f"  {label:28s} {r['step_ms']:8.2f} ms  {r['ratio']:.3f} [{r['ratio_min']:.3f}..{r['ratio_max']:.3f}]"
               f"  page faults a step {med:.0f} [{lo}..{hi}]")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"workload": args.workload, "rounds": args.rounds, "glibc_defaults": args.glibc_defaults,
-                       "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                       "load": [load[0], os.getloadavg()[0]], "results": res}, f, indent=1)
+        malloc = "glibc's malloc defaults" if args.glibc_defaults else "fixed mallopt settings"
+        results_file.write(args.json, {label: {k: v for k, v in r.items() if k != "faults_per_step"}
+                                       for label, r in res.items()},
+                           results_file.machine(load_start=load[0]) + ", " + malloc)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,11 @@
-"""Training-step benchmarks (issue 7 items 1-4 and 6): overhead, host syncs and memory of hookstats against
-fastai, detach-to-CPU and wandb.watch-style hooks on a small CNN and transformer; scaling with the number
-of hooked layers; torch.compile with and without hookstats. Writes benchmarks/results/step_overhead.json."""
+"""Training-step benchmarks: overhead, host syncs and memory of hookstats against fastai, detach-to-CPU and
+wandb.watch-style hooks on a small CNN and transformer; scaling with the number of hooked layers; torch.compile
+with and without hookstats. Writes benchmarks/results/step_overhead.json, one row per workload and variant."""
 import argparse
-import json
 import os
-import sys
 import time
 
+import results_file
 import torch
 
 from hookstats import bench
@@ -15,8 +14,7 @@ LAYER_COUNTS = [8, 32, 128, 512]
 SCALING_VARIANTS = ["no hooks", "hookstats", "hookstats (reference op)", "fastai ActivationStats"]
 
 
-def overhead(workloads, repeats, steps, memory_steps, log, out, save):
-    variants = bench.available_variants()
+def overhead(workloads, variants, repeats, steps, memory_steps, log, out, save):
     for w in workloads:
         t0 = time.time()
         times = bench.interleaved_step_times(w, variants, repeats=repeats, steps=steps)
@@ -32,8 +30,8 @@ def overhead(workloads, repeats, steps, memory_steps, log, out, save):
     return out
 
 
-def layer_scaling(counts, repeats, steps, log):
-    variants = [v for v in SCALING_VARIANTS if v in bench.available_variants()]
+def layer_scaling(counts, variants, repeats, steps, log):
+    variants = [v for v in SCALING_VARIANTS if v in variants]
     out = {}
     for n in counts:
         times = bench.interleaved_step_times(f"stack{n}", variants, repeats=repeats, steps=steps)
@@ -103,7 +101,8 @@ def main(argv=None):
     p.add_argument("--layers", default=",".join(map(str, LAYER_COUNTS)))
     p.add_argument("--skip", default="", help="comma list of parts to skip: overhead, layers, compile")
     p.add_argument("--json", default="benchmarks/results/step_overhead.json")
-    p.add_argument("--merge", action="store_true", help="add to the parts already in --json (runs split in time)")
+    p.add_argument("--variants", default=None,
+                   help="comma list of variant names (" + ", ".join(v.name for v in bench.VARIANT_LIST) + "); default all")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, = cores)")
     p.add_argument("--clock", default="wall", choices=list(bench.CLOCKS),
                    help="cpu: the thread's CPU time, for a loaded shared machine (needs --threads 1)")
@@ -112,32 +111,51 @@ def main(argv=None):
         torch.set_num_threads(a.threads)
     bench.set_clock(a.clock)
     skip = set(filter(None, a.skip.split(",")))
+    available = bench.available_variants()
+    names = ["none", *a.variants.split(",")] if a.variants else [v.name for v in bench.VARIANT_LIST]
+    variants = [bench.LABELS[n] for n in names if bench.LABELS[n] in available]
     log = lambda s: print(s, flush=True)  # noqa: E731
+    load = os.getloadavg()[0]
     res = {}
-    if a.merge and os.path.exists(a.json):
-        with open(a.json) as f:
-            res = json.load(f)
-    command = "python benchmarks/step_overhead.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    res.setdefault("runs", []).append({"machine": bench.machine(), "command": command, "settings": vars(a)})
-    res["machine"] = res["runs"][0]["machine"]
+    clock = "the thread's CPU clock" if a.clock == "cpu" else "wall clock"
 
     def save():
-        res["runs"][-1]["machine"]["loadavg_end"] = bench.loadavg()
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1, default=str)
+        results_file.write(a.json, rows(res), results_file.machine(clock, load_start=load), argv)
     if "overhead" not in skip:
-        overhead(a.workloads.split(","), a.repeats, a.steps, a.memory_steps, log, res.setdefault("overhead", {}), save)
+        overhead(a.workloads.split(","), variants, a.repeats, a.steps, a.memory_steps, log,
+                 res.setdefault("overhead", {}), save)
     if "layers" not in skip:
-        res["layers"] = layer_scaling([int(n) for n in a.layers.split(",")], a.repeats, a.steps * 2, log)
+        res["layers"] = layer_scaling([int(n) for n in a.layers.split(",")], variants, a.repeats, a.steps * 2, log)
         save()
     if "compile" not in skip:
         try:
             res["compile"] = compiled("cnn", a.repeats, a.steps, log)
         except Exception as e:  # recorded, not hidden: the table says what failed
-            res["compile"] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+            res["compile"] = {"error": {"error": f"{type(e).__name__}: {e}"[:2000]}}
             log(f"compile failed: {res['compile']['error']}")
     save()
     return res
+
+
+def rows(res):
+    """{"cnn: hookstats": {field: value}, "stack32: hookstats": ..., "compile: compiled, hookstats": ...}."""
+    out = {}
+    timing = ("median_ms", "ratio", "ratio_q1", "ratio_q3", "ratio_min", "ratio_max", "repeats")
+    for w, variants in res.get("overhead", {}).items():
+        for v, r in variants.items():
+            m = r["memory"]
+            last = max(m["rss"])
+            out[f"{w}: {v}"] = {**{k: r[k] for k in timing}, "syncs_per_step": r["syncs_per_step"],
+                                "peak_rss_mb": m["peak_rss"] / 1e6,
+                                "rss_growth_mb_per_step": (m["rss"][last] - m["rss_start"]) / 1e6 / last,
+                                "monitor_bytes": m["monitor_bytes"]}
+    for n, variants in res.get("layers", {}).items():
+        for v, r in variants.items():
+            out[f"stack{n}: {v}"] = {**{k: r[k] for k in timing}, "us_per_layer": r["us_per_layer"]}
+    for name, r in res.get("compile", {}).items():
+        if isinstance(r, dict):
+            out[f"compile: {name}"] = r
+    return out
 
 
 if __name__ == "__main__":

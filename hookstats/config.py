@@ -96,7 +96,7 @@ class StatsConfig:
 
 
 LINEAR_DEFAULTS = {"nbins": 40, "lo": -10.0, "hi": 10.0}  # the linear bins when asked for without a range
-# Train steps between histogram steps by default: measured (benchmarks/RESULTS.md, "Histogram cadence"); it divides
+# Train steps between histogram steps by default: measured (benchmarks/hist_cadence.py, docs/performance.md); it divides
 # history's log_every=10, so every flush window holds the same number of histogram steps.
 HIST_EVERY = 10
 

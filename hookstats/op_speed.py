@@ -1,5 +1,5 @@
 """How long the fused op takes per call, for plan(): on CUDA from the H100 bandwidth table measured in
-benchmarks/RESULTS.md (GPU section), on CPU from the op timed on the spot (a few sizes per dtype, this machine,
+benchmarks/results/gpu_bandwidth_h100.json, on CPU from the op timed on the spot (a few sizes per dtype, this machine,
 this torch thread count)."""
 import bisect
 import math
@@ -13,7 +13,7 @@ from .state import scratch_bytes
 
 MB = 1 << 20
 
-# H100 80GB HBM3, torch 2.11, eager calls, cold L2 (benchmarks/RESULTS.md, "Bandwidth"):
+# H100 80GB HBM3, torch 2.11, eager calls, cold L2 (benchmarks/results/gpu_bandwidth_h100.json):
 # tensor MB -> op GB/s with both histograms / with neither.
 H100_GBPS = {
     torch.float32: {"both": {1: 90, 4: 251, 16: 732, 64: 1328, 256: 1786, 1024: 1997},
@@ -25,8 +25,8 @@ H100_GBPS = {
 # values per second scaled by the instructions per element of the two kernels (44.8 vs 101.5).
 H100_SAME_AS = {torch.float16: (torch.bfloat16, 1.0), torch.float64: (torch.float32, 2.0 * 44.8 / 101.5)}
 H100_EAGER_CALL_S = 10.24e-6  # eager call of the op on a 4 KB fp32 tensor: the floor of one call
-H100_SOURCE = ("H100 80GB HBM3 table of benchmarks/RESULTS.md (eager calls, cold L2; fp16 as bf16, fp64 "
-               "estimated from fp32; under CUDA graphs the per-call floor is ~5.7 us instead of ~10 us)")
+H100_SOURCE = ("H100 80GB HBM3, benchmarks/results/gpu_bandwidth_h100.json (eager calls, cold L2; fp16 as bf16, "
+               "fp64 estimated from fp32; under CUDA graphs the per-call floor is ~5.7 us instead of ~10 us)")
 
 
 def _interp_log(table, mb):
@@ -132,8 +132,8 @@ def speed_for(device, cfg, **measure_kwargs):
     device = torch.device(device)
     if device.type == "cuda":
         # The float buckets alone (the default) take the "none" column until measured on a GPU: their hot loop is
-        # 19.6 SASS instructions per element on sm_90, that of the table's kernel without histograms 36 (RESULTS.md,
-        # "Float buckets in the CUDA kernel"). On CUDA hist_every saves little (a call without histograms still
+        # 19.6 SASS instructions per element on sm_90, the table's kernel without histograms 36 (gpu_check.py --sass,
+        # 0d06aaa). On CUDA hist_every saves little (a call without histograms still
         # counts them in shared memory), so the cadence is not averaged here.
         return H100Speed(histograms=cfg.linear_hist or cfg.log_hist)
     if device.type == "cpu":

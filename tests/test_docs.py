@@ -3,6 +3,7 @@ README and on the site runs, and the API reference lists every public name.
 
 A page's examples run in order in one namespace, as a reader would paste them. A page may hold a hidden setup
 block, an HTML comment starting `<!--pytest-setup` (a toy model, data, a loss), run before its first example."""
+import json
 import os
 import re
 import subprocess
@@ -21,7 +22,7 @@ SETUP = re.compile(r"<!--pytest-setup\n(.*?)-->", re.S)
 
 
 def pages():
-    found = [ROOT / "README.md"] + sorted(p for p in DOCS.rglob("*.md") if "notes" not in p.relative_to(DOCS).parts)
+    found = [ROOT / "README.md"] + sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.relative_to(DOCS).parts)
     return [p for p in found if p.is_file()]
 
 
@@ -61,3 +62,26 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path):
     done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "docs", str(tmp_path / "site")],
                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+README_COST_ROWS = {"hooks alone": "hooks, op a no-op", "the floor": "hooks, x.sum() for the op",
+                    "attach(model)": "attach(model) as it is", "every step": "histograms every step"}
+
+
+def test_the_readme_cost_table_shows_the_current_results_files():
+    text = (ROOT / "README.md").read_text()
+    table = re.search(r"<!-- cost-table:begin -->\n(.*?)<!-- cost-table:end -->", text, re.S)
+    assert table, "README.md has no <!-- cost-table:begin --> ... <!-- cost-table:end --> table"
+    files = {"CNN": "step_floor_cnn.json", "transformer": "step_floor_transformer.json"}
+    lines = [ln.strip().strip("|").split("|") for ln in table.group(1).strip().splitlines()]
+    columns = [c.strip() for c in lines[0]][1:]
+    assert sorted(columns) == sorted(files), columns
+    results = {c: json.loads((ROOT / "benchmarks" / "results" / files[c]).read_text())["results"] for c in columns}
+    seen = set()
+    for cells in lines[2:]:
+        key = next(k for k in README_COST_ROWS if k in cells[0])
+        seen.add(key)
+        for column, cell in zip(columns, cells[1:]):
+            expected = f"{results[column][README_COST_ROWS[key]]['ratio']:.3f}"
+            assert cell.strip() == expected, f"README cost table, {key!r} / {column}: {cell.strip()} != {expected}"
+    assert seen == set(README_COST_ROWS), f"README cost table lacks rows for {set(README_COST_ROWS) - seen}"

@@ -1,4 +1,4 @@
-"""The state holds only what the flags measure (issue 13 item 4): the istate's size for every flag combination,
+"""The state holds only what the flags measure: the istate's size for every flag combination,
 written out by hand; the compiled op's offsets equal hookstats/layout.py's; monitors with the linear bins, with
 the op's log2 slots alone and with the defaults give the statistics of a float64 NumPy oracle; a history ring
 slot holds only the measured fields and stays exact across flushes."""

@@ -1,4 +1,4 @@
-"""Issue 14's acceptance test: a zoo of real architectures (tests/zoo_models.py) in realistic loops (train +
+"""The acceptance test: a zoo of real architectures (tests/zoo_models.py) in realistic loops (train +
 validate each epoch with an EMA copy, gradient accumulation under bf16 autocast, activation checkpointing,
 torch.compile), every target checked against an independent float64 oracle (tests/zoo_oracle.py): totals in
 mon.stats() per phase, every sampled step exactly once in the history, MemorySink and CSVSink, and nothing

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Probes of the CPU op's float-bucket counting (session op64), outside the extension: builds ./ab, which times
+# Probes of the CPU op's float-bucket counting, outside the extension: builds ./ab, which times
 # avx512::run_one_pass (FLOAT_HIST alone, pieces of 255*1024 values, flushed like flush_float) of two csrc trees
 # side by side, an AVX-512 sum (memory reference) and the increments alone from precomputed slots.
 #   benchmarks/count_floor/build.sh BASE_CSRC NEW_CSRC && ./ab 64 9     # MB, rounds [randn|relu|narrow] [bf16]
