@@ -4,7 +4,9 @@ into it), builds benchmarks/op_floor/floor.cpp against csrc/ (the op's own AVX-5
 the same shape that add one statistic at a time: the moments, min/max, the near-zero count, the prefetch) and
 times each over those tensors, every tensor freshly written before its call, the variants rotated each round,
 one thread, the thread's CPU clock. "x_sum" is the median over rounds of the variant's time / one read's time,
-with its IQR. Needs g++ and a CPU with AVX-512.
+with its IQR. --cap N: only the first N values of each tensor, called over and over, so that they stay in the
+cache: the loops' own speed, memory no limit (the float buckets' flush at each call then dominates their row).
+Needs g++ and a CPU with AVX-512.
 
     PYTHONPATH=. python benchmarks/op_floor.py --workload cnn --rounds 30
     (writes benchmarks/results/op_floor_<workload>.json; --json names another file)
@@ -58,7 +60,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="cnn")
     ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--json", help="default: benchmarks/results/op_floor_<workload>.json")
+    ap.add_argument("--cap", type=int, default=0, help="values per tensor, repeated (cache-resident)")
+    ap.add_argument("--json", help="default: benchmarks/results/op_floor_<workload>[_cap<N>].json")
     args = ap.parse_args()
     torch.set_num_threads(1)
     load = os.getloadavg()
@@ -71,19 +74,20 @@ def main():
             np.array([c.numel() for c in caps], dtype=np.int64).tofile(f)
             for c in caps:
                 c.numpy().tofile(f)
-        out = json.loads(subprocess.run([exe, data, str(args.rounds)], check=True, capture_output=True,
+        out = json.loads(subprocess.run([exe, data, str(args.rounds), str(args.cap)], check=True, capture_output=True,
                                         text=True).stdout)
-    print(f"{args.workload}: {out['tensors']} tensors, {out['values'] / 1e6:.2f}M values, {args.rounds} rounds, "
+    print(f"{args.workload}{f' (first {args.cap} values of each, repeated)' if args.cap else ''}: {out['tensors']} tensors, {out['values'] / 1e6:.2f}M values, {args.rounds} rounds, "
           f"load {load[0]:.1f} -> {os.getloadavg()[0]:.1f}")
     for label, r in out["results"].items():
         print(f"  {label:42s} {r['ms']:7.3f} ms  {r['ns_per_value']:.4f} ns/value  "
               f"{r['x_sum']:.2f}x [{r['x_sum_q1']:.2f}..{r['x_sum_q3']:.2f}]")
-    path = args.json or os.path.join(HERE, "results", f"op_floor_{args.workload}.json")
+    name = f"op_floor_{args.workload}" + (f"_cap{args.cap}" if args.cap else "") + ".json"
+    path = args.json or os.path.join(HERE, "results", name)
     with open(path, "w") as f:
         json.dump({"machine": machine(), "torch": torch.__version__, "commit": commit(),
                    "command": "PYTHONPATH=. python benchmarks/op_floor.py " + " ".join(sys.argv[1:]),
                    "threads": 1, "rounds": args.rounds, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                   "load": [load[0], os.getloadavg()[0]], "values": out["values"], "tensors": out["tensors"],
+                   "load": [load[0], os.getloadavg()[0]], "values": out["values"], "tensors": out["tensors"], "cap": args.cap,
                    "results": out["results"]}, f, indent=1)
 
 

@@ -4,7 +4,9 @@
 // The "+" variants are one-pass AVX-512 loops shaped like the op's (csrc/cpu/accumulate_avx512.h: blocks of 1024
 // values, shift K = the previous block's mean, fp32 sums over 8 values per lane then fp64), adding one statistic at
 // a time; "the op" rows call the op's own kernel (run_one_pass) as accumulate_cpu.cpp does, chunks and flushes.
-//   floor TENSORS_FILE ROUNDS  ->  one JSON object on stdout
+//   floor TENSORS_FILE ROUNDS [CAP]  ->  one JSON object on stdout
+// CAP: only the first CAP values of each tensor, called over and over (~2M values a tensor): the loops' speed on
+// cache-resident data, where memory is no limit (the float buckets' flush then dominates their row).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -149,11 +151,12 @@ const Variant kVariants[] = {
 
 int main(int argc, char** argv) {
   if (argc < 3 || !__builtin_cpu_supports("avx512bw")) {
-    fprintf(stderr, "usage: floor TENSORS_FILE ROUNDS (needs AVX-512)\n");
+    fprintf(stderr, "usage: floor TENSORS_FILE ROUNDS [CAP] (needs AVX-512)\n");
     return 2;
   }
   FILE* f = fopen(argv[1], "rb");
   const int rounds = atoi(argv[2]);
+  const int64_t cap = argc > 3 ? atoll(argv[3]) : 0;
   int64_t nt = 0;
   if (!f || fread(&nt, 8, 1, f) != 1) return 2;
   std::vector<int64_t> ns(nt);
@@ -166,6 +169,15 @@ int main(int argc, char** argv) {
     total += ns[i];
     if (fread(src[i].data(), 4, ns[i], f) != size_t(ns[i])) return 2;
   }
+  std::vector<int> reps(nt, 1);
+  if (cap > 0) {
+    total = 0;
+    for (int i = 0; i < nt; ++i) {
+      ns[i] = std::min(cap, ns[i]);
+      reps[i] = static_cast<int>(std::max<int64_t>(1, (int64_t(1) << 21) / ns[i]));
+      total += ns[i] * reps[i];
+    }
+  }
   constexpr int nv = sizeof(kVariants) / sizeof(kVariants[0]);
   std::vector<std::vector<double>> ms(nv), ratio(nv);
   volatile double sink = 0;
@@ -176,7 +188,7 @@ int main(int argc, char** argv) {
       for (int i = 0; i < nt; ++i) {
         memcpy(buf[i].data(), src[i].data(), 4 * ns[i]);
         const double t0 = now();
-        sink = sink + kVariants[v].fn(buf[i].data(), ns[i]);
+        for (int k = 0; k < reps[i]; ++k) sink = sink + kVariants[v].fn(buf[i].data(), ns[i]);
         t[v] += now() - t0;
       }
     }
