@@ -141,6 +141,10 @@ HS_HD bool near_zero(float v, float eps, bool signed_mode) {
 }
 
 // Chan et al.'s pairwise merge of (n, mean, M2); b is merged into a. Callers merge in a fixed order.
+// Over float64's whole range: means near +-DBL_MAX of opposite signs overflow d (the mean is then taken as a
+// weighted sum), and d * d may overflow where the cross term d^2 na nb / n still fits (it is then regrouped;
+// na * f <= min(na, nb), so d * (d * na * f) overflows only where the term itself does). Both only on overflow,
+// so ordinary merges round as ever. An M2 past DBL_MAX is +inf.
 HS_HD void chan_merge(double& na, double& ma, double& m2a, double nb, double mb, double m2b) {
   if (nb == 0.0) return;
   if (na == 0.0) {
@@ -148,8 +152,14 @@ HS_HD void chan_merge(double& na, double& ma, double& m2a, double nb, double mb,
     return;
   }
   const double n = na + nb, d = mb - ma, f = nb / n;
-  ma += d * f;
-  m2a += m2b + d * d * na * f;
+  double cross = d * d * na * f;
+  if (d - d == 0.0) {
+    ma += d * f;
+    if (cross - cross != 0.0) cross = d * (d * (na * f));
+  } else {
+    ma = ma * (na / n) + mb * f;
+  }
+  m2a += m2b + cross;
   na = n;
 }
 HS_HD double fmin_nan(double a, double b) { return a < b || b != b ? a : b; }  // minNum: NaN = empty
@@ -177,17 +187,19 @@ HS_HD void shifted_to_partial(Partial& p, double n, double K, double s1, double 
 // values near FLT_MAX) or, on the GPU, underflowed (squares_underflowed below): the shifted sums of the
 // finite values of v[0, n) in fp64, about the first of them. That shift needs no division (on the GPU an fp64 division is a call with a stack frame), and as
 // M2 >= (K - mean)^2 the cancellation in shifted_to_partial is bounded by a factor of n. Rare: plain loops.
+// scale (a power of two) multiplies every value first: the CUDA kernel's float64 threads that saw a huge value
+// sum v * kHugeScale (exact but for values so tiny that they vanish beside the huge one anyway).
 template <typename V>
-HS_HD void fp64_shifted_sums(const V* v, int n, double& K, double& s1, double& s2) {
+HS_HD void fp64_shifted_sums(const V* v, int n, double& K, double& s1, double& s2, double scale = 1.0) {
   K = 0.0;
   for (int i = n - 1; i >= 0; --i) {
-    const double x = static_cast<double>(v[i]);
+    const double x = static_cast<double>(v[i]) * scale;
     K = x - x == 0.0 ? x : K;
   }
   s1 = 0.0;
   s2 = 0.0;
   for (int i = 0; i < n; ++i) {
-    const double x = static_cast<double>(v[i]);
+    const double x = static_cast<double>(v[i]) * scale;
     const double d = x - x == 0.0 ? x - K : 0.0;
     s1 += d;
     s2 += d * d;
@@ -237,6 +249,12 @@ HS_HD void fp64_scaled_partial(const V* v, int n, Partial& p) {
   const double m2 = s2 - s1 * s1 / cnt;
   p.m2 = (m2 > 0.0 ? m2 : 0.0) * up * up;
 }
+// The CUDA kernel's float64 threads: values below kHuge keep every shifted sum of a thread (|v - K| < 2^481,
+// squares < 2^962, < 2^40 of them) finite. A thread that sees a finite |v| >= kHuge sums every value times
+// kHugeScale from then on (|v| * 2^-600 < 2^424: finite sums again) and scales its mean and M2 back at its end.
+constexpr double kHuge = 0x1p480;
+constexpr double kHugeScale = 0x1p-600;
+constexpr double kHugeUnscale = 0x1p600;
 HS_HD bool partial_overflowed(const Partial& p) { return !(p.mean - p.mean == 0.0 && p.m2 - p.m2 == 0.0); }
 // The other end: fp32 squares of |v - K| below ~1e-19 (FLT_MIN = 2^-126) are subnormal or zero, so tiny
 // values (vanishing gradients) lost most of their variance. A block whose fp32 sum of squares is below 2^-100

@@ -224,13 +224,24 @@ def _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags
     up = torch.pow(2.0, k)
     xs = torch.where(fin, xd * torch.pow(2.0, -k), 0)
     mean_s = xs.sum() / safe
-    mean_b = mean_s * up
-    m2_b = torch.where(fin, xs - mean_s, 0).square().sum() * up * up
+    # corrected two-pass: the residual r of the rounded mean refines it and M2 (near DBL_MAX a constant tensor's
+    # mean one ulp off would otherwise square to an M2 of inf)
+    dev = torch.where(fin, xs - mean_s, 0)
+    r = dev.sum()
+    mean_b = (mean_s + r / safe) * up
+    m2_b = (dev.square().sum() - r * r / safe).clamp(min=0) * up * up
     na, ma, m2a = fstate[layout.N_FINITE], fstate[layout.MEAN], fstate[layout.M2]
     n = na + nb
     d = mean_b - ma
     frac = nb / n.clamp(min=1)
-    new = torch.stack([n, ma + d * frac, m2a + m2_b + d * d * na * frac])
+    # accumulator.h chan_merge over float64's whole range: d past DBL_MAX (opposite means near it) takes the
+    # weighted sum; a cross term that overflows is regrouped (it may fit); an empty state takes this call's moments
+    finite_d = torch.isfinite(d)
+    mean_new = torch.where(finite_d, ma + d * frac, ma * (na / n.clamp(min=1)) + mean_b * frac)
+    cross = d * d * na * frac
+    cross = torch.where(torch.isfinite(cross) | ~finite_d, cross, d * (d * (na * frac)))
+    first = na == 0
+    new = torch.stack([n, torch.where(first, mean_b, mean_new), torch.where(first, m2_b, m2a + m2_b + cross)])
     keep = ~on | (nb == 0)
     fstate[: layout.MIN].copy_(torch.where(keep, fstate[: layout.MIN], new))
     mn = torch.where(fin, xd, float("inf")).amin()

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from float64_exact import CASES as F64_CASES, assert_moments, case_values
 from float_oracle import float_buckets
 from conftest import made_once
 from helpers import oracle, without_histograms
@@ -267,6 +268,33 @@ def test_planted_misaligned_load_is_caught(drivers, tmp_path):
     x = adversarial(1000, torch.float32, seed=1)
     _, r = run_driver(drivers["bug_misaligned"], x, ["dense", 1, 2], tmp=tmp_path)
     assert r.returncode != 0 and "misaligned address" in r.stderr, f"misaligned loads went unnoticed (rc={r.returncode})"
+
+
+# ---------------------------------------------------------------- float64 over its whole range
+# (case, sanitizer, mode): dense (misaligned, 3 blocks) and a strided view; moments against the exact oracle
+F64_RUNS = [(case, "tsan" if k % 2 else "asan", "strided" if k % 3 == 2 else "dense")
+            for k, case in enumerate(F64_CASES)]
+
+
+@pytest.mark.parametrize("case,san,mode", F64_RUNS, ids=lambda v: str(v))
+def test_float64_whole_range(drivers, tmp_path, case, san, mode):
+    """Huge values (squares past DBL_MAX), near-DBL_MAX means of both signs, subnormals: each thread's sums stay
+    finite (a thread that sees |v| >= 2^480 sums scaled values), M2 past DBL_MAX reads inf, never 0 or NaN;
+    integers as the CPU kernel's; 2 launches (a merge across calls)."""
+    v = case_values(case)
+    x = torch.from_numpy(v)
+    if mode == "dense":
+        args, seen = ["dense", 1, 3], x
+    else:
+        base = torch.from_numpy(np.repeat(v, 2))
+        seen = base[1::2]
+        args, x = ["strided", 3, str(len(v)), "2"], base[1:]
+    states, r = run_driver(drivers[san], x, args, tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    f, i, ticket = states[0]
+    assert ticket == 0
+    assert np.array_equal(i, cpu_state(seen, 2)[1])
+    assert_moments(f.tolist(), v.tolist() * 2)
 
 
 # ---------------------------------------------------------------- float buckets (FLOAT_HIST)

@@ -117,6 +117,28 @@ def test_non_contiguous_views(op, layout_name, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_small_tensors_one_after_another_each_exact(op, dtype):
+    """Small tensors of unrelated ranges (a call reads and clears only the buckets its values' range touched),
+    each into a state of its own: every state exact, none holding another's counts. Sizes around the AVX2 block
+    and the largest range-flushed piece; both signs, each end of the range, zeros, NaN/Inf alone."""
+    g = torch.Generator().manual_seed(7)
+    scales = [1.0, 1e-3, 1e4, 1e-30, 1e30, 1e-41, 3e38, 1e-300, 1e300]
+    tensors = []
+    for k, n in enumerate([1, 2, 7, 63, 64, 65, 257, 1000, 4095, 4096, 4097, 9000]):
+        x = torch.randn(n, generator=g, dtype=torch.float64) * scales[k % len(scales)]
+        if k % 3 == 1:
+            x = x.abs()
+        elif k % 3 == 2:
+            x = -x.abs()
+        tensors.append(x)
+    tensors += [torch.zeros(5, dtype=torch.float64), torch.tensor([math.nan, math.inf, -math.inf]),
+                torch.tensor([-0.0, 1.5, math.nan]), torch.tensor([F32_MAX, -(2.0 ** -149)])]
+    for x in tensors + tensors[::-1]:
+        x = x.to(dtype)
+        assert_state(run(op, [x]), x, moments=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_calls_merge_exactly(op, dtype):
     parts = [make(k, n, dtype, seed=n) for k, n in [("wide", 5000), ("special", 70001), ("relu", 1), ("normal", 4097),
                                                      ("zeros", 2 ** 15 + 1)]]

@@ -41,6 +41,9 @@ constexpr int64_t kFlushEvery = int64_t(1) << 31;  // values per flush of the pr
 // The same for the 16-bit float buckets: each copy counts a quarter of the values (+1 at a run's end), so up to
 // 65280 + a few; a multiple of the AVX2 block, so that pieces of a chunk end on whole blocks.
 constexpr int64_t kFloatFlushEvery = 255 * 1024;
+// Pieces up to this many values are flushed by the float buckets their values' range touched, larger ones by
+// reading the whole table (32 KB), which costs about as much as a range pass over this many values.
+constexpr int64_t kFloatRangeMax = 4096;
 
 int hist_stride(int nbins) { return static_cast<int>(lin_slots(nbins)) + kLogSlots + 1; }
 
@@ -67,13 +70,17 @@ FloatCount* float_hist_of_thread() {
   return hist->c;
 }
 
-// Adds the float buckets to dst and zeroes them (the dummy slot too). A tensor touches a few dozen buckets:
-// most 64-byte lines are zero and only read.
-void flush_float(FloatCount* fh, int64_t* dst) {
-  constexpr int kLine = 64 / sizeof(FloatCount), kLanes = 16 / sizeof(FloatCount);
-  static_assert(kLine % kSubHists == 0, "a line holds whole slots");
+// Float buckets per 64-byte line of the table: 8 slots (their kSubHists copies side by side).
+constexpr int kFloatLine = 64 / sizeof(FloatCount);
+constexpr int kLineSlots = kFloatLine / kSubHists;
+static_assert(kFloatLine % kSubHists == 0 && kFloatHalf % kLineSlots == 0, "a line holds whole slots of one sign");
+
+// Adds the float buckets of slots [first, end) (whole lines) to dst and zeroes them. A tensor touches a few dozen
+// buckets: most lines are zero and only read.
+void flush_float_lines(FloatCount* fh, int64_t* dst, int first, int end) {
+  constexpr int kLine = kFloatLine, kLanes = 16 / sizeof(FloatCount);
   using Lanes = FloatCount __attribute__((vector_size(16)));  // SSE2 on every x86-64: 4 loads a line
-  for (int base = 0; base < kFloatSlots * kSubHists; base += kLine) {
+  for (int base = first * kSubHists; base < end * kSubHists; base += kLine) {
     Lanes any = {}, v;
     for (int i = 0; i < kLine; i += kLanes) {
       memcpy(&v, fh + base + i, sizeof(v));
@@ -89,7 +96,105 @@ void flush_float(FloatCount* fh, int64_t* dst) {
     }
     std::fill(fh + base, fh + base + kLine, FloatCount(0));
   }
+}
+
+// The magnitude part (slot & (kFloatHalf - 1)) of the float buckets the finite values since the last flush may
+// have touched: [lo, hi], in whole lines; lo > hi: none. The last line of each half (zero; float64's below/above
+// slots; the slots of Inf/NaN bits) is always flushed.
+struct FloatRange {
+  int lo = kFloatHalf, hi = -1;
+  void widen(int l, int h) {
+    lo = std::min(lo, l);
+    hi = std::max(hi, h);
+  }
+};
+
+// Adds the float buckets in range to dst and zeroes them, the dummy slot too: all a flush need read, as no other
+// line was touched.
+void flush_float(FloatCount* fh, int64_t* dst, const FloatRange& r) {
+  constexpr int kLast = kFloatHalf - kLineSlots;
+  const int lo = r.lo / kLineSlots * kLineSlots, hi = std::min(r.hi / kLineSlots * kLineSlots + kLineSlots, kLast);
+  for (int half = 0; half < kFloatSlots; half += kFloatHalf) {
+    if (lo < hi) flush_float_lines(fh, dst, half + lo, half + hi);
+    flush_float_lines(fh, dst, half + kLast, half + kFloatHalf);
+  }
   std::fill(fh + kFloatDummy * kSubHists, fh + kFloatHistSize, FloatCount(0));
+}
+
+// Magnitude bits of a value's storage, compared as unsigned: their order is the order of |v|.
+template <typename T> struct MagBits;
+template <> struct MagBits<float> { using U = uint32_t; static constexpr U kMask = 0x7fffffffu, kInf = 0x7f800000u; };
+template <> struct MagBits<c10::Half> { using U = uint16_t; static constexpr U kMask = 0x7fff, kInf = 0x7c00; };
+template <> struct MagBits<c10::BFloat16> { using U = uint16_t; static constexpr U kMask = 0x7fff, kInf = 0x7f80; };
+
+// (smallest nonzero magnitude - 1, largest finite magnitude) of x[i, n), into lo and hi: zero wraps above
+// everything in lo; NaN/Inf count as 0 in hi.
+template <typename T, typename U = typename MagBits<T>::U>
+void mag_range_scalar(const T* x, int64_t i, int64_t n, U& lo, U& hi) {
+  for (; i < n; ++i) {
+    U u;
+    memcpy(&u, x + i, sizeof(U));
+    u &= MagBits<T>::kMask;
+    const U below = static_cast<U>(u - 1);
+    lo = below < lo ? below : lo;
+    const U fin = u < MagBits<T>::kInf ? u : U(0);
+    hi = fin > hi ? fin : hi;
+  }
+}
+// The same, 32 bytes at a time (gcc does not vectorise the two reductions).
+template <typename T, typename U = typename MagBits<T>::U>
+__attribute__((target("avx2"))) void mag_range_avx2(const T* x, int64_t n, U& lo, U& hi) {
+  constexpr bool k16 = sizeof(U) == 2;
+  constexpr int64_t kStep = 32 / sizeof(U);
+  const __m256i mask = k16 ? _mm256_set1_epi16(static_cast<int16_t>(MagBits<T>::kMask))
+                           : _mm256_set1_epi32(static_cast<int32_t>(MagBits<T>::kMask));
+  const __m256i inf = k16 ? _mm256_set1_epi16(static_cast<int16_t>(MagBits<T>::kInf))
+                          : _mm256_set1_epi32(static_cast<int32_t>(MagBits<T>::kInf));
+  const __m256i one = k16 ? _mm256_set1_epi16(1) : _mm256_set1_epi32(1);
+  __m256i vlo = _mm256_set1_epi32(-1), vhi = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + kStep <= n; i += kStep) {
+    const __m256i u = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), mask);
+    if constexpr (k16) {  // magnitudes < 2^15: the signed compare is exact
+      vlo = _mm256_min_epu16(vlo, _mm256_sub_epi16(u, one));
+      vhi = _mm256_max_epu16(vhi, _mm256_and_si256(u, _mm256_cmpgt_epi16(inf, u)));
+    } else {
+      vlo = _mm256_min_epu32(vlo, _mm256_sub_epi32(u, one));
+      vhi = _mm256_max_epu32(vhi, _mm256_and_si256(u, _mm256_cmpgt_epi32(inf, u)));
+    }
+  }
+  alignas(32) U a[kStep], b[kStep];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(a), vlo);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(b), vhi);
+  for (int k = 0; k < kStep; ++k) {
+    lo = a[k] < lo ? a[k] : lo;
+    hi = b[k] > hi ? b[k] : hi;
+  }
+  mag_range_scalar(x, i, n, lo, hi);
+}
+
+// The float buckets x[0, n) touches, from its smallest nonzero and largest finite magnitude (float_slot is
+// monotonic in |v| within a sign). One pass over x in cache: for small pieces, where it is far cheaper than reading
+// the whole table. float64 (whose below/above slots break the order): every line.
+template <typename T>
+FloatRange float_range(const T* x, int64_t n, bool avx2) {
+  FloatRange r;
+  if constexpr (std::is_same_v<T, double>) {
+    r.widen(0, kFloatHalf - 1);
+  } else {
+    using U = typename MagBits<T>::U;
+    U lo = std::numeric_limits<U>::max(), hi = 0;
+    if (avx2) mag_range_avx2(x, n, lo, hi);
+    else mag_range_scalar(x, 0, n, lo, hi);
+    if (hi == 0) return r;  // zeros and non-finite values only: the last lines and the dummy
+    const auto slot = [](U bits) {
+      T v;
+      memcpy(&v, &bits, sizeof(U));
+      return float_slot(static_cast<float>(v));
+    };
+    r.widen(slot(static_cast<U>(lo + 1)), slot(hi));
+  }
+  return r;
 }
 
 // The fastest kernel the CPU has (AVX-512 serves the op without linear/log2 histograms, AVX2 the rest);
@@ -284,20 +389,27 @@ void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t
   constexpr int64_t align = avx2::kBlock;  // chunks hold whole AVX2 blocks: only the tensor's end is left over
   const int64_t chunk = std::max(kMinChunk, (n + kMaxChunks - 1) / kMaxChunks + align - 1) / align * align;
   const int64_t nchunks = (n + chunk - 1) / chunk;
-  std::vector<ChunkResult> parts(nchunks);
+  ChunkResult one;  // a small tensor's one chunk: no heap allocation
+  std::vector<ChunkResult> many(nchunks > 1 ? nchunks : 0);
+  ChunkResult* parts = nchunks > 1 ? many.data() : &one;
   const int stride = hist_stride(p.nbins);
   // the private histograms count in the kernels' numbering; istate keeps the window the flags measure
   const int first = static_cast<int>(kept_first(p.nbins, p.layout));
   const int kept = static_cast<int>(float_base(p.nbins, p.layout) - kLinBase);
   const ChunkKernel<T, kLin, kLog, kFloat> kernel{p, stride};
   const Kernel vec = kernel_in_use();
+  // The private histograms' slots a call touches: the window istate keeps, and the log2 dummy slot (non-finite
+  // values) after it; zeroed per call, and by each flush.
+  const int touched = kept + (kLog ? 1 : 0);
   at::parallel_for(0, nchunks, 1, [&](int64_t begin, int64_t end) {
     alignas(64) uint32_t h[kSubHists * kMaxHistStride];
     FloatCount* fh = kFloat ? float_hist_of_thread() : nullptr;
-    std::fill(h, h + kSubHists * stride, 0u);
+    for (int k = 0; k < kSubHists; ++k) std::fill(h + k * stride + first, h + k * stride + first + touched, 0u);
+    FloatRange range;  // of the float buckets counted since the last flush
     auto flush = [&] {
       flush_hist(h + first, stride, kept, is + kLinBase);
-      if (kFloat) flush_float(fh, is + float_base(p.nbins, p.layout));
+      if (kFloat) flush_float(fh, is + float_base(p.nbins, p.layout), range);
+      range = FloatRange();
     };
     // Chunks are run in pieces that end where a flush may come: fixed by n alone (so are the moments).
     const int64_t limit = kFloat ? kFloatFlushEvery : kFlushEvery;
@@ -311,6 +423,14 @@ void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t
           counted = 0;
         }
         run_chunk(kernel, vec, x + off + done, piece, parts[c], h, fh);
+        if (kFloat) {
+          if (piece <= kFloatRangeMax) {
+            const FloatRange r = float_range(x + off + done, piece, vec != Kernel::kPortable);
+            range.widen(r.lo, r.hi);
+          } else {
+            range.widen(0, kFloatHalf - 1);
+          }
+        }
         counted += piece;
       }
     }
@@ -318,7 +438,8 @@ void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t
   });
   Partial total;
   int64_t nz = 0;
-  for (const auto& r : parts) {  // chunk order: deterministic for any thread count
+  for (int64_t c = 0; c < nchunks; ++c) {  // chunk order: deterministic for any thread count
+    const ChunkResult& r = parts[c];
     merge_partial(total, r.moments);
     nz += r.near_zero;
   }

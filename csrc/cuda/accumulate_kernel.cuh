@@ -237,6 +237,7 @@ struct ThreadStats {
   double n = 0, K = 0, s1 = 0, s2 = 0;
   A mn, mx;
   float nz = 0;  // near-zero count: exact, as a thread sees < 2^23 values (max_block_elems)
+  bool huge = false;  // float64 only: K, s1, s2 are of the values times kHugeScale (accumulator.h kHuge)
 };
 
 template <int M, typename A>
@@ -249,6 +250,7 @@ struct ChunkMoments {
   double k, e1, e2;
   A mn, mx;
   int c;
+  bool huge;  // k, e1, e2 are of the values times kHugeScale
 };
 
 // Whether a chunk's fp32 squares can underflow: only for inputs with fp32's exponent range. fp16 values
@@ -274,10 +276,16 @@ HS_HD int float_index(double v) { return float_slot(v); }
 // element): non-finite values, fp32 sums that overflowed (|v - K| past ~1.8e19) or squares that underflowed.
 // Moments of the finite values in fp64 (accumulator.h fp64_shifted_sums); each non-finite value leaves the
 // slots the fast path gave it (linear, float buckets) for its own linear slot (NaN, +Inf, -Inf).
+// float64: the moments of the values times kHugeScale where the thread is huge already or the chunk has a finite
+// |v| >= kHuge (r.huge).
 template <int M, typename A>
-__device__ __noinline__ ChunkMoments<A> slow_chunk(Chunk<M, A> ch, Params p) {
+__device__ __noinline__ ChunkMoments<A> slow_chunk(Chunk<M, A> ch, Params p, bool huge) {
   ChunkMoments<A> r;
-  fp64_shifted_sums(ch.v, M, r.k, r.e1, r.e2);
+  if constexpr (std::is_same_v<A, double>) {
+    for (int i = 0; i < M; ++i) huge = huge || (finite_acc(ch.v[i]) && !(fabs(ch.v[i]) < kHuge));
+  }
+  r.huge = huge;
+  fp64_shifted_sums(ch.v, M, r.k, r.e1, r.e2, huge ? kHugeScale : 1.0);
   r.mn = r.mx = nan_acc(A(0));
   r.c = 0;
   const Hists h = hists_of(p);
@@ -302,7 +310,8 @@ __device__ __noinline__ ChunkMoments<A> slow_chunk(Chunk<M, A> ch, Params p) {
 // integer statistics per value; moments in the input precision about the chunk's mean Kc (so fp32 never sums
 // far-off values), then folded into fp64 sums about K. A non-finite value makes the chunk's sum, hence its sum
 // of squares, non-finite, so the one test on c2 sends it (and fp32 overflow, and underflowed squares) to
-// slow_chunk, which redoes the moments and moves the non-finite values to their slots.
+// slow_chunk, which redoes the moments and moves the non-finite values to their slots. float64: a chunk with a
+// finite |v| >= kHuge, and every chunk after it in this thread, goes there too, scaled (ThreadStats::huge).
 template <int M, bool kUnderflow, typename A>
 __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], const Params& p, Hists h,
                                        unsigned* warp) {
@@ -327,13 +336,21 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
     c1 += d;
     c2 += d * d;
   }
-  ChunkMoments<A> m{static_cast<double>(Kc), static_cast<double>(c1), static_cast<double>(c2), cmn, cmx, M};
+  ChunkMoments<A> m{static_cast<double>(Kc), static_cast<double>(c1), static_cast<double>(c2), cmn, cmx, M, false};
   // cmx > cmn is false for a chunk of equal values (exact fp32 sums: never redone)
-  if (!finite_acc(c2) || (kUnderflow && squares_underflowed(c2, cmx > cmn))) {
+  bool maybe_huge = false;  // float64: a finite |v| >= kHuge may be there (NaN/Inf chunks go slow_chunk anyway)
+  if constexpr (std::is_same_v<A, double>) maybe_huge = t.huge || !(fmax(fabs(cmn), fabs(cmx)) < kHuge);
+  if (!finite_acc(c2) || maybe_huge || (kUnderflow && squares_underflowed(c2, cmx > cmn))) {
     Chunk<M, A> ch;
 #pragma unroll
     for (int i = 0; i < M; ++i) ch.v[i] = v[i];
-    m = slow_chunk(ch, p);
+    m = slow_chunk(ch, p, t.huge);
+    if (m.huge && !t.huge) {  // the thread's first huge value: its sums so far scaled (exact, or negligibly small)
+      t.huge = true;
+      t.K *= kHugeScale;
+      t.s1 *= kHugeScale;
+      t.s2 = t.s2 * kHugeScale * kHugeScale;
+    }
   }
   t.mn = min_acc(t.mn, m.mn);
   t.mx = max_acc(t.mx, m.mx);
@@ -410,6 +427,10 @@ __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid,
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
   Partial p;
   shifted_to_partial(p, t.n, t.K, t.s1, t.s2);
+  if (t.huge) {  // float64 only; an M2 past DBL_MAX is +inf
+    p.mean *= kHugeUnscale;
+    p.m2 = p.m2 * kHugeUnscale * kHugeUnscale;
+  }
   p.mn = static_cast<double>(t.mn);
   p.mx = static_cast<double>(t.mx);
   unsigned nz = static_cast<unsigned>(t.nz);
