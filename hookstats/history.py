@@ -7,14 +7,13 @@ the float buckets go once per flush, the window's growth, with the record of its
 import numpy as np
 import torch
 
-from . import layout
+from . import layout, rawstate
 from .alerts import ROW_WIDTH, AlertRules, step_order
 from .config import check_count
 from .device_memory import available_bytes, host_available_bytes
 from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
                       step_records)
 from .sinks.memory import MemorySink
-from .stats import chan_merge_rows, new_fstate_values
 from .user_warning import warn_user
 
 F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits) then the istate deltas
@@ -23,7 +22,7 @@ F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits) 
 def step_slots(cfg):
     """The istate slots a ring keeps per step: the istate's prefix before the float buckets (what the flags
     measure: count, near-zero, the linear bins if configured, NaN/Inf, the op's own log2 slots if any)."""
-    return layout.float_base(cfg.nbins, cfg.flags)
+    return rawstate.step_slots(cfg.nbins, cfg.flags)
 
 
 def check_ring_fits(capacity, targets, cfg, device):
@@ -67,7 +66,8 @@ class Ring:
         self.prev_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
         self.fbase = layout.float_base(cfg.nbins, cfg.flags)
         self.prev_b = torch.zeros(t, layout.FLOAT_SLOTS, dtype=torch.int64, device=device) if cfg.float_hist else None
-        self.empty_f = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
+        self.empty_f = rawstate.empty(device=device)
+        self.running = rawstate.running_mask(device)  # the fields a record takes from the running totals
         # the open step's moments measured before a mon.reset() (which empties the states): the step's
         # record keeps them, the running totals do not; `carrying` says (host side) whether there are any
         self.carry_f = self.empty_f.repeat(t, 1)
@@ -110,7 +110,7 @@ class Ring:
         """mon.reset() is about to empty the states: what the open step measured so far moves into the carry
         (moments) and out of prev_i (counts: the step's delta then adds them), so its record stays whole."""
         self._gather()
-        self.carry_f.copy_(chan_merge_rows(self.carry_f, self.cur_f))
+        self.carry_f.copy_(rawstate.combine(self.carry_f, self.cur_f))
         self.prev_i.sub_(self.cur_i)
         if self.prev_b is not None:
             self.prev_b.sub_(self._buckets())
@@ -132,15 +132,14 @@ class Ring:
         torch.cat(closed, out=self.closed_f.view(-1))
         row = self.slots[len(self.steps)]
         torch.sub(self.cur_i, self.prev_i, out=row[:, F:])
-        total = chan_merge_rows(self.closed_f, self.cur_f)
-        rf = row.view(torch.float64)
+        total = rawstate.combine(self.closed_f, self.cur_f)
+        measured = self.cur_f
         if self.carrying:
-            rf[:, : layout.MIN].copy_(chan_merge_rows(self.carry_f, self.cur_f)[:, : layout.MIN])
+            measured = rawstate.combine(self.carry_f, self.cur_f)
             self.carry_f.copy_(self.empty_f)
             self.carrying = False
-        else:
-            rf[:, : layout.MIN].copy_(self.cur_f[:, : layout.MIN])
-        rf[:, layout.MIN:F].copy_(total[:, layout.MIN:])  # min/max: running (since attach or reset), not per step
+        # per field its per-step rule: what the step measured, or running since attach or reset (min/max)
+        row.view(torch.float64)[:, :F].copy_(torch.where(self.running, total, measured))
         torch._foreach_copy_(closed, list(total.unbind(0)))
         torch._foreach_copy_(fs, [self.empty_f] * len(fs))
         self.prev_i.copy_(self.cur_i)
@@ -214,7 +213,7 @@ class History:
         self._no_hist = set()  # recorded steps that counted no histograms (hist_every), until delivered
         self._broken = self._closed = False
         self._order = step_order(monitor.modules, monitor.forward_order)
-        known = self._train_states()
+        known = self._states("train")
         devices = {p.device for m in monitor.modules.values() for p in m.parameters(recurse=False)}
         for device in known or devices or {torch.device("cpu")}:
             check_ring_fits(capacity, max(1, len(known.get(device, ()))), self.cfg, device)
@@ -268,7 +267,7 @@ class History:
         """After Monitor.load_state_dict(): the loaded totals are every ring's starting point, so the next step's
         record holds what that step measures alone."""
         self.flush(wait=True)
-        for device, states in self._train_states().items():
+        for device, states in self._states("train").items():
             self._ring(device, states).rebase()
         self._last_flush = self.monitor.step_count
 

@@ -7,7 +7,7 @@ import weakref
 import torch
 from torch import nn
 
-from . import accumulate
+from . import accumulate, rawstate
 from .clock import StepClock
 from .config import StatsConfig, check_arg, check_count
 from .hooks import Hooks, Port
@@ -15,7 +15,6 @@ from .hooks.watch import watch
 from .selection import select_modules
 from .state import KINDS, PHASES, StateStore
 from .records import stats_records
-from .stats import merge_states
 from .user_warning import WarnOnce
 
 
@@ -126,7 +125,7 @@ class Monitor:
         grouped = {}
         for st in chosen:
             grouped.setdefault(st.key, []).append(host[id(st)])
-        keyed = [(key, *(merge_states(parts) if len(parts) > 1 else parts[0])) for key, parts in grouped.items()]
+        keyed = [(key, *(rawstate.combine_all(parts))) for key, parts in grouped.items()]
         records = stats_records(keyed, self.cfg, phase)
         covered = self._hist_steps.read(self.clock) if phase == "train" else None
         for rec in records.values():

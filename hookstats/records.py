@@ -1,14 +1,31 @@
-"""The records every readout hands out, built in one place: stats() and reduce()'s Reduced.stats() (running
-totals, one record per target id) and the history's per-step records and columns (what sinks get)."""
+"""The records every readout hands out, built in one place from raw states (hookstats/rawstate.py) by the table of
+statistics: finalize() of one state, stats() and reduce()'s Reduced.stats() (running totals, one record per target
+id) and the history's per-step records and columns (what sinks get)."""
 import dataclasses
 import functools
 
 import numpy as np
 
-from . import layout, statistics
-from .stats import finalize_rows
+from . import layout, rawstate, statistics
 
 KEY_FIELDS = ("target", "module", "kind", "leaf", "phase")  # what a history record says of its target, first
+
+
+def finalize(fstate, istate, cfg):
+    """One target's statistics as plain Python/NumPy values (finalize_rows of one state). std is the unbiased
+    (n - 1) one, like torch.std; histograms are None when switched off in the config."""
+    cols = finalize_rows(fstate, istate, cfg)
+    return {k: None if v is None else v.item() if v.ndim == 0 else v.copy() for k, v in cols.items()}
+
+
+def finalize_rows(fstate, istate, cfg):
+    """The statistics of many states at once (the rows of hookstats.statistics.TABLE that stats() records
+    have): fstate [..., F] float64 and istate [..., istate_size] int64 give arrays over the leading
+    dimensions (histograms with one more dimension, hist_edges one array); None for a histogram switched off."""
+    f = np.asarray(fstate, dtype=np.float64)
+    i = np.asarray(istate, dtype=np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):  # the rows where a statistic is NaN instead
+        return statistics.derive_rows(f, i, cfg, statistics.STATS)
 
 
 def key_fields(key, phase="train"):
@@ -87,10 +104,9 @@ def _bucket_fields(cfg):
     cfg.float_hist; the log2 histogram among them), in record order; {} without."""
     if not cfg.float_hist:
         return {}
-    empty = np.array([[[0.0, 0.0, 0.0, np.nan, np.nan]]])
     with np.errstate(divide="ignore", invalid="ignore"):
-        full = statistics.derive_rows(empty, np.zeros((1, 1, cfg.istate_size), dtype=np.int64), cfg, statistics.HISTORY)
-        plain = statistics.derive_rows(empty, np.zeros((1, 1, _without_buckets(cfg).istate_size), dtype=np.int64),
+        full = statistics.derive_rows(*rawstate.empty(cfg.istate_size, (1, 1), numpy=True), cfg, statistics.HISTORY)
+        plain = statistics.derive_rows(*rawstate.empty(_without_buckets(cfg).istate_size, (1, 1), numpy=True),
                                        _without_buckets(cfg), statistics.HISTORY)
     return {k: (v.dtype, v.shape[2:]) for k, v in full.items()
             if v is not None and statistics.BY_NAME[k].type != statistics.EDGES

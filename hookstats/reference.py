@@ -11,7 +11,7 @@ import math
 import numpy as np
 import torch
 
-from . import layout
+from . import layout, rawstate
 from .tensors import MEASURED_DTYPES
 
 _FLAG_DTYPES = (torch.bool, torch.uint8, torch.int32, torch.int64)
@@ -226,20 +226,11 @@ def _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags
     mean_s = xs.sum() / safe
     mean_b = mean_s * up
     m2_b = torch.where(fin, xs - mean_s, 0).square().sum() * up * up
-    na, ma, m2a = fstate[layout.N_FINITE], fstate[layout.MEAN], fstate[layout.M2]
-    n = na + nb
-    d = mean_b - ma
-    frac = nb / n.clamp(min=1)
-    new = torch.stack([n, ma + d * frac, m2a + m2_b + d * d * na * frac])
-    keep = ~on | (nb == 0)
-    fstate[: layout.MIN].copy_(torch.where(keep, fstate[: layout.MIN], new))
     mn = torch.where(fin, xd, float("inf")).amin()
     mx = torch.where(fin, xd, float("-inf")).amax()
-    empty = torch.tensor(float("nan"), dtype=torch.float64, device=x.device)
-    mn = torch.where(keep, empty, mn)
-    mx = torch.where(keep, empty, mx)
-    fstate[layout.MIN].copy_(torch.fmin(fstate[layout.MIN], mn))
-    fstate[layout.MAX].copy_(torch.fmax(fstate[layout.MAX], mx))
+    # this call's own state (in the fstate's slot order; empty where the call is off or saw no finite value)
+    part = torch.where(~on | (nb == 0), rawstate.empty(device=x.device), torch.stack([nb, mean_b, m2_b, mn, mx]))
+    fstate.copy_(rawstate.combine(fstate, part))
 
     w = on.long()
     a = f if flags & layout.SIGNED_NEAR_ZERO else f.abs()
