@@ -189,7 +189,7 @@ def report(run_dir, out=None, log=print, show_progress=False):
 
 def _report_run(run_dir, out, log, show_progress):
     from . import plots
-    from .history import brief
+    from .delivery import brief
     from .progress import progress
     from .summary import FLOAT_CELLS, stats_table
     items, alerts = load_run(run_dir)

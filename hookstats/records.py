@@ -9,6 +9,8 @@ import numpy as np
 from . import layout, rawstate, statistics
 
 KEY_FIELDS = ("target", "module", "kind", "leaf", "phase")  # what a history record says of its target, first
+# mon.histogram(): the running histograms of one target (linear: edges, counts, under/overflow; log2; float buckets)
+HISTOGRAM_FIELDS = ("hist", "hist_edges", "underflow", "overflow", "log2_hist", "float_hist", "nan", "posinf", "neginf")
 
 
 def finalize(fstate, istate, cfg):

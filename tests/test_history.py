@@ -260,7 +260,7 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     # (count, near-zero, NaN/+Inf/-Inf: at defaults no linear bins, no log2 slots, no float buckets), plus [T, 5]
     # float64 (the open step, the closed steps, the carry over a reset), [T, c] int64 (current, previous) and
     # [T, 4096] int64 (the float buckets at the last flush); the host staging: one ring copy and one of the buckets
-    isz, t_states, t_ring = mon.cfg.istate_size, len(mon.states(reached_only=False)), len(next(iter(mon.recorder.rings.values())).states)
+    isz, t_states, t_ring = mon.cfg.istate_size, len(mon.states(reached_only=False)), len(next(iter(mon.step_history.rings.values())).states)
     assert isz == 2 + 3 + 4096  # count, near-zero, NaN/+Inf/-Inf, the float buckets
     assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_ring * 5 * 8 + 2  # + closed steps, + the CPU's flags
     c = 2 + 3
@@ -573,7 +573,7 @@ def test_records_handed_to_sinks_are_finalize_per_target(config):
 
 
 def test_no_record_dicts_without_a_sink_that_takes_them(monkeypatch):
-    from hookstats import history as hist_mod
+    from hookstats import delivery as hist_mod
 
     def fail(*args):
         raise AssertionError("records built for MemorySink alone")

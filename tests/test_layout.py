@@ -218,7 +218,7 @@ def test_ring_slot_holds_only_the_measured_fields_exact_across_flushes(config, b
         for step in range(8):
             model(batch(step, rng))
             mon.step()
-    (ring,) = mon.recorder.rings.values()
+    (ring,) = mon.step_history.rings.values()
     assert ring.slots.shape[-1] == fields
     mon.remove()
     assert sorted(s for s, t in keep.records if t == "0:output") == list(range(8))
