@@ -3,7 +3,8 @@
 with a HistoryWarning, and new alerts are told to the user once."""
 import numpy as np
 
-from .records import bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns, step_records
+from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
+                      step_records)
 from .sinks.memory import MemorySink
 from .user_warning import warn_user
 

@@ -1,6 +1,6 @@
 """attach() and Monitor, the facade users hold: it wires the state owner (state.py), the step clock (clock.py),
-the hooks (hooks/), the per-step history (history.py) and merging across ranks (distributed.py). The host reads
-the device state only in stats(), flushes and reduce()."""
+the hooks (hooks/), the per-step history (history.py, delivery.py) and merging across ranks (distributed.py). The
+host reads the device state only in stats(), flushes and reduce()."""
 import dataclasses
 import weakref
 

@@ -67,7 +67,8 @@ def field_oracle(x, nbins, flags, lo, hi, eps):
     f = p["fstate"]
     return {"n_finite": f[:1], "mean": f[1:2], "m2": f[2:3], "min": f[3:4], "max": f[4:5], "count": [p["count"]],
             "near_zero": [p["near_zero"]], "linear": p["lin"][: nbins + 2] if flags & LIN else None,
-            "nonfinite": p["lin"][nbins + 2:], "log2": p["log2"], "float_buckets": float_buckets(x) if flags & FLT else None}
+            "nonfinite": p["lin"][nbins + 2:], "log2": p["log2"],
+            "float_buckets": float_buckets(x) if flags & FLT else None}
 
 
 @pytest.mark.parametrize("nbins", [1, 7, 40, 256])
