@@ -228,9 +228,9 @@ def _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags
     m2_b = torch.where(fin, xs - mean_s, 0).square().sum() * up * up
     mn = torch.where(fin, xd, float("inf")).amin()
     mx = torch.where(fin, xd, float("-inf")).amax()
-    # this call's own state (in the fstate's slot order; empty where the call is off or saw no finite value)
-    part = torch.where(~on | (nb == 0), rawstate.empty(device=x.device), torch.stack([nb, mean_b, m2_b, mn, mx]))
-    fstate.copy_(rawstate.combine(fstate, part))
+    # this call's own state (in the fstate's slot order) merged in, unless the call is off or saw no finite value
+    merged = rawstate.combine(fstate, torch.stack([nb, mean_b, m2_b, mn, mx]))
+    fstate.copy_(torch.where(~on | (nb == 0), fstate, merged))
 
     w = on.long()
     a = f if flags & layout.SIGNED_NEAR_ZERO else f.abs()
