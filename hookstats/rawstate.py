@@ -38,10 +38,12 @@ def _f(k):
     return lambda nbins, flags: (k, 1)
 
 
-def _i(start, size, flag=0):
+def _i(start, size, flag=None):
+    """istate slots at start(layout, nbins, flags), size(...) of them where the layout flag named `flag` is on."""
     def slots(nbins, flags):
         lay = _layout()
-        return (start(lay, nbins, flags), size(lay, nbins, flags) if not flag or flags & flag else 0)
+        kept = flag is None or flags & getattr(lay, flag)
+        return start(lay, nbins, flags), size(lay, nbins, flags) if kept else 0
     return slots
 
 
@@ -53,12 +55,13 @@ FIELDS = (
     Field("count", ISTATE, _i(lambda L, n, f: L.COUNT, lambda L, n, f: 1), 0, SUM, GROWTH),
     Field("near_zero", ISTATE, _i(lambda L, n, f: L.NEAR_ZERO, lambda L, n, f: 1), 0, SUM, GROWTH),
     # under, nbins bins, over
-    Field("linear", ISTATE, _i(lambda L, n, f: L.LIN_BASE, lambda L, n, f: n + 2, 1), 0, SUM, GROWTH),
+    Field("linear", ISTATE, _i(lambda L, n, f: L.LIN_BASE, lambda L, n, f: n + 2, "LINEAR_HIST"), 0, SUM, GROWTH),
     # NaN, +Inf, -Inf
     Field("nonfinite", ISTATE, _i(lambda L, n, f: L.nonfinite_base(n, f), lambda L, n, f: 3), 0, SUM, GROWTH),
-    Field("log2", ISTATE, _i(lambda L, n, f: L.log_base(n, f), lambda L, n, f: L.LOG_SLOTS, 2), 0, SUM, GROWTH),
-    Field("float_buckets", ISTATE, _i(lambda L, n, f: L.float_base(n, f), lambda L, n, f: L.FLOAT_SLOTS, 8), 0, SUM,
-          WINDOW),
+    Field("log2", ISTATE, _i(lambda L, n, f: L.log_base(n, f), lambda L, n, f: L.LOG_SLOTS, "LOG_HIST"), 0, SUM,
+          GROWTH),
+    Field("float_buckets", ISTATE,
+          _i(lambda L, n, f: L.float_base(n, f), lambda L, n, f: L.FLOAT_SLOTS, "FLOAT_HIST"), 0, SUM, WINDOW),
 )
 BY_NAME = {fd.name: fd for fd in FIELDS}
 FSTATE_FIELDS = tuple(fd for fd in FIELDS if fd.part == FSTATE)
