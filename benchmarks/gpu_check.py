@@ -86,8 +86,8 @@ def adversarial(n, dtype, device, seed=0):
 
 def new_state(cfg, device):
     from hookstats.state import scratch_bytes
-    f = torch.tensor([0.0, 0.0, 0.0, float("nan"), float("nan")], dtype=torch.float64, device=device)
-    i = torch.zeros(cfg.istate_size, dtype=torch.int64, device=device)
+    from hookstats.rawstate import empty
+    f, i = empty(cfg.istate_size, device=device)
     s = torch.zeros(scratch_bytes(torch.device(device)), dtype=torch.uint8, device=device)
     return f, i, s
 

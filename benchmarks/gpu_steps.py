@@ -36,7 +36,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from hookstats import StatsConfig, layout  # noqa: E402
+from hookstats import StatsConfig, layout, rawstate  # noqa: E402
 from hookstats.state import scratch_bytes  # noqa: E402
 
 F32_MAX = torch.finfo(torch.float32).max
@@ -83,7 +83,7 @@ class Step:
 
 # ---------------------------------------------------------------- state and the float64 oracle on the device
 def new_state(cfg, device, scratch=None):
-    f = torch.tensor([0.0, 0.0, 0.0, math.nan, math.nan], dtype=torch.float64, device=device)
+    f = rawstate.empty(device=device)
     i = torch.zeros(cfg.istate_size, dtype=torch.int64, device=device)
     n = scratch_bytes(torch.device(device)) if scratch is None else scratch
     return f, i, torch.zeros(n, dtype=torch.uint8, device=device)

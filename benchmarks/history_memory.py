@@ -55,13 +55,13 @@ def timed_round(model, history, steps, warmup=20):
     mon = hookstats.attach(model, grads=False, history=history)
     flush_s = [0.0]
     if history:
-        inner = mon.recorder.flush
+        inner = mon.step_history.flush
 
         def flush(wait=True):
             t0 = time.thread_time()
             inner(wait)
             flush_s[0] += time.thread_time() - t0
-        mon.recorder.flush = flush
+        mon.step_history.flush = flush
     x = torch.randn(4, 16)
     with torch.no_grad():
         for _ in range(warmup):

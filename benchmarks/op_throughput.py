@@ -2,13 +2,12 @@
 the floor), fastai's ActivationStats hook (separate passes, three .item()), the reference path and
 torch.compile of the reference, per dtype and tensor size. Variants interleaved, medians and spread."""
 import argparse
-import math
 import statistics
 
 import results_file
 import torch
 
-from hookstats import accumulate, bench, reference
+from hookstats import accumulate, bench, rawstate, reference
 from hookstats.config import StatsConfig
 
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]
@@ -24,7 +23,7 @@ CONFIGS = {
 
 
 def fresh_state(cfg):
-    f = torch.tensor([0.0, 0.0, 0.0, math.nan, math.nan], dtype=torch.float64)
+    f = rawstate.empty()
     return f, torch.zeros(cfg.istate_size, dtype=torch.int64), torch.zeros(0, dtype=torch.uint8)
 
 

@@ -51,8 +51,8 @@ def load_state_dict(mon, sd):
         for key, phase, f, i in loaded:
             mon.store.state(key, device, phase).load(f, i)
     mon.clock.start_at(step, manual)
-    if mon.recorder is not None:
-        mon.recorder.rebase()
+    if mon.step_history is not None:
+        mon.step_history.rebase()
 
 
 def _differ(theirs, mine):

@@ -189,8 +189,9 @@ def report(run_dir, out=None, log=print, show_progress=False):
 
 def _report_run(run_dir, out, log, show_progress):
     from . import plots
-    from .history import brief
+    from .delivery import brief
     from .progress import progress
+    from .records import last_records
     from .summary import FLOAT_CELLS, stats_table
     items, alerts = load_run(run_dir)
     if not items:
@@ -198,20 +199,8 @@ def _report_run(run_dir, out, log, show_progress):
     series = plots.collect(items)
     paths = plots.save_all(series, out or run_dir / "charts", progress=lambda charts: progress(
         charts, desc=f"charts of {run_dir.name}", unit="chart", enabled=show_progress))
-    last, last_buckets = {}, {}
-    for step, rec in items:  # per target and phase: its last train step, its last validation pass
-        phase = rec.get("phase") or "train"
-        t = rec["target"] if phase == "train" else f"{rec['target']} ({phase})"
-        if step >= last.get(t, (-1, None))[0]:
-            last[t] = (step, {**rec, "target": t})
-        has_buckets = rec.get("float_hist") is not None and (rec.get("hist_count") or 0) > 0
-        if has_buckets and step >= last_buckets.get(t, (-1, None))[0]:
-            last_buckets[t] = (step, rec)
-    # A flush window without a histogram step (hist_every > log_every) has empty buckets: the figures derived from
-    # them come from the target's last window that has some, not NaN.
-    derived = [k for k, _ in FLOAT_CELLS.values()]
-    rows = [{**rec, **{k: last_buckets[t][1].get(k) for k in derived}} if t in last_buckets else rec
-            for t, (_, rec) in last.items()]
+    # per target and phase: its last train step, its last validation pass
+    rows, last_buckets = last_records(items, [k for k, _ in FLOAT_CELLS.values()])
     steps = sorted({s for s, _ in items})
     log(f"== {run_dir}: {len(steps)} recorded steps ({steps[0]}..{steps[-1]}), {len(series)} targets")
     log(stats_table(rows, title="last recorded step of each target (|x| quantiles and near 0 rel: its last "

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from . import plots
-from .history import brief
+from .delivery import brief
 from .monitor import attach
 from .progress import progress as show
 from .sinks import HISTORY_CSV, HISTORY_JSONL, run_dir_sinks

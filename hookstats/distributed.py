@@ -12,8 +12,8 @@ import weakref
 import torch
 import torch.distributed as dist
 
+from . import rawstate
 from .records import stats_records
-from .stats import chan_merge_rows, new_fstate_values
 
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _layouts = weakref.WeakKeyDictionary()  # monitor -> (group, world size, [(phase, TargetKey)]) agreed at its last reduce()
@@ -51,7 +51,7 @@ class MutedSink:
 def rank_zero_sinks(sinks):
     """attach()'s default: rank 0 (or a process without torch.distributed) keeps its sinks, the other
     ranks get them muted. Decided at attach time: initialize the process group first."""
-    from .history import check_sinks
+    from .config import check_sinks
     sinks = check_sinks(sinks)
     return sinks if rank() == 0 else [MutedSink(s) for s in sinks]
 
@@ -102,7 +102,7 @@ def _local_rows(monitor, device):
             phase = st.phase
             f, i = st.total_fstate().to(device, copy=True), st.istate.to(device, copy=True)
             prev = rows.get((phase, key))
-            rows[(phase, key)] = (f, i) if prev is None else (chan_merge_rows(prev[0], f), prev[1] + i)
+            rows[(phase, key)] = (f, i) if prev is None else rawstate.combine(prev, (f, i))
     return rows
 
 
@@ -149,7 +149,7 @@ def reduce(monitor, group=None):
         gathered = gathered.view((world,) + f.shape)
         f = gathered[0]
         for r in range(1, world):
-            f = chan_merge_rows(f, gathered[r])
+            f = rawstate.combine(f, gathered[r])
     return Reduced(monitor.cfg, keys, f, i, world)
 
 
@@ -165,8 +165,7 @@ def _agree_on_keys(cfg, local, group, world):
 
 def _pack(cfg, local, keys, device):
     """[K, 5] fstates and [K, S] istates in the order of `keys`; a key this rank lacks gets an empty state."""
-    empty_f = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
-    empty_i = torch.zeros(cfg.istate_size, dtype=torch.int64, device=device)
+    empty_f, empty_i = rawstate.empty(cfg.istate_size, device=device)
     f = torch.stack([local[k][0] if k in local else empty_f for k in keys] or [empty_f])[: len(keys)]
     i = torch.stack([local[k][1] if k in local else empty_i for k in keys] or [empty_i])[: len(keys)]
     return f, i

@@ -1,20 +1,16 @@
-"""Per-step history: at each step end the step's statistics go into a preallocated device ring buffer with
-device ops only: its moments as measured (a state's fstate holds the open step alone, closed_f the steps
-before it: nothing is subtracted) and its counts as the istate's growth since the previous step (exact
-integers), the compact counts only (no float buckets: step_slots). Every `log_every` steps the ring goes to
-the host in one packed transfer (pinned + non_blocking on CUDA) and on to the sinks and the alert checks;
-the float buckets go once per flush, the window's growth, with the record of its last step."""
+"""The per-step history on the device: at each step end the step's statistics go into a preallocated device ring
+with device ops only, each field by its per-step rule (hookstats/rawstate.py): moments as measured (a state's fstate
+holds the open step alone, closed_f the steps before it: nothing is subtracted), min/max running, counts as the
+istate's growth since the previous step (exact integers; no float buckets: step_slots). Every `log_every` steps the
+ring goes to the host in one packed transfer (pinned + non_blocking on CUDA) and on to delivery.py (records, sinks,
+alerts); the float buckets go once per flush, the window's growth, with the record of its last step."""
 import numpy as np
 import torch
 
-from . import layout
-from .alerts import ROW_WIDTH, AlertRules, step_order
-from .config import check_count
+from . import layout, rawstate
+from .alerts import ROW_WIDTH, step_order
+from .delivery import Delivery, HistoryWarning
 from .device_memory import available_bytes, host_available_bytes
-from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
-                      step_records)
-from .sinks.memory import MemorySink
-from .stats import chan_merge_rows, new_fstate_values
 from .user_warning import warn_user
 
 F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits) then the istate deltas
@@ -23,7 +19,7 @@ F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits) 
 def step_slots(cfg):
     """The istate slots a ring keeps per step: the istate's prefix before the float buckets (what the flags
     measure: count, near-zero, the linear bins if configured, NaN/Inf, the op's own log2 slots if any)."""
-    return layout.float_base(cfg.nbins, cfg.flags)
+    return rawstate.step_slots(cfg.nbins, cfg.flags)
 
 
 def check_ring_fits(capacity, targets, cfg, device):
@@ -40,10 +36,6 @@ def check_ring_fits(capacity, targets, cfg, device):
             raise ValueError(f"history={capacity}: a ring of {capacity} steps for {targets} target(s) needs {need:,} "
                              f"bytes on {where}, and {avail:,} bytes are available; give history= fewer steps "
                              f"(history=True keeps log_every steps on the device)")
-
-
-class HistoryWarning(RuntimeWarning):
-    """The history or a sink failed; the training step goes on without it."""
 
 
 class Ring:
@@ -67,7 +59,8 @@ class Ring:
         self.prev_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
         self.fbase = layout.float_base(cfg.nbins, cfg.flags)
         self.prev_b = torch.zeros(t, layout.FLOAT_SLOTS, dtype=torch.int64, device=device) if cfg.float_hist else None
-        self.empty_f = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
+        self.empty_f = rawstate.empty(device=device)
+        self.running = rawstate.running_mask(device)  # the fields a record takes from the running totals
         # the open step's moments measured before a mon.reset() (which empties the states): the step's
         # record keeps them, the running totals do not; `carrying` says (host side) whether there are any
         self.carry_f = self.empty_f.repeat(t, 1)
@@ -110,7 +103,7 @@ class Ring:
         """mon.reset() is about to empty the states: what the open step measured so far moves into the carry
         (moments) and out of prev_i (counts: the step's delta then adds them), so its record stays whole."""
         self._gather()
-        self.carry_f.copy_(chan_merge_rows(self.carry_f, self.cur_f))
+        self.carry_f.copy_(rawstate.combine(self.carry_f, self.cur_f))
         self.prev_i.sub_(self.cur_i)
         if self.prev_b is not None:
             self.prev_b.sub_(self._buckets())
@@ -132,15 +125,14 @@ class Ring:
         torch.cat(closed, out=self.closed_f.view(-1))
         row = self.slots[len(self.steps)]
         torch.sub(self.cur_i, self.prev_i, out=row[:, F:])
-        total = chan_merge_rows(self.closed_f, self.cur_f)
-        rf = row.view(torch.float64)
+        total = rawstate.combine(self.closed_f, self.cur_f)
+        measured = self.cur_f
         if self.carrying:
-            rf[:, : layout.MIN].copy_(chan_merge_rows(self.carry_f, self.cur_f)[:, : layout.MIN])
+            measured = rawstate.combine(self.carry_f, self.cur_f)
             self.carry_f.copy_(self.empty_f)
             self.carrying = False
-        else:
-            rf[:, : layout.MIN].copy_(self.cur_f[:, : layout.MIN])
-        rf[:, layout.MIN:F].copy_(total[:, layout.MIN:])  # min/max: running (since attach or reset), not per step
+        # per field its per-step rule: what the step measured, or running since attach or reset (min/max)
+        row.view(torch.float64)[:, :F].copy_(torch.where(self.running, total, measured))
         torch._foreach_copy_(closed, list(total.unbind(0)))
         torch._foreach_copy_(fs, [self.empty_f] * len(fs))
         self.prev_i.copy_(self.cur_i)
@@ -171,55 +163,49 @@ class Ring:
         self.steps.clear()
         return pending
 
-
-def history_options(history=True, log_every=10, keep=1000, sinks=None, alerts=True):
-    """attach()'s history arguments, checked (one clear error each) and given as History's keywords; None
-    when no history is kept (history=False and no sinks). history: True/False, or the ring's capacity in
-    steps (default log_every; a full ring flushes early)."""
-    if isinstance(history, np.bool_):
-        history = bool(history)
-    capacity = None if isinstance(history, bool) else check_count("history", history)
-    log_every, keep = check_count("log_every", log_every), check_count("keep", keep)
-    if sinks is not None and not isinstance(sinks, (list, tuple)):
-        raise ValueError(f"sinks must be a list of sinks, got {type(sinks).__name__}")
-    if not isinstance(alerts, (bool, AlertRules)):
-        raise ValueError(f"alerts must be True, False or an AlertRules, got {alerts!r}")
-    if history is False and not sinks:
-        return None
-    rules = AlertRules() if alerts is True else alerts or AlertRules(enabled=False)
-    return {"log_every": log_every, "capacity": capacity or log_every, "sinks": check_sinks(sinks), "rules": rules,
-            "keep": keep}
+    @staticmethod
+    def unpack(host, steps, targets, cfg):
+        """(alert rows [T, ROW_WIDTH], fstates [S, T, F], counts [S, T, step_slots]) of a copy start_copy() made."""
+        buf = host.numpy()
+        arow = buf[: targets * ROW_WIDTH].reshape(targets, ROW_WIDTH)
+        slots = buf[targets * ROW_WIDTH:].reshape(steps, targets, F + step_slots(cfg))
+        return arow, slots.view(np.float64)[..., :F], slots[..., F:]
 
 
 class History:
     """Per-step statistics of every train-phase target, and with attach(eval=True) per validation pass those of the
     eval phase (the eval forwards measured while one step was open, recorded when it ends, with its step and
-    phase "eval"), kept on the device and drained to sinks.
+    phase "eval"), kept on the device (a Ring per device and phase) and handed to `delivery` at each flush.
 
-    Its arguments are those of history_options(): log_every: steps between flushes; capacity: ring slots;
-    keep: steps kept on the host for history() (the sinks get every step); sinks: objects with
+    Its arguments are those of config.history_options(): log_every: steps between flushes; capacity: ring slots;
+    keep: steps kept on the host for mon.history() (the sinks get every step); sinks: objects with
     write(step, records) and close(); rules: an AlertRules (enabled=False for none).
     """
 
     def __init__(self, monitor, log_every, capacity, sinks, rules, keep):
         self.monitor, self.cfg = monitor, monitor.cfg
         self.log_every, self.capacity, self.rules = log_every, capacity, rules
-        self.memory_sink = MemorySink(max_steps=keep)
-        self.sinks = [self.memory_sink] + sinks
-        self.alerts = []  # every alert raised so far, oldest first
+        self.delivery = Delivery(self.cfg, sinks, keep, rules, step_order(monitor.modules, monitor.forward_order))
         self.rings = {}  # (device, phase) -> Ring
         self._pending = []
         self._last_flush = monitor.step_count  # a run resumed at step N (attach(start_step=N)) flushes from there
-        self._reported = set()
         self._no_hist = set()  # recorded steps that counted no histograms (hist_every), until delivered
         self._broken = self._closed = False
-        self._order = step_order(monitor.modules, monitor.forward_order)
         known = self._states("train")
         devices = {p.device for m in monitor.modules.values() for p in m.parameters(recurse=False)}
         for device in known or devices or {torch.device("cpu")}:
             check_ring_fits(capacity, max(1, len(known.get(device, ()))), self.cfg, device)
         monitor.split_steps()
         monitor.step_listeners.append(self._on_step_end)
+
+    @property
+    def memory_sink(self):
+        """The MemorySink holding the steps mon.history() keeps."""
+        return self.delivery.memory_sink
+
+    @property
+    def alerts(self):
+        return self.delivery.alerts
 
     # ---- recording ----
     def _states(self, phase):
@@ -294,7 +280,11 @@ class History:
         ring, host, steps, event, keys, host_b = pending
         if event is not None:
             event.synchronize()
-        self._deliver(host, steps, keys, host_b, ring.phase)
+        hist = [ring.phase != "train" or s not in self._no_hist for s in steps]  # eval counts them always
+        if ring.phase == "train":
+            self._no_hist.difference_update(steps)
+        self.delivery.deliver(*Ring.unpack(host, len(steps), len(keys), self.cfg), steps, keys, host_b, hist,
+                              ring.phase)
 
     # ---- flushing ----
     def flush(self, wait=True):
@@ -310,75 +300,6 @@ class History:
                 break  # copies finish in order: the later ones are not done either
             self._finish(self._pending.pop(0))
 
-    def _deliver(self, host, steps, keys, host_b=None, phase="train"):
-        buf = host.numpy()
-        t = len(keys)
-        arow = buf[: t * ROW_WIDTH].reshape(t, ROW_WIDTH)
-        slots = buf[t * ROW_WIDTH:].reshape(len(steps), t, F + step_slots(self.cfg))
-        fs, counts = slots.view(np.float64)[..., :F], slots[..., F:]
-        cols = step_columns(fs, counts, self.cfg)
-        present = cols["count"] != 0
-        hist = [phase != "train" or s not in self._no_hist for s in steps]  # eval counts them always
-        if phase == "train":
-            self._no_hist.difference_update(steps)
-        active = np.flatnonzero(present.any(axis=1))  # steps where nothing was measured go nowhere
-        if len(active) < len(steps):
-            hist = [hist[s] for s in active.tolist()]
-            steps = [steps[s] for s in active.tolist()]
-            cols = select_steps(cols, active)
-            present = present[active]
-        if steps:
-            # the window's buckets go with its last measured step; the steps before it carry none
-            last = active[-1]
-            self._write_runs(steps[:-1], keys, no_bucket_columns(cols, len(steps) - 1, self.cfg), present[:-1], hist,
-                             phase)
-            grown = None if host_b is None else host_b.numpy()
-            if grown is not None and not grown.any():  # a window without a histogram step: no buckets, not empty ones
-                grown = None
-            tail = bucket_columns(fs[last], counts[last], grown, self.cfg)
-            self._write_runs(steps[-1:], keys, tail, present[-1:], hist[-1:], phase)
-        new = self.rules.read(arow, keys, self._reported, order=self._order) if phase == "train" else None
-        if new:
-            self.alerts.extend(new)
-            for msg in brief(new):
-                warn_user(f"hookstats alert: {msg}", self.rules.warning)
-            self._write("write_alerts", new[0]["step"], new)
-
-    def _write_runs(self, steps, keys, cols, present, hist, phase="train"):
-        """_write_steps per run of steps that did (hist[k]) or did not count histograms."""
-        start = 0
-        for end in range(1, len(steps) + 1):
-            if end == len(steps) or hist[end] != hist[start]:
-                part = select_steps(cols, slice(start, end))
-                self._write_steps(steps[start:end], keys, part if hist[start] else no_hist_columns(part, self.cfg),
-                                  present[start:end], phase)
-                start = end
-
-    def _write_steps(self, steps, keys, cols, present, phase="train"):
-        """Sinks with write_rows (MemorySink) take the flush as arrays; the others get per step a list of
-        records, built only for them."""
-        if not steps:
-            return
-        by_rows = [s for s in self.sinks if callable(getattr(s, "write_rows", None))]
-        if by_rows:
-            key_rows = [key_fields(k, phase) for k in keys]
-            self._write("write_rows", steps, key_rows, cols, present, sinks=by_rows)
-        by_records = [s for s in self.sinks if s not in by_rows]
-        if by_records:
-            for step, records in zip(steps, step_records(keys, cols, present, phase)):
-                self._write("write", step, records, sinks=by_records)
-
-    def _write(self, method, *args, sinks=None):
-        for sink in list(self.sinks if sinks is None else sinks):
-            fn = getattr(sink, method, None)
-            if fn is None or sink not in self.sinks:
-                continue
-            try:
-                fn(*args)
-            except Exception as e:
-                self.sinks.remove(sink)
-                warn_user(f"hookstats: sink {type(sink).__name__} failed and was dropped: {e!r}", HistoryWarning)
-
     def close(self):
         """Records the step still open (if it measured anything), flushes and closes every sink."""
         if self._closed:
@@ -388,17 +309,13 @@ class History:
         if not self._broken and (clock.step_sampled or clock.step_eval):
             self.record(clock.step_count, clock.step_hist, clock.step_sampled, clock.step_eval)
         self.flush(wait=True)
-        for sink in self.sinks:
-            try:
-                sink.close()
-            except Exception as e:
-                warn_user(f"hookstats: closing sink {type(sink).__name__} failed: {e!r}", HistoryWarning)
+        self.delivery.close()
 
     # ---- reading ----
     def frame(self):
         """Flushes, then the kept steps in long format (step, target, kind, stat, value)."""
         self.flush(wait=True)
-        return self.memory_sink.frame()
+        return self.delivery.memory_sink.frame()
 
     def nbytes(self):
         """(device bytes, pinned/host staging bytes) of the rings."""
@@ -409,33 +326,3 @@ class History:
         return dev, host
 
 
-def brief(alerts):
-    """One message per alert, except NaN/Inf: the first target to see one, then a count of the others."""
-    nonfinite = [a for a in alerts if a["kind"] == "nonfinite"]
-    out = [a["message"] for a in alerts if a["kind"] != "nonfinite"]
-    if nonfinite:
-        more = len(nonfinite) - 1
-        out.insert(0, nonfinite[0]["message"] + (f"; {more} more target(s) saw NaN/Inf since" if more else ""))
-    return out
-
-
-def check_sinks(sinks):
-    if sinks is None:
-        return []
-    if not isinstance(sinks, (list, tuple)):
-        sinks = [sinks]
-    for s in sinks:
-        if not (callable(getattr(s, "write", None)) and callable(getattr(s, "close", None))):
-            raise ValueError(f"a sink needs write(step, records) and close() methods, got {type(s).__name__}")
-    return list(sinks)
-
-
-def histogram(monitor, target, phase="train"):
-    """The running histograms of one target: linear (edges, counts, under/overflow; None unless configured),
-    log2 and the float buckets (None with float_hist=False)."""
-    stats = monitor.stats(phase=phase)
-    if target not in stats:
-        raise KeyError(f"no target {target!r}; targets are {sorted(stats)[:10]}")
-    r = stats[target]
-    return {k: r[k] for k in ("hist", "hist_edges", "underflow", "overflow", "log2_hist", "float_hist", "nan", "posinf",
-                              "neginf")}

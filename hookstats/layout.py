@@ -1,6 +1,7 @@
-"""The state layout of one target, mirroring csrc/accumulator.h (tests check that they agree).
+"""The state layout of one target, mirroring csrc/accumulator.h (tests/test_layout.py checks every slot against the
+compiled op). What each field is, how it merges and its empty value: hookstats/rawstate.py's table.
 
-fstate float64[5]: n_finite, mean, M2, min, max (finite values only; min/max NaN while empty).
+fstate float64[5]: n_finite, mean, M2, min, max (finite values only; min/max NaN while empty): rawstate's rows.
 istate int64[istate_size(nbins, flags)]: only what the flags measure,
     count | near_zero | [under | nbins bins | over] (LINEAR_HIST) | NaN | +Inf | -Inf | [log2[256]] (LOG_HIST)
     | [float[FLOAT_SLOTS]] (FLOAT_HIST)
@@ -11,8 +12,8 @@ Float buckets: slot = float32 bits >> 20 (what each slot holds: csrc/accumulator
 """
 import numpy as np
 
-N_FINITE, MEAN, M2, MIN, MAX = range(5)
-FSTATE_SIZE = 5
+from .rawstate import FSTATE_SIZE, M2, MAX, MEAN, MIN, N_FINITE  # noqa: F401  (the fstate slots)
+
 COUNT, NEAR_ZERO, LIN_BASE = 0, 1, 2
 LIN_EXTRA = 5
 LOG_SLOTS = 256

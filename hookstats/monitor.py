@@ -1,21 +1,20 @@
 """attach() and Monitor, the facade users hold: it wires the state owner (state.py), the step clock (clock.py),
-the hooks (hooks/), the per-step history (history.py) and merging across ranks (distributed.py). The host reads
-the device state only in stats(), flushes and reduce()."""
+the hooks (hooks/), the per-step history (history.py, delivery.py) and merging across ranks (distributed.py). The
+host reads the device state only in stats(), flushes and reduce()."""
 import dataclasses
 import weakref
 
 import torch
 from torch import nn
 
-from . import accumulate
+from . import accumulate, rawstate
 from .clock import StepClock
 from .config import StatsConfig, check_arg, check_count
 from .hooks import Hooks, Port
 from .hooks.watch import watch
 from .selection import select_modules
 from .state import KINDS, PHASES, StateStore
-from .records import stats_records
-from .stats import merge_states
+from .records import HISTOGRAM_FIELDS, stats_records
 from .user_warning import WarnOnce
 
 
@@ -29,7 +28,7 @@ class Monitor:
     What history.py, distributed.py and planner.py use (besides the user's API): cfg, modules, every,
     forward_order, step_listeners, step_count, step_sampled, step_hist, states(), split_steps(), eager_point(). The parts
     are public too: mon.store (state.StateStore), mon.clock (clock.StepClock), mon.port (what the hooks use),
-    mon.hooks (hooks.Hooks), mon.recorder (history.History, or None without a history).
+    mon.hooks (hooks.Hooks), mon.step_history (history.History, or None without a history).
     """
 
     def __init__(self, model, cfg, modules, every=1, eval=False, inputs=False, outputs=True, steps="forward",
@@ -126,7 +125,7 @@ class Monitor:
         grouped = {}
         for st in chosen:
             grouped.setdefault(st.key, []).append(host[id(st)])
-        keyed = [(key, *(merge_states(parts) if len(parts) > 1 else parts[0])) for key, parts in grouped.items()]
+        keyed = [(key, *(rawstate.combine_all(parts))) for key, parts in grouped.items()]
         records = stats_records(keyed, self.cfg, phase)
         covered = self._hist_steps.read(self.clock) if phase == "train" else None
         for rec in records.values():
@@ -137,8 +136,8 @@ class Monitor:
         """Restarts the running totals (stats(), reduce(), histogram(), running min/max). The per-step history
         is not reset: the open step's record keeps what it measured before, recorded steps stay as they are."""
         with self.store.exclusive():  # another thread's forward lands wholly before or after
-            if self.recorder is not None:
-                self.recorder.before_reset()
+            if self.step_history is not None:
+                self.step_history.before_reset()
             self.store.reset()
             self._hist_steps.reset()
 
@@ -150,40 +149,42 @@ class Monitor:
         reduced.hist_steps = self._hist_steps.read(self.clock)  # every rank counts histograms on the same steps
         return reduced
 
-    # ---- per-step history, sinks, alerts (the logic is in hookstats/history.py) ----
-    recorder = None  # the History (hookstats/history.py) of attach(history=.../sinks=...), or None
+    # ---- per-step history (the device ring: hookstats/history.py; to the sinks: hookstats/delivery.py) ----
+    step_history = None  # the History of attach(history=.../sinks=...), or None
 
     def history(self):
         """Per-step statistics kept on the host: a pandas DataFrame (step, target, kind, stat, value), or a
         dict of plain lists without pandas; every finished step is in it (an eager step whose optimizer has
         stepped is ended here, rather than at the next train forward). Needs attach(..., history=True) or sinks=[...]."""
-        if self.recorder is None:
+        if self.step_history is None:
             raise RuntimeError("this monitor keeps no history: attach(model, history=True) or sinks=[...]")
         self.clock.end_stepped_step()  # a step whose optimizer has stepped is finished: it is in the read
-        return self.recorder.frame()
+        return self.step_history.frame()
 
     def histogram(self, target, phase="train"):
         """The running histograms of one target id: linear (when configured), log2 and the float buckets."""
-        from .history import histogram
-        return histogram(self, target, phase)
+        stats = self.stats(phase=phase)
+        if target not in stats:
+            raise KeyError(f"no target {target!r}; targets are {sorted(stats)[:10]}")
+        return {k: stats[target][k] for k in HISTOGRAM_FIELDS}
 
     def memory(self):
         """Bytes held by the monitor: running state, history ring and host staging buffers."""
-        return self.store.memory(self.recorder)
+        return self.store.memory(self.step_history)
 
     def flush(self):
         """Sends the recorded steps to the sinks now (one packed device-to-host copy per device)."""
-        if self.recorder is not None:
-            self.recorder.flush()
+        if self.step_history is not None:
+            self.step_history.flush()
 
     @property
     def history_sink(self):
         """The hookstats.sinks.MemorySink holding the steps mon.history() keeps, or None without a history."""
-        return self.recorder.memory_sink if self.recorder is not None else None
+        return self.step_history.memory_sink if self.step_history is not None else None
 
     @property
     def alerts(self):
-        return list(self.recorder.alerts) if self.recorder is not None else []
+        return list(self.step_history.alerts) if self.step_history is not None else []
 
     # ---- checkpoints (hookstats/checkpoint.py) ----
     def state_dict(self):
@@ -207,8 +208,8 @@ class Monitor:
             del _attached_to[self.model]
         self.hooks.remove()
         self.clock.attached = False
-        if self.recorder is not None:
-            self.recorder.close()  # records the open step, flushes and closes the sinks
+        if self.step_history is not None:
+            self.step_history.close()  # records the open step, flushes and closes the sinks
 
     @property
     def attached(self):
@@ -313,7 +314,8 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     for name, v in flags.items():
         check_arg(name, v, bool)
     start_step = check_arg("start_step", start_step, int, lo=0)
-    from .history import History, history_options
+    from .config import history_options
+    from .history import History
     history = history_options(history, log_every, keep, sinks, alerts)  # History's keywords, or None
     if config is not None and not isinstance(config, StatsConfig):
         raise ValueError(f"config must be a hookstats.StatsConfig (or pass its fields as keywords: "
@@ -339,7 +341,7 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     mon.clock.start_at(start_step)
     if history is not None:
         try:
-            mon.recorder = History(mon, **history)
+            mon.step_history = History(mon, **history)
         except Exception:
             mon.remove()
             raise

@@ -1,14 +1,33 @@
-"""The records every readout hands out, built in one place: stats() and reduce()'s Reduced.stats() (running
-totals, one record per target id) and the history's per-step records and columns (what sinks get)."""
+"""The records every readout hands out, built in one place from raw states (hookstats/rawstate.py) by the table of
+statistics: finalize() of one state, stats() and reduce()'s Reduced.stats() (running totals, one record per target
+id) and the history's per-step records and columns (what sinks get)."""
 import dataclasses
 import functools
 
 import numpy as np
 
-from . import layout, statistics
-from .stats import finalize_rows
+from . import buckets, layout, rawstate, statistics
 
 KEY_FIELDS = ("target", "module", "kind", "leaf", "phase")  # what a history record says of its target, first
+# mon.histogram(): the running histograms of one target (linear: edges, counts, under/overflow; log2; float buckets)
+HISTOGRAM_FIELDS = ("hist", "hist_edges", "underflow", "overflow", "log2_hist", "float_hist", "nan", "posinf", "neginf")
+
+
+def finalize(fstate, istate, cfg):
+    """One target's statistics as plain Python/NumPy values (finalize_rows of one state). std is the unbiased
+    (n - 1) one, like torch.std; histograms are None when switched off in the config."""
+    cols = finalize_rows(fstate, istate, cfg)
+    return {k: None if v is None else v.item() if v.ndim == 0 else v.copy() for k, v in cols.items()}
+
+
+def finalize_rows(fstate, istate, cfg):
+    """The statistics of many states at once (the rows of hookstats.statistics.TABLE that stats() records
+    have): fstate [..., F] float64 and istate [..., istate_size] int64 give arrays over the leading
+    dimensions (histograms with one more dimension, hist_edges one array); None for a histogram switched off."""
+    f = np.asarray(fstate, dtype=np.float64)
+    i = np.asarray(istate, dtype=np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):  # the rows where a statistic is NaN instead
+        return statistics.derive_rows(f, i, cfg, statistics.STATS)
 
 
 def key_fields(key, phase="train"):
@@ -87,10 +106,9 @@ def _bucket_fields(cfg):
     cfg.float_hist; the log2 histogram among them), in record order; {} without."""
     if not cfg.float_hist:
         return {}
-    empty = np.array([[[0.0, 0.0, 0.0, np.nan, np.nan]]])
     with np.errstate(divide="ignore", invalid="ignore"):
-        full = statistics.derive_rows(empty, np.zeros((1, 1, cfg.istate_size), dtype=np.int64), cfg, statistics.HISTORY)
-        plain = statistics.derive_rows(empty, np.zeros((1, 1, _without_buckets(cfg).istate_size), dtype=np.int64),
+        full = statistics.derive_rows(*rawstate.empty(cfg.istate_size, (1, 1), numpy=True), cfg, statistics.HISTORY)
+        plain = statistics.derive_rows(*rawstate.empty(_without_buckets(cfg).istate_size, (1, 1), numpy=True),
                                        _without_buckets(cfg), statistics.HISTORY)
     return {k: (v.dtype, v.shape[2:]) for k, v in full.items()
             if v is not None and statistics.BY_NAME[k].type != statistics.EDGES
@@ -135,3 +153,57 @@ def _row(cols, at, lists=None):
             none = x.ndim and not x.flags.writeable and not x.any()  # a step without buckets (no_bucket_columns)
             rec[k] = None if none else x.copy() if x.ndim else x.item()
     return rec
+
+
+# ---- reading records back: one builder for every reader (tables, `hookstats report`, the file readers) ----
+# a statistic under its other scope's name: stats() records have min/max, history records running_min/max
+_SAME = {"min": "running_min", "max": "running_max", "running_min": "min", "running_max": "max"}
+
+
+def value(record, name):
+    """Statistic `name` of a record of either scope, or None where it has none: its own value, else (min/max) the
+    other scope's name for it, else a SINKS statistic derived from the record's values (statistics.from_record)."""
+    if record.get(name) is not None:
+        return record[name]
+    if record.get(_SAME.get(name)) is not None:
+        return record[_SAME[name]]
+    st = statistics.BY_NAME.get(name)
+    return statistics.from_record(name, record) if st is not None and st.scope == statistics.SINKS else None
+
+
+def record(fields, **extra):
+    """A record rebuilt from its values (a saved file's line, a MemorySink row, a table's row): KEY_FIELDS first (a
+    missing phase is "train", as in files of versions without phases), then the statistics in the table's record
+    order, then any other field as given (a later version's), and `extra` over them; log2_hist summed from the float
+    buckets where only those were kept."""
+    fields = {**fields, **extra}
+    out = {k: fields.get(k, "") for k in KEY_FIELDS if k != "phase"}
+    out["phase"] = fields.get("phase") or "train"
+    known = [st.name for st in statistics.TABLE if st.name in fields]
+    out.update((k, fields[k]) for k in known)
+    out.update((k, v) for k, v in fields.items() if k not in out)
+    if "log2_hist" not in fields and fields.get("float_hist") is not None:
+        out["log2_hist"] = buckets.log2_hist(fields["float_hist"])
+    return out
+
+
+def has_buckets(record):
+    """Whether a history record carries float buckets that counted values (a flush window's last step with a
+    histogram step in it)."""
+    return record.get("float_hist") is not None and (record.get("hist_count") or 0) > 0
+
+
+def last_records(items, bucket_figures=()):
+    """Per target and phase the record of its last step, from (step, record) pairs (a run's history), labelled
+    "target (phase)" outside the train phase; the `bucket_figures` (statistics of the float buckets) from its last
+    record that has buckets: a flush window without a histogram step has empty ones, not NaN figures."""
+    last, with_buckets = {}, {}
+    for step, rec in items:
+        phase = rec.get("phase") or "train"
+        t = rec["target"] if phase == "train" else f"{rec['target']} ({phase})"
+        if step >= last.get(t, (-1, None))[0]:
+            last[t] = (step, record(rec, target=t))
+        if has_buckets(rec) and step >= with_buckets.get(t, (-1, None))[0]:
+            with_buckets[t] = (step, rec)
+    return [record(rec, **{k: with_buckets[t][1].get(k) for k in bucket_figures}) if t in with_buckets else rec
+            for t, (_, rec) in last.items()], bool(with_buckets)

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import torch
 
-from . import layout
+from . import layout, rawstate
 from .tensors import MEASURED_DTYPES
 
 _FLAG_DTYPES = (torch.bool, torch.uint8, torch.int32, torch.int64)
@@ -230,27 +230,11 @@ def _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags
     r = dev.sum()
     mean_b = (mean_s + r / safe) * up
     m2_b = (dev.square().sum() - r * r / safe).clamp(min=0) * up * up
-    na, ma, m2a = fstate[layout.N_FINITE], fstate[layout.MEAN], fstate[layout.M2]
-    n = na + nb
-    d = mean_b - ma
-    frac = nb / n.clamp(min=1)
-    # accumulator.h chan_merge over float64's whole range: d past DBL_MAX (opposite means near it) takes the
-    # weighted sum; a cross term that overflows is regrouped (it may fit); an empty state takes this call's moments
-    finite_d = torch.isfinite(d)
-    mean_new = torch.where(finite_d, ma + d * frac, ma * (na / n.clamp(min=1)) + mean_b * frac)
-    cross = d * d * na * frac
-    cross = torch.where(torch.isfinite(cross) | ~finite_d, cross, d * (d * (na * frac)))
-    first = na == 0
-    new = torch.stack([n, torch.where(first, mean_b, mean_new), torch.where(first, m2_b, m2a + m2_b + cross)])
-    keep = ~on | (nb == 0)
-    fstate[: layout.MIN].copy_(torch.where(keep, fstate[: layout.MIN], new))
     mn = torch.where(fin, xd, float("inf")).amin()
     mx = torch.where(fin, xd, float("-inf")).amax()
-    empty = torch.tensor(float("nan"), dtype=torch.float64, device=x.device)
-    mn = torch.where(keep, empty, mn)
-    mx = torch.where(keep, empty, mx)
-    fstate[layout.MIN].copy_(torch.fmin(fstate[layout.MIN], mn))
-    fstate[layout.MAX].copy_(torch.fmax(fstate[layout.MAX], mx))
+    # this call's own state (in the fstate's slot order) merged in, unless the call is off or saw no finite value
+    merged = rawstate.combine(fstate, torch.stack([nb, mean_b, m2_b, mn, mx]))
+    fstate.copy_(torch.where(~on | (nb == 0), fstate, merged))
 
     w = on.long()
     a = f if flags & layout.SIGNED_NEAR_ZERO else f.abs()

@@ -8,8 +8,7 @@ import threading
 
 import torch
 
-from . import accumulate, layout
-from .stats import chan_merge_rows, new_fstate_values
+from . import accumulate, layout, rawstate
 
 PHASES = ("train", "eval")
 
@@ -60,8 +59,7 @@ class TargetState:
     def __init__(self, key, phase, device, cfg):
         self.key, self.phase = key, phase
         self.reached = False  # preallocated states no hook ever reached are left out of stats()
-        self.fstate = torch.tensor(new_fstate_values(), dtype=torch.float64, device=device)
-        self.istate = torch.zeros(cfg.istate_size, dtype=torch.int64, device=device)
+        self.fstate, self.istate = rawstate.empty(cfg.istate_size, device=device)
         self.scratch = torch.zeros(scratch_bytes(device), dtype=torch.uint8, device=device)
         for t in (self.fstate, self.istate, self.scratch):
             mark_static(t)
@@ -72,11 +70,11 @@ class TargetState:
     def split_steps(self):
         if self.closed_f is None:
             self.closed_f = self.fstate.clone()
-            self.fstate.copy_(torch.tensor(new_fstate_values(), dtype=torch.float64))
+            self.fstate.copy_(rawstate.empty())
 
     def total_fstate(self):
         """The running fstate since attach or reset(), on the device."""
-        return self.fstate if self.closed_f is None else chan_merge_rows(self.closed_f, self.fstate)
+        return self.fstate if self.closed_f is None else rawstate.combine(self.closed_f, self.fstate)
 
     def load(self, total_f, istate):
         """Makes the running totals those of a checkpoint (checkpoint.py), with no open step."""
@@ -84,12 +82,12 @@ class TargetState:
             self.fstate.copy_(total_f)
         else:
             self.closed_f.copy_(total_f)
-            self.fstate.copy_(torch.tensor(new_fstate_values(), dtype=torch.float64))
+            self.fstate.copy_(rawstate.empty())
         self.istate.copy_(istate)
         self.reached = True
 
     def reset(self):
-        self.fstate.copy_(torch.tensor(new_fstate_values(), dtype=torch.float64))
+        self.fstate.copy_(rawstate.empty())
         if self.closed_f is not None:
             self.closed_f.copy_(self.fstate)
         self.istate.zero_()

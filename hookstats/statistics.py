@@ -1,5 +1,5 @@
 """The table of statistics: per statistic its name, how it is derived from the state, its type, which
-readouts have it and who gets it (sinks, dashboards, alerts, plots). finalize_rows, the record builder,
+readouts have it and who gets it (sinks, dashboards, alerts, plots). records.finalize_rows, the record builder,
 the sinks, the alerts and the plots read this table: a statistic derived from the state is one row.
 An array-valued one (a histogram derived from other slots) is a COUNTS row. What several rows share (the
 quantiles of the float buckets, derived at once for all of them) is an INTERNAL row, in no record."""
@@ -10,16 +10,17 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from . import buckets, layout
+from . import buckets, layout, rawstate
 
 INT, FLOAT, COUNTS, EDGES = "int", "float", "counts", "edges"  # COUNTS: int64 array per target; EDGES: one array
 STATS, HISTORY, BOTH, SINKS, INTERNAL = "stats", "history", "both", "sinks", "internal"
 
 
-class Rows:
-    """What a derive function reads: the states' fields (fstate [..., 5], istate [..., istate_size]; NumPy
-    on the host, torch on the device for the alerts), their StatsConfig `cfg`, and s[name], another
-    statistic of the table. The helpers work on both; divisions are float64."""
+class Derivation:
+    """The context a derive function reads: the states' raw fields (fstate [..., F], istate [..., istate_size];
+    NumPy on the host, torch on the device for the alerts; field(name) by hookstats/rawstate.py's table), their
+    StatsConfig `cfg`, and s[name], another statistic of the table (derived once). The helpers work on both;
+    divisions are float64."""
 
     def __init__(self, fstate, istate, cfg, scope=None):
         self.f, self.i, self.cfg, self.nbins, self.flags, self.scope = fstate, istate, cfg, cfg.nbins, cfg.flags, scope
@@ -30,6 +31,14 @@ class Rows:
         if name not in self._done:
             self._done[name] = BY_NAME[name].derive(self)
         return self._done[name]
+
+    def field(self, name):
+        """Raw field `name` of rawstate.FIELDS: one column for a one-slot fstate field, else its istate slots."""
+        fd = rawstate.BY_NAME[name]
+        start, size = fd.slots(self.nbins, self.flags)
+        if fd.part == rawstate.FSTATE:
+            return self.f[..., start]
+        return self.i[..., start: start + size]
 
     def fcol(self, c):
         return self.f[..., c]
@@ -94,7 +103,7 @@ class Plot:
 
 @dataclasses.dataclass(frozen=True)
 class Statistic:
-    """name; derive(rows) -> values over the leading dimensions (COUNTS: one more dimension; EDGES: one
+    """name; derive(s) -> values (s: a Derivation) over the leading dimensions (COUNTS: one more dimension; EDGES: one
     array from the config); type INT/FLOAT/COUNTS/EDGES; scope: STATS (stats(), reduce()),
     HISTORY (per-step records), BOTH, or SINKS (not in records: derived by the sinks from the record's
     `inputs`); scalar: written by the sinks (CSV, JSONL, the MemorySink frame), and a dashboard choice;
@@ -103,7 +112,7 @@ class Statistic:
     float_hist), or a tuple of them of which one must be on, without which the statistic is None. Type and
     scope INTERNAL: a value several rows derive from (s[name]), in no record."""
     name: str
-    derive: Callable[[Rows], object]
+    derive: Callable[[Derivation], object]
     type: str
     scope: str = BOTH
     scalar: bool = False
@@ -281,14 +290,14 @@ def names(scope, of_type=None):
 
 def derive_rows(fstate, istate, cfg, scope):
     """{name: values} of every statistic of `scope`'s records (see Statistic), None where switched off."""
-    rows = Rows(fstate, istate, cfg, scope)
+    rows = Derivation(fstate, istate, cfg, scope)
     return {st.name: rows[st.name] if st.present(cfg) else None for st in TABLE if st.in_records(scope)}
 
 
 def derive(wanted, fstate, istate, cfg):
     """{name: values} of the `wanted` statistics from raw state rows (NumPy, or torch: the alerts' device
     path)."""
-    rows = Rows(fstate, istate, cfg)
+    rows = Derivation(fstate, istate, cfg)
     return {n: rows[n] for n in wanted}
 
 

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from .names import short
+from .records import value
 from .tensors import tensor_leaves
 
 
@@ -181,11 +182,10 @@ def stats_table(records, title=None):
     float buckets the relative near-zero % and the p1/p50/p99 of |x|, then min, max, non-finite count."""
     rows = []
     for rec in records:
-        rows.append({"target": short(rec["target"]), "count": rec.get("count"), "mean": rec.get("mean"),
-                     "std": rec.get("std"), "rms": rec.get("rms"), "l2": rec.get("l2"),
-                     "near zero %": None if rec.get("near_zero") is None else 100 * rec["near_zero"],
-                     **_float_cells(rec),
-                     "min": rec.get("min", rec.get("running_min")), "max": rec.get("max", rec.get("running_max")),
-                     "nan/inf": sum(int(rec.get(k) or 0) for k in ("nan", "posinf", "neginf"))})
+        near_zero, nonfinite = value(rec, "near_zero"), value(rec, "nonfinite")
+        rows.append({"target": short(rec["target"]),
+                     **{k: value(rec, k) for k in ("count", "mean", "std", "rms", "l2")},
+                     "near zero %": None if near_zero is None else 100 * near_zero, **_float_cells(rec),
+                     "min": value(rec, "min"), "max": value(rec, "max"), "nan/inf": int(nonfinite or 0)})
     return format_table(rows, ["target", "count", "mean", "std", "rms", "l2", "near zero %", *_float_columns(rows), "min", "max",
                                "nan/inf"], title)

@@ -8,7 +8,7 @@ from conftest import DTYPES
 from helpers import CPU_KERNELS, failure_with_kernel, on_thread_counts, oracle, without_histograms
 
 import hookstats
-from hookstats import layout, reference
+from hookstats import layout, rawstate, reference
 from hookstats.config import StatsConfig
 
 CFG = StatsConfig(linear_hist=True, float_hist=False)  # the kernel's linear bins and log2 slots (buckets: test_float_hist.py)
@@ -16,7 +16,7 @@ ON = torch.tensor([True])
 
 
 def fresh(cfg=CFG, device="cpu"):
-    f = torch.tensor([0.0, 0.0, 0.0, math.nan, math.nan], dtype=torch.float64, device=device)
+    f = rawstate.empty(device=device)
     i = torch.zeros(cfg.istate_size, dtype=torch.int64, device=device)
     return f, i, torch.zeros(0, dtype=torch.uint8, device=device)
 

@@ -136,7 +136,7 @@ def test_alert_state_is_on_the_device_and_one_row_per_target():
     model = chain()
     mon = hookstats.attach(model, steps="manual", history=True, log_every=100)
     train(model, mon, 3)
-    ring = next(iter(mon.recorder.rings.values()))
+    ring = next(iter(mon.step_history.rings.values()))
     row = ring.alert_row
     assert row.device == next(model.parameters()).device
     assert row.shape[0] == len(ring.keys)

@@ -222,3 +222,102 @@ def test_the_outside_check_finds_a_private_use(tmp_path):
     found = outside_uses(pkg, (tests,))
     assert sorted(f.split(": ", 1)[1] for f in found) == ["imports _module_helper", "o._secret", "ow._module_helper",
                                                           "owner._module_helper"]
+
+
+# ---- the raw state: one table (hookstats/rawstate.py) merges and empties every state ----
+TABLE_MODULE = PACKAGE / "rawstate.py"
+
+
+def is_nan(node):
+    """math.nan, np.nan, float("nan")."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "nan"
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "float" and \
+        len(node.args) == 1 and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).lower() == "nan"
+
+
+def is_empty_state(node):
+    """A written-out empty fstate: [0, 0, 0, nan, nan] (a list or tuple, any spelling of 0 and NaN)."""
+    if not isinstance(node, (ast.List, ast.Tuple)) or len(node.elts) != 5:
+        return False
+    zeros, nans = node.elts[:3], node.elts[3:]
+    return all(isinstance(e, ast.Constant) and e.value == 0 for e in zeros) and all(is_nan(e) for e in nans)
+
+
+def factors(node):
+    """The factors of a product a * b * c ..., flattened."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return factors(node.left) + factors(node.right)
+    return [node]
+
+
+def is_chan_merge(node):
+    """The cross term of Chan's merge of M2, d * d * na * frac (any names): a product of a name squared and two
+    other names (n * mean * mean, the sum of squares, is not one)."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
+        return False
+    names = [f.id for f in factors(node) if isinstance(f, ast.Name)]
+    squared = {n for n in names if names.count(n) > 1}
+    return bool(squared) and len(set(names) - squared) >= 2
+
+
+def oracle_functions(tree):
+    """Nodes inside functions whose name says they are an oracle: a test's own float64 computation, written out."""
+    inside = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and "oracle" in fn.name:
+            inside.update(id(n) for n in ast.walk(fn))
+    return inside
+
+
+def raw_state_writes(paths, test):
+    """'file:line' of every node `test` accepts in `paths`, but in rawstate.py and in oracle functions."""
+    found = []
+    for path in paths:
+        if path == TABLE_MODULE:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        skip = oracle_functions(tree)
+        found += sorted({f"{path.relative_to(path.parents[1])}:{n.lineno}" for n in ast.walk(tree)
+                         if test(n) and id(n) not in skip})
+    return found
+
+
+def test_no_empty_state_written_out_but_in_the_table():
+    """States are allocated and emptied with rawstate.empty(): in the package, the tests and the benchmarks alike
+    (oracles, which compute what a state should hold on their own, excepted)."""
+    paths = sorted(PACKAGE.rglob("*.py")) + sorted(p for d in OUTSIDE for p in d.rglob("*.py"))
+    found = raw_state_writes(paths, is_empty_state)
+    assert not found, "an empty state written out (use hookstats.rawstate.empty()):\n" + "\n".join(found)
+
+
+def test_no_chan_merge_in_the_package_but_in_the_table():
+    """States merge with rawstate.combine() (calls, steps, the ring, reduce(), the reference): one Chan merge."""
+    found = raw_state_writes(sorted(PACKAGE.rglob("*.py")), is_chan_merge)
+    assert not found, "a Chan merge outside hookstats/rawstate.py (use rawstate.combine()):\n" + "\n".join(found)
+
+
+def test_records_are_derived_from_states_in_records_py_alone():
+    """Every record built from raw states comes from hookstats/records.py (stats(), reduce(), the history)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name in ("records.py", "statistics.py"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        found += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Attribute) and n.attr == "derive_rows"
+                  or isinstance(n, ast.alias) and n.name == "derive_rows"]
+    assert not found, found
+
+
+def test_the_raw_state_checks_find_what_they_look_for(tmp_path):
+    src = ("import math\nimport numpy as np\n"
+           "def alloc():\n    return [0.0, 0.0, 0, math.nan, float('nan')]\n"
+           "def merge(na, nb, d, frac, m2a):\n    return m2a + d * d * na * frac\n"
+           "def oracle_state():\n    return (0, 0, 0, np.nan, np.nan), d * d * n * f\n"
+           "def fine(mean, n):\n    return [0.0, 0.0, 0.0, 1.0, math.nan], mean * mean + n, a * b * c\n")
+    path = tmp_path / "pkg" / "mod.py"
+    path.parent.mkdir()
+    path.write_text(src)
+    assert raw_state_writes([path], is_empty_state) == ["pkg/mod.py:4"]
+    assert raw_state_writes([path], is_chan_merge) == ["pkg/mod.py:6"]

@@ -17,7 +17,7 @@ from float64_exact import CASES as F64_CASES, assert_moments, case_values
 from float_oracle import float_buckets
 from conftest import made_once
 from helpers import oracle, without_histograms
-from hookstats import layout
+from hookstats import layout, rawstate
 from hookstats.config import StatsConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -136,8 +136,7 @@ def run_driver(exe, x, mode_args, cfg=CFG, threads=64, launches="2", tmp=None):
 
 
 def cpu_state(x, launches, cfg=CFG):
-    f = torch.tensor([0.0, 0.0, 0.0, float("nan"), float("nan")], dtype=torch.float64)
-    i = torch.zeros(cfg.istate_size, dtype=torch.int64)
+    f, i = rawstate.empty(cfg.istate_size)
     for _ in range(launches):
         torch.ops.hookstats.accumulate_(x, f, i, torch.empty(0, dtype=torch.uint8), torch.tensor([True]),
                                         *cfg.op_args())

@@ -18,7 +18,7 @@ import hookstats
 from hookstats import layout
 from hookstats.distributed import Reduced, reduce
 from hookstats import TargetKey
-from hookstats.stats import merge_states
+from hookstats.rawstate import combine_all
 from float_oracle import float_counts
 from helpers import exit_without_finalizing, float_buckets, oracle
 
@@ -398,7 +398,7 @@ def test_reduce_is_chan_merge_in_rank_order_on_every_rank(ranks):
     res = [r["reduce"] for r in ranks]
     for key, (f, i) in res[0]["reduced"].items():
         parts = [r["local"][key] for r in res if key in r["local"]]
-        fm, im = merge_states(parts)
+        fm, im = combine_all(parts)
         np.testing.assert_array_equal(f, fm)  # bitwise: same formula, same order as the host-side merge
         np.testing.assert_array_equal(i, im)
         for r in res[1:]:
@@ -447,7 +447,7 @@ def check_device_reduce(res, device_type):
         assert_state_matches_oracle(*reduced[("train", f"{name}:output")], data, cfg)
     assert_state_matches_oracle(*reduced[("train", "extra:output")], res[-1]["extra"], cfg)
     for key in want:  # gradients: the bitwise rank-order merge of what each rank measured
-        fm, im = merge_states([r["local"][key] for r in res if key in r["local"]])
+        fm, im = combine_all([r["local"][key] for r in res if key in r["local"]])
         np.testing.assert_array_equal(reduced[key][0], fm)
         np.testing.assert_array_equal(reduced[key][1], im)
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from float64_exact import CASES, assert_moments, case_values, exact
-from hookstats import StatsConfig, accumulate, layout, reference
-from hookstats.stats import finalize
+from hookstats import StatsConfig, accumulate, layout, rawstate, reference
+from hookstats.records import finalize
 
 CFG = StatsConfig()
 ON = torch.tensor([True])
@@ -19,7 +19,7 @@ if accumulate.backend() == "compiled":
 
 
 def fresh():
-    f = torch.tensor([0.0, 0.0, 0.0, math.nan, math.nan], dtype=torch.float64)
+    f = rawstate.empty()
     return f, torch.zeros(CFG.istate_size, dtype=torch.int64), torch.zeros(0, dtype=torch.uint8)
 
 

@@ -10,7 +10,7 @@ from float_oracle import float_buckets
 from helpers import CPU_KERNELS, failure_with_kernel, no_host_sync, on_thread_counts, oracle
 from test_accumulate import LAYOUTS, assert_matches
 
-from hookstats import layout, reference
+from hookstats import layout, rawstate, reference
 from hookstats.config import StatsConfig
 
 ON = torch.tensor([True])
@@ -34,7 +34,7 @@ SPECIAL_F64 = [1e300, -1e300, 1e-300, -1e-300, 2.0 ** 128, -(2.0 ** 128), below(
 
 def state(cfg=FLOAT_ONLY, flags=None):
     flags = cfg.flags | layout.FLOAT_HIST if flags is None else flags
-    f = torch.tensor([0.0, 0.0, 0.0, math.nan, math.nan], dtype=torch.float64)
+    f = rawstate.empty()
     i = torch.zeros(layout.istate_size(cfg.nbins, flags), dtype=torch.int64)
     return f, i, torch.zeros(0, dtype=torch.uint8), (cfg.lo32, cfg.inv_w, cfg.eps32, cfg.nbins, flags)
 

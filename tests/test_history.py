@@ -12,8 +12,9 @@ from torch import nn
 
 import hookstats
 from hookstats.history import HistoryWarning
+from hookstats.rawstate import combine_all, empty
+from hookstats.records import finalize
 from hookstats.sinks import MemorySink
-from hookstats.stats import finalize, merge_states, new_fstate_values
 
 pytestmark = pytest.mark.filterwarnings("error::hookstats.history.HistoryWarning")
 
@@ -45,7 +46,7 @@ def run(model, mon, steps, scale=None, manual=False):
 def check_step(rec, tensors, cfg):
     """One history record against the oracle of the tensors measured in that step."""
     parts = [oracle(t, cfg) for t in tensors]
-    f, i = merge_states(parts) if len(parts) > 1 else parts[0]
+    f, i = combine_all(parts)
     want = finalize(f, i, cfg)
     assert rec["count"] == want["count"] and rec["nan"] == want["nan"]
     np.testing.assert_allclose(rec["mean"], want["mean"], rtol=1e-6, atol=1e-9)
@@ -139,7 +140,7 @@ def test_reset_mid_step_restarts_the_totals_not_the_open_steps_record(steps):
                 assert np.all(np.asarray(rec[k]) >= 0), (step, k)
             check_step(rec, [f[target] for f in forwards], mon.cfg)
     after = [f["b:output"] for f in model.seen[3:]]  # the forwards after the reset
-    want = finalize(*merge_states([oracle(t, mon.cfg) for t in after]), mon.cfg)
+    want = finalize(*combine_all([oracle(t, mon.cfg) for t in after]), mon.cfg)
     total = mon.stats()["b:output"]
     assert total["count"] == want["count"] and total["mean"] == pytest.approx(want["mean"], rel=1e-6)
     np.testing.assert_array_equal(total["hist"], want["hist"])
@@ -259,7 +260,7 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     # (count, near-zero, NaN/+Inf/-Inf: at defaults no linear bins, no log2 slots, no float buckets), plus [T, 5]
     # float64 (the open step, the closed steps, the carry over a reset), [T, c] int64 (current, previous) and
     # [T, 4096] int64 (the float buckets at the last flush); the host staging: one ring copy and one of the buckets
-    isz, t_states, t_ring = mon.cfg.istate_size, len(mon.states(reached_only=False)), len(next(iter(mon.recorder.rings.values())).states)
+    isz, t_states, t_ring = mon.cfg.istate_size, len(mon.states(reached_only=False)), len(next(iter(mon.step_history.rings.values())).states)
     assert isz == 2 + 3 + 4096  # count, near-zero, NaN/+Inf/-Inf, the float buckets
     assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_ring * 5 * 8 + 2  # + closed steps, + the CPU's flags
     c = 2 + 3
@@ -360,7 +361,7 @@ def test_histogram_and_bad_arguments():
     mon = hookstats.attach(model, linear_hist=True, hist_every=1)
     run(model, mon, 2)
     h = mon.histogram("a:output")
-    want = finalize(*merge_states([oracle(s["a:output"], mon.cfg) for s in model.seen]), mon.cfg)
+    want = finalize(*combine_all([oracle(s["a:output"], mon.cfg) for s in model.seen]), mon.cfg)
     assert h["hist"] is not None and h["float_hist"] is not None
     np.testing.assert_array_equal(h["hist"], want["hist"])
     np.testing.assert_array_equal(h["log2_hist"], want["log2_hist"])
@@ -391,7 +392,7 @@ def random_states(rng, shape, cfg):
     f[:, 2] = rng.choice([0.0, 1.0, 1e308, np.inf, np.nan], size) * rng.random(size)
     lo = rng.normal(size=size) * rng.choice([1.0, 1e300, np.inf], size)
     f[:, 3], f[:, 4] = lo, lo + rng.random(size)
-    f[n == 0, 1:] = new_fstate_values()[1:]
+    f[n == 0, 1:] = empty(numpy=True)[1:]
     i[:, 0] = np.where(rng.random(size) < 0.2, 0, n + rng.integers(0, 5, size))  # count >= finite, or empty
     i[:, 1] = rng.integers(0, i[:, 0] + 1)
     return f.reshape(*shape, 5), i.reshape(*shape, cfg.istate_size)
@@ -482,7 +483,7 @@ def test_finalize_against_numpy_statistics_of_the_data(config):
     """States of known data (built by the test's own NumPy oracle of the op) give, through finalize_rows
     (many at once) and finalize (one), the statistics NumPy computes from the data itself."""
     from hookstats.config import StatsConfig
-    from hookstats.stats import finalize_rows
+    from hookstats.records import finalize_rows
     cfg = StatsConfig(**config)
     rng = np.random.default_rng(len(config))
     data = [[known_tensor(rng, (s + t) % 6, cfg) for t in range(8)] for s in range(6)]
@@ -512,7 +513,7 @@ def test_finalize_rows_of_odd_states_against_float64_formulas(config):
     """Any state (empty, one value, moments overflowed to inf or NaN, counts of every size) gives the
     statistics of its fields: n - 1 variance, NaN where a statistic is undefined, histograms as stored."""
     from hookstats.config import StatsConfig
-    from hookstats.stats import finalize_rows
+    from hookstats.records import finalize_rows
     cfg = StatsConfig(**config)
     f, i = random_states(np.random.default_rng(len(config)), (40, 50), cfg)
     rows = finalize_rows(f, i, cfg)
@@ -562,8 +563,8 @@ def test_records_handed_to_sinks_are_finalize_per_target(config):
             want = finalize(f[s, t], i[s, t], cfg)
             lo, hi = want.pop("min"), want.pop("max")
             want.update(running_min=lo, running_max=np.nan if np.isnan(lo) else hi)
-            want = {"target": keys[t].id, "module": keys[t].module, "kind": "output", "leaf": keys[t].leaf, "phase": "train",
-                    **want}
+            want = {"target": keys[t].id, "module": keys[t].module, "kind": "output", "leaf": keys[t].leaf,
+                    "phase": "train", **want}
             assert list(rec) == list(want)
             bad = [k for k in want if not same_value(rec[k], want[k])]
             assert not bad, (s, t, bad)
@@ -572,7 +573,7 @@ def test_records_handed_to_sinks_are_finalize_per_target(config):
 
 
 def test_no_record_dicts_without_a_sink_that_takes_them(monkeypatch):
-    from hookstats import history as hist_mod
+    from hookstats import delivery as hist_mod
 
     def fail(*args):
         raise AssertionError("records built for MemorySink alone")

@@ -10,7 +10,7 @@ import torch  # noqa: E402
 from helpers import oracle  # noqa: E402
 
 from hookstats.config import StatsConfig  # noqa: E402
-from hookstats.stats import finalize  # noqa: E402
+from hookstats.records import finalize  # noqa: E402
 
 transformers = pytest.importorskip("transformers", reason="the hf extra is not installed")
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments  # noqa: E402

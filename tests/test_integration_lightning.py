@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from hookstats.config import StatsConfig
-from hookstats.stats import finalize
+from hookstats.records import finalize
 
 pytestmark = pytest.mark.usefixtures("every_step_histograms")  # their oracles count every step's histograms
 

@@ -3,15 +3,16 @@ written out by hand; the compiled op's offsets equal hookstats/layout.py's; moni
 the op's log2 slots alone and with the defaults give the statistics of a float64 NumPy oracle; a history ring
 slot holds only the measured fields and stays exact across flushes."""
 import math
+import types
 
 import numpy as np
 import pytest
 import torch
-from helpers import float_buckets
+from helpers import float_buckets, oracle_parts
 from torch import nn
 
 import hookstats
-from hookstats import layout, reference
+from hookstats import layout, rawstate, reference
 from hookstats.config import StatsConfig
 
 LIN, LOG, SNZ, FLT = 1, 2, 4, 8  # csrc/accumulator.h Flags
@@ -34,7 +35,7 @@ def test_istate_size_of_every_flag_combination(flags, nbins, sizes):
     cfg = (0.0, 1.0, 0.0, nbins, flags)
     x = torch.tensor([1.0, math.nan, -math.inf, 0.0])
     for op in (torch.ops.hookstats.accumulate_.default, reference.accumulate_):
-        f = torch.tensor([0.0, 0.0, 0.0, math.nan, math.nan], dtype=torch.float64)
+        f = rawstate.empty()
         op(x, f, torch.zeros(want, dtype=torch.int64), torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), *cfg)
         for wrong in (want - 1, want + 1):
             with pytest.raises(RuntimeError, match=f"istate must have {want} elements"):
@@ -56,12 +57,57 @@ def test_python_offsets_mirror_the_header():
             assert list(torch.ops.hookstats.istate_offsets(nbins, flags)) == list(layout.offsets(nbins, flags))
 
 
+def field_oracle(x, nbins, flags, lo, hi, eps):
+    """What each raw field (hookstats/rawstate.py) holds after one call on x, from the float64 NumPy oracle; None for
+    a field the flags keep no slots for."""
+    cfg = types.SimpleNamespace(nbins=nbins, eps=eps, near_zero="le" if flags & SNZ else "abs",
+                                linear_hist=bool(flags & LIN), log_hist=bool(flags & LOG), float_hist=False,
+                                lo32=float(np.float32(lo)), inv_w=nbins / (hi - lo))
+    p = oracle_parts(x, cfg)
+    f = p["fstate"]
+    return {"n_finite": f[:1], "mean": f[1:2], "m2": f[2:3], "min": f[3:4], "max": f[4:5], "count": [p["count"]],
+            "near_zero": [p["near_zero"]], "linear": p["lin"][: nbins + 2] if flags & LIN else None,
+            "nonfinite": p["lin"][nbins + 2:], "log2": p["log2"],
+            "float_buckets": float_buckets(x) if flags & FLT else None}
+
+
+@pytest.mark.parametrize("nbins", [1, 7, 40, 256])
+@pytest.mark.parametrize("flags", range(16))
+def test_every_field_of_the_table_is_where_the_compiled_op_writes_it(flags, nbins):
+    """Every slot of every flag combination, checked against the compiled op: each field of rawstate.FIELDS, read at
+    its slots (its part's layout: layout.py, mirroring csrc/accumulator.h) from a state the op filled, holds what the
+    oracle says that field holds; the fields the flags keep tile fstate and istate, so no slot is unread."""
+    rng = np.random.default_rng(nbins * 16 + flags)
+    x = rng.normal(size=300) * np.exp2(rng.integers(-40, 10, 300))
+    x[:7] = [0.0, -0.0, 1e-40, np.nan, np.nan, np.inf, -np.inf]
+    x = torch.tensor(rng.permutation(np.concatenate([x, [-np.inf] * 2, [np.inf] * 3, [5.0, -9.0]])),
+                     dtype=torch.float32)
+    lo, hi, eps = -2.0, 3.0, 1e-3
+    f, i = rawstate.empty(layout.istate_size(nbins, flags))
+    torch.ops.hookstats.accumulate_.default(x, f, i, torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), lo,
+                                            nbins / (hi - lo), eps, nbins, flags)
+    want = field_oracle(x, nbins, flags, lo, hi, eps)
+    covered = {rawstate.FSTATE: [], rawstate.ISTATE: []}
+    for fd in rawstate.FIELDS:
+        at = rawstate.slots(fd.name, nbins, flags)
+        got = (f if fd.part == rawstate.FSTATE else i)[at].numpy()
+        assert (got.size == 0) == (want[fd.name] is None), fd.name
+        if got.size and fd.name in ("mean", "m2"):  # to 1e-6 of the spread (README)
+            std = math.sqrt(want["m2"][0] / want["n_finite"][0])
+            np.testing.assert_allclose(got, want[fd.name], rtol=1e-6, atol=1e-6 * std, err_msg=fd.name)
+        elif got.size:
+            np.testing.assert_array_equal(got, want[fd.name], err_msg=fd.name)
+        covered[fd.part] += range(at.start, at.stop)
+    assert sorted(covered[rawstate.FSTATE]) == list(range(f.numel()))
+    assert sorted(covered[rawstate.ISTATE]) == list(range(i.numel()))
+
+
 def test_nonfinite_counters_where_the_layout_says():
     """NaN, +Inf, -Inf follow near-zero, or the linear bins' overflow slot (2 + nbins + 2) when there are bins."""
     x = torch.tensor([math.nan, math.nan, math.inf, -math.inf, -math.inf, -math.inf, 1.0])
     for flags, at in ((0, 2), (LOG | FLT, 2), (LIN, 2 + 40 + 2), (LIN | LOG | FLT, 2 + 40 + 2)):
         i = torch.zeros(SIZES_40[flags], dtype=torch.int64)
-        f = torch.tensor([0.0, 0.0, 0.0, math.nan, math.nan], dtype=torch.float64)
+        f = rawstate.empty()
         torch.ops.hookstats.accumulate_.default(x, f, i, torch.zeros(0, dtype=torch.uint8), torch.tensor([True]),
                                                 -10.0, 2.0, 0.0, 40, flags)
         assert i[at: at + 3].tolist() == [2, 1, 3], flags
@@ -173,7 +219,7 @@ def test_ring_slot_holds_only_the_measured_fields_exact_across_flushes(config, b
         for step in range(8):
             model(batch(step, rng))
             mon.step()
-    (ring,) = mon.recorder.rings.values()
+    (ring,) = mon.step_history.rings.values()
     assert ring.slots.shape[-1] == fields
     mon.remove()
     assert sorted(s for s, t in keep.records if t == "0:output") == list(range(8))
@@ -194,7 +240,7 @@ def test_ring_slot_holds_only_the_measured_fields_exact_across_flushes(config, b
 @pytest.mark.parametrize("op", [torch.ops.hookstats.accumulate_.default, reference.accumulate_],
                          ids=["compiled", "reference"])
 def test_a_state_sized_for_other_flags_is_an_error_naming_the_flags(op):
-    f = torch.tensor([0.0, 0.0, 0.0, math.nan, math.nan], dtype=torch.float64)
+    f = rawstate.empty()
     args = (torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), -10.0, 2.0, 0.0, 40)
     with pytest.raises(RuntimeError, match="istate must have 47 elements for nbins=40, flags=1, got 303$"):
         op(torch.ones(3), f, torch.zeros(SIZES_40[LIN | LOG], dtype=torch.int64), *args, LIN)

@@ -9,7 +9,7 @@ from helpers import HostSyncError, no_host_sync, oracle
 from torch import nn
 
 import hookstats
-from hookstats.stats import finalize
+from hookstats.records import finalize
 
 
 def mlp():

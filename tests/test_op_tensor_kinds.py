@@ -5,15 +5,14 @@ import warnings
 import pytest
 import torch
 
-from hookstats import StatsConfig, accumulate, reference
+from hookstats import StatsConfig, accumulate, rawstate, reference
 
 CFG = StatsConfig(linear_hist=True, float_hist=False)
 ON = torch.tensor([True])
 
 
 def fresh():
-    f = torch.tensor([0.0, 0.0, 0.0, float("nan"), float("nan")], dtype=torch.float64)
-    return f, torch.zeros(CFG.istate_size, dtype=torch.int64), torch.zeros(0, dtype=torch.uint8)
+    return (*rawstate.empty(CFG.istate_size), torch.zeros(0, dtype=torch.uint8))
 
 
 def kinds():

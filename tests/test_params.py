@@ -10,7 +10,7 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 import hookstats
-from hookstats.stats import finalize
+from hookstats.records import finalize
 
 
 def net(dtype=torch.float32):

@@ -15,7 +15,7 @@ from torch import nn
 import hookstats
 from hookstats.sinks import (CSVSink, JSONLSink, MemorySink, SkippedLinesWarning, TensorBoardSink, read_csv,
                              read_jsonl, run_dir_sinks)
-from hookstats.stats import finalize
+from hookstats.records import finalize
 
 pytestmark = pytest.mark.filterwarnings("error::hookstats.history.HistoryWarning")
 

@@ -16,7 +16,7 @@ from torch.utils.checkpoint import checkpoint
 import hookstats
 from hookstats.selection import module_names
 from hookstats.tensors import tensor_leaves
-from hookstats.stats import finalize
+from hookstats.records import finalize
 
 pytestmark = pytest.mark.usefixtures("every_step_histograms")  # their oracles count every step's histograms
 

@@ -14,7 +14,7 @@ from helpers import oracle
 from torch import nn
 
 import hookstats
-from hookstats.stats import finalize
+from hookstats.records import finalize
 
 
 class Slice(nn.Module):

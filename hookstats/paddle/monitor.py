@@ -114,7 +114,8 @@ def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=F
     if optimizer is not None and not param_grads:
         raise ValueError("attach: optimizer= is used by param_grads=True only (its step() measures the parameter "
                          "gradients); pass param_grads=True or leave optimizer out")
-    from ..history import History, check_sinks, history_options
+    from ..config import check_sinks, history_options
+    from ..history import History
     history = history_options(history, log_every, keep, sinks, alerts)
     if config is not None and not isinstance(config, StatsConfig):
         raise ValueError(f"config must be a hookstats.StatsConfig (or pass its fields as keywords: "
@@ -135,7 +136,7 @@ def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=F
                         optimizer=optimizer)
     if history is not None:
         try:
-            mon.recorder = History(mon, **history)
+            mon.step_history = History(mon, **history)
         except Exception:
             mon.remove()
             raise

@@ -1,0 +1,107 @@
+"""Delivery of the history's recorded steps: the step columns a flush copied to the host become records
+(hookstats/records.py) for the sinks, MemorySink first (what mon.history() reads); a sink that raises is dropped
+with a HistoryWarning, and new alerts are told to the user once."""
+import numpy as np
+
+from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
+                      step_records)
+from .sinks.memory import MemorySink
+from .user_warning import warn_user
+
+
+class HistoryWarning(RuntimeWarning):
+    """The history or a sink failed; the training step goes on without it."""
+
+
+class Delivery:
+    """The sinks of one history: `memory_sink` (keeps the last `keep` steps) and the user's; `alerts`, every alert
+    raised so far, oldest first. rules: the AlertRules that read the alert rows; order: the targets' step order."""
+
+    def __init__(self, cfg, sinks, keep, rules, order):
+        self.cfg, self.rules, self._order = cfg, rules, order
+        self.memory_sink = MemorySink(max_steps=keep)
+        self.sinks = [self.memory_sink] + sinks
+        self.alerts = []
+        self._reported = set()
+
+    def deliver(self, arow, fs, counts, steps, keys, host_b, hist, phase="train"):
+        """One copy of a ring: arow its alert rows, fs [S, T, F] and counts [S, T, step slots] its step slots, steps
+        their step numbers, host_b the float buckets' growth over the window (or None), hist per step whether it
+        counted the histograms."""
+        cols = step_columns(fs, counts, self.cfg)
+        present = cols["count"] != 0
+        active = np.flatnonzero(present.any(axis=1))  # steps where nothing was measured go nowhere
+        if len(active) < len(steps):
+            hist = [hist[s] for s in active.tolist()]
+            steps = [steps[s] for s in active.tolist()]
+            cols = select_steps(cols, active)
+            present = present[active]
+        if steps:
+            # the window's buckets go with its last measured step; the steps before it carry none
+            last = active[-1]
+            self._write_runs(steps[:-1], keys, no_bucket_columns(cols, len(steps) - 1, self.cfg), present[:-1], hist,
+                             phase)
+            grown = None if host_b is None else host_b.numpy()
+            if grown is not None and not grown.any():  # a window without a histogram step: no buckets, not empty ones
+                grown = None
+            tail = bucket_columns(fs[last], counts[last], grown, self.cfg)
+            self._write_runs(steps[-1:], keys, tail, present[-1:], hist[-1:], phase)
+        new = self.rules.read(arow, keys, self._reported, order=self._order) if phase == "train" else None
+        if new:
+            self.alerts.extend(new)
+            for msg in brief(new):
+                warn_user(f"hookstats alert: {msg}", self.rules.warning)
+            self._write("write_alerts", new[0]["step"], new)
+
+    def _write_runs(self, steps, keys, cols, present, hist, phase="train"):
+        """_write_steps per run of steps that did (hist[k]) or did not count histograms."""
+        start = 0
+        for end in range(1, len(steps) + 1):
+            if end == len(steps) or hist[end] != hist[start]:
+                part = select_steps(cols, slice(start, end))
+                self._write_steps(steps[start:end], keys, part if hist[start] else no_hist_columns(part, self.cfg),
+                                  present[start:end], phase)
+                start = end
+
+    def _write_steps(self, steps, keys, cols, present, phase="train"):
+        """Sinks with write_rows (MemorySink) take the flush as arrays; the others get per step a list of
+        records, built only for them."""
+        if not steps:
+            return
+        by_rows = [s for s in self.sinks if callable(getattr(s, "write_rows", None))]
+        if by_rows:
+            key_rows = [key_fields(k, phase) for k in keys]
+            self._write("write_rows", steps, key_rows, cols, present, sinks=by_rows)
+        by_records = [s for s in self.sinks if s not in by_rows]
+        if by_records:
+            for step, records in zip(steps, step_records(keys, cols, present, phase)):
+                self._write("write", step, records, sinks=by_records)
+
+    def _write(self, method, *args, sinks=None):
+        for sink in list(self.sinks if sinks is None else sinks):
+            fn = getattr(sink, method, None)
+            if fn is None or sink not in self.sinks:
+                continue
+            try:
+                fn(*args)
+            except Exception as e:
+                self.sinks.remove(sink)
+                warn_user(f"hookstats: sink {type(sink).__name__} failed and was dropped: {e!r}", HistoryWarning)
+
+    def close(self):
+        """Closes every sink (one that fails is told, the others still close)."""
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as e:
+                warn_user(f"hookstats: closing sink {type(sink).__name__} failed: {e!r}", HistoryWarning)
+
+
+def brief(alerts):
+    """One message per alert, except NaN/Inf: the first target to see one, then a count of the others."""
+    nonfinite = [a for a in alerts if a["kind"] == "nonfinite"]
+    out = [a["message"] for a in alerts if a["kind"] != "nonfinite"]
+    if nonfinite:
+        more = len(nonfinite) - 1
+        out.insert(0, nonfinite[0]["message"] + (f"; {more} more target(s) saw NaN/Inf since" if more else ""))
+    return out

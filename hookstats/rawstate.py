@@ -1,0 +1,177 @@
+"""The raw state of one target as a table: per field its name, part (fstate float64 or istate int64), slots for a
+config, empty value, merge rule and per-step rule. empty() and combine() are the one empty state and the one
+merge, on NumPy arrays and torch tensors alike: calls, steps, the history ring, reduce() and the reference use them.
+The kernels merge the same way (csrc/accumulator.h chan_merge, fmin_nan/fmax_nan, istate sums)."""
+import dataclasses
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+
+FSTATE, ISTATE = "fstate", "istate"
+# merge rules: CHAN the moments (n, mean, M2) by Chan et al.'s pairwise merge, in order (b after a); FMIN/FMAX by
+# minNum/maxNum (NaN = empty); SUM exact int64 counts
+CHAN, FMIN, FMAX, SUM = "chan", "fmin", "fmax", "sum"
+# per-step rules of the history: STEP what the step measured itself, RUNNING since attach or reset(), GROWTH
+# the counts' growth since the previous step, WINDOW the growth since the previous flush (with its last step)
+STEP, RUNNING, GROWTH, WINDOW = "step", "running", "growth", "window"
+
+
+def _layout():
+    from . import layout  # layout.py takes the fstate slots from this table: imported when first read
+    return layout
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One raw field: slots(nbins, flags) -> (start, size) in its part (size 0: the flags keep none)."""
+    name: str
+    part: str
+    slots: Callable[[int, int], tuple]
+    empty: float
+    merge: str
+    step: str
+
+
+def _f(k):
+    return lambda nbins, flags: (k, 1)
+
+
+def _i(start, size, flag=None):
+    """istate slots at start(layout, nbins, flags), size(...) of them where the layout flag named `flag` is on."""
+    def slots(nbins, flags):
+        lay = _layout()
+        kept = flag is None or flags & getattr(lay, flag)
+        return start(lay, nbins, flags), size(lay, nbins, flags) if kept else 0
+    return slots
+
+
+# the fstate in slot order (csrc/accumulator.h FSlot): moments of the finite values, then min/max (NaN while empty)
+_FSTATE = (("n_finite", 0.0, CHAN, STEP), ("mean", 0.0, CHAN, STEP), ("m2", 0.0, CHAN, STEP),
+           ("min", math.nan, FMIN, RUNNING), ("max", math.nan, FMAX, RUNNING))
+FIELDS = (
+    *(Field(name, FSTATE, _f(k), empty, merge, step) for k, (name, empty, merge, step) in enumerate(_FSTATE)),
+    Field("count", ISTATE, _i(lambda L, n, f: L.COUNT, lambda L, n, f: 1), 0, SUM, GROWTH),
+    Field("near_zero", ISTATE, _i(lambda L, n, f: L.NEAR_ZERO, lambda L, n, f: 1), 0, SUM, GROWTH),
+    # under, nbins bins, over
+    Field("linear", ISTATE, _i(lambda L, n, f: L.LIN_BASE, lambda L, n, f: n + 2, "LINEAR_HIST"), 0, SUM, GROWTH),
+    # NaN, +Inf, -Inf
+    Field("nonfinite", ISTATE, _i(lambda L, n, f: L.nonfinite_base(n, f), lambda L, n, f: 3), 0, SUM, GROWTH),
+    Field("log2", ISTATE, _i(lambda L, n, f: L.log_base(n, f), lambda L, n, f: L.LOG_SLOTS, "LOG_HIST"), 0, SUM,
+          GROWTH),
+    Field("float_buckets", ISTATE,
+          _i(lambda L, n, f: L.float_base(n, f), lambda L, n, f: L.FLOAT_SLOTS, "FLOAT_HIST"), 0, SUM, WINDOW),
+)
+BY_NAME = {fd.name: fd for fd in FIELDS}
+FSTATE_FIELDS = tuple(fd for fd in FIELDS if fd.part == FSTATE)
+FSTATE_SIZE = len(FSTATE_FIELDS)
+N_FINITE, MEAN, M2, MIN, MAX = (BY_NAME[n].slots(0, 0)[0] for n in ("n_finite", "mean", "m2", "min", "max"))
+_EMPTY_F = tuple(fd.empty for fd in FSTATE_FIELDS)
+_RUNNING = tuple(fd.step == RUNNING for fd in FSTATE_FIELDS)
+
+
+def slots(name, nbins, flags):
+    """The slice of field `name` in its part for a state of (nbins, flags)."""
+    start, size = BY_NAME[name].slots(nbins, flags)
+    return slice(start, start + size)
+
+
+def step_slots(nbins, flags):
+    """The istate slots a history ring keeps per step: the GROWTH fields, which come before the WINDOW ones."""
+    return max(sum(BY_NAME[fd.name].slots(nbins, flags)) for fd in FIELDS if fd.part == ISTATE and fd.step == GROWTH)
+
+
+def running_mask(device=None):
+    """[FSTATE_SIZE] bool: the fstate fields a step's record takes from the running totals (RUNNING), the others
+    from what the step measured (STEP)."""
+    return torch.tensor(_RUNNING, device=device)
+
+
+def empty(istate_size=None, shape=(), device=None, numpy=False):
+    """The empty state, combine()'s identity, over leading dimensions `shape`: (fstate float64 [*shape, F],
+    istate int64 [*shape, istate_size]), or the fstate alone with istate_size None. torch tensors on `device`,
+    or NumPy arrays with numpy=True."""
+    shape = tuple(shape)
+    if numpy:
+        f = np.broadcast_to(np.array(_EMPTY_F, dtype=np.float64), shape + (FSTATE_SIZE,)).copy()
+        return f if istate_size is None else (f, np.zeros(shape + (istate_size,), dtype=np.int64))
+    f = torch.tensor(_EMPTY_F, dtype=torch.float64, device=device)
+    f = f.expand(shape + (FSTATE_SIZE,)).clone() if shape else f
+    return f if istate_size is None else (f, torch.zeros(shape + (istate_size,), dtype=torch.int64, device=device))
+
+
+def combine(a, b):
+    """State b merged into state a (b's values after a's: Chan's merge is ordered), field by field by the table's
+    rules, as the kernels merge: (fstate, istate) pairs, or fstate rows alone ([..., F] float64, a and b of one
+    shape). NumPy arrays or torch tensors; a new state, a and b untouched."""
+    if isinstance(a, tuple):
+        return combine(a[0], b[0]), a[1] + b[1]  # every istate field is a SUM
+    if isinstance(a, torch.Tensor):
+        return _combine_f(a, b, _TORCH)
+    with np.errstate(invalid="ignore"):  # NaN - NaN in an empty min/max is no error
+        return _combine_f(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), _NUMPY)
+
+
+def combine_all(states):
+    """combine() of a sequence of states (at least one), in order."""
+    out = None
+    for s in states:
+        out = s if out is None else combine(out, s)
+    return out
+
+
+def _groups():
+    """[(rule, slice)]: the fstate fields by merge rule, each rule's fields consecutive, in slot order."""
+    out = []
+    for k, fd in enumerate(FSTATE_FIELDS):
+        if out and out[-1][0] == fd.merge:
+            out[-1] = (fd.merge, slice(out[-1][1].start, k + 1))
+        else:
+            assert fd.merge not in (r for r, _ in out), f"the {fd.merge} fields of the fstate are consecutive"
+            out.append((fd.merge, slice(k, k + 1)))
+    return tuple(out)
+
+
+_GROUPS = _groups()
+
+
+class _Ops:
+    def __init__(self, where, fmin, fmax, stack, at_least_1, unbind):
+        self.where, self.fmin, self.fmax, self.stack = where, fmin, fmax, stack
+        self.at_least_1, self.unbind = at_least_1, unbind
+
+
+_TORCH = _Ops(torch.where, torch.fmin, torch.fmax, lambda xs: torch.stack(xs, dim=-1), lambda x: x.clamp(min=1),
+              lambda x: x.unbind(-1))
+_NUMPY = _Ops(np.where, np.fmin, np.fmax, lambda xs: np.stack(xs, axis=-1), lambda x: np.maximum(x, 1),
+              lambda x: tuple(np.moveaxis(x, -1, 0)))
+
+
+def _chan(a, b, ops):
+    """(n, mean, M2) of b merged into a's, as csrc/accumulator.h chan_merge (the same float64 operations): a's where b
+    is empty, b's where a is. n and the mean need no branch (an empty state's n and mean are 0: na + 0, ma + d * 0
+    and 0 + mb * 1 are exact); M2 does (d * d overflows past 1.3e154, and inf * 0 is NaN)."""
+    (na, ma, m2a), (nb, mb, m2b) = a, b
+    with np.errstate(all="ignore"):
+        n = na + nb
+        d = mb - ma
+        frac = nb / ops.at_least_1(n)
+        # over float64's whole range, as chan_merge: a d past DBL_MAX (opposite means near it) takes the weighted
+        # sum; a cross term that overflows is regrouped (it may fit)
+        finite_d = d - d == 0
+        mean = ops.where(finite_d, ma + d * frac, ma * (na / ops.at_least_1(n)) + mb * frac)
+        cross = d * d * na * frac
+        cross = ops.where((cross - cross == 0) | ~finite_d, cross, d * (d * (na * frac)))
+        m2 = ops.where(nb == 0, m2a, ops.where(na == 0, m2b, m2a + m2b + cross))
+        mean = ops.where(nb == 0, ma, ops.where(na == 0, mb, mean))
+    return [n, mean, m2]
+
+
+_RULES = {CHAN: _chan, FMIN: lambda a, b, ops: [ops.fmin(a[0], b[0])],
+          FMAX: lambda a, b, ops: [ops.fmax(a[0], b[0])], SUM: lambda a, b, ops: [a[0] + b[0]]}
+
+
+def _combine_f(a, b, ops):
+    fa, fb = ops.unbind(a), ops.unbind(b)
+    return ops.stack([v for rule, sl in _GROUPS for v in _RULES[rule](fa[sl], fb[sl], ops)])
