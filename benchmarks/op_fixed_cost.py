@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from hookstats import StatsConfig, accumulate
+from hookstats import StatsConfig, accumulate, rawstate
 from hookstats.bench import NO_HISTOGRAMS
 
 SIZES = (16, 256, 4096, 65536)
@@ -32,8 +32,7 @@ def quartiles(xs, digits=4):
 
 def op_call(x, cfg):
     """One call of the op on x into a fresh state, as the eager hooks make it."""
-    f = torch.tensor([0.0, 0.0, 0.0, float("nan"), float("nan")], dtype=torch.float64)
-    i = torch.zeros(cfg.istate_size, dtype=torch.int64)
+    f, i = rawstate.empty(cfg.istate_size)
     s, on, args = torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), cfg.op_args()
     eager, ops = accumulate.accumulate_eager_, accumulate.accumulate_
     if eager is not None and eager(x, f, i, s, on, *args):
