@@ -38,13 +38,24 @@ def _compile_started(args=None):
         func(owner)
 
 
+def is_hist_step(step, every, hist_every):
+    """Whether train step `step` counts the histograms: with n = step / every (the index of a sampled step), n = 0,
+    n a multiple of hist_every (the grid: each history window of log_every steps, a multiple of every * hist_every,
+    holds one), and the ramp before the grid's second step, n = 1, 2, 4, 8, ... below hist_every, so a run
+    shorter than one window is not described by its initial weights and activations alone. Fixed to step 0 (a
+    resumed run keeps the steps of an uninterrupted one); the device flag follows it, nothing recompiles."""
+    if step % every:
+        return False
+    n = step // every
+    return n % hist_every == 0 or (n < hist_every and n & (n - 1) == 0)
+
+
 class StepClock:
     """A step is one forward of the root model in training mode (steps="forward"), or, with steps="manual" or
     once step() has been called, what the caller ends with step(). Step k is sampled when k % every == 0
     (step 0 is) and the clock is not paused; a forward is measured when its step is sampled and its phase is
-    measured (train, or eval with track_eval). A sampled step is a histogram step when k % (every * hist_every)
-    == 0: a fixed grid of steps (step 0 is one), so a pause() over one skips it rather than shifting the next
-    ones, and history windows of log_every steps (a multiple of every * hist_every) hold the same number.
+    measured (train, or eval with track_eval). Whether a sampled step is a histogram step: is_hist_step(), a fixed
+    set of steps (step 0 is one), so a pause() over one skips it rather than shifting the next ones.
 
     Listeners: step_listeners(clock, finished_step, it_was_sampled, it_counted_histograms, a_validation_pass_ran)
     when a step ends (the pass: eval root forwards measured while that step was open),
@@ -63,7 +74,7 @@ class StepClock:
         self.phase = "train"
         self.measuring = True  # this step is sampled and its phase is measured: the eager hooks' fast check
         self.sampling = True  # this step is sampled (not paused, step % every == 0): what the device flags hold
-        self.hist = True  # and it counts the histograms (step % (every * hist_every) == 0): the flags hold it too
+        self.hist = True  # and it counts the histograms (is_hist_step): the flags hold it too
         # Whether the open step was sampled at any time in it (a pause or an eval forward since does not undo
         # what it measured): History records exactly these steps; and whether it counted histograms then.
         self.step_sampled = self.step_hist = True
@@ -191,7 +202,7 @@ class StepClock:
 
     def update_active(self):
         sampled = not self.paused and self.step_count % self.every == 0
-        hist = self.step_count % (self.every * self.hist_every) == 0
+        hist = is_hist_step(self.step_count, self.every, self.hist_every)
         self.step_sampled = self.step_sampled or sampled
         self.step_hist = self.step_hist or (sampled and hist)
         self.sampling, self.hist = sampled, hist

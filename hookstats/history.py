@@ -214,7 +214,7 @@ class History:
         self._no_hist = set()  # recorded steps that counted no histograms (hist_every), until delivered
         self._broken = self._closed = False
         self._order = step_order(monitor.modules, monitor.forward_order)
-        known = self._train_states()
+        known = self._states("train")
         devices = {p.device for m in monitor.modules.values() for p in m.parameters(recurse=False)}
         for device in known or devices or {torch.device("cpu")}:
             check_ring_fits(capacity, max(1, len(known.get(device, ()))), self.cfg, device)
@@ -268,7 +268,7 @@ class History:
         """After Monitor.load_state_dict(): the loaded totals are every ring's starting point, so the next step's
         record holds what that step measures alone."""
         self.flush(wait=True)
-        for device, states in self._train_states().items():
+        for device, states in self._states("train").items():
             self._ring(device, states).rebase()
         self._last_flush = self.monitor.step_count
 

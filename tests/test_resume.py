@@ -121,7 +121,7 @@ def test_a_killed_run_resumed_from_its_checkpoint_holds_every_step_once(tmp_path
     assert sorted(keys) == sorted(per_step) and len(set(keys)) == len(keys)
     assert sum(ln["type"] == "run" for ln in lines) == 2
     rows = [ln.split(",") for ln in open(paths["csv"]).read().splitlines()[1:]]
-    stat_rows = [(r[0], r[1], r[5]) for r in rows if r[1]]
+    stat_rows = [(r[0], r[1], r[5], r[6]) for r in rows if r[1]]  # step, target, phase, stat
     assert len(set(stat_rows)) == len(stat_rows)
     for reader, path in ((read_jsonl, paths["jsonl"]), (read_csv, paths["csv"])):
         with warnings.catch_warnings(record=True) as caught:

@@ -416,9 +416,10 @@ def test_statistics_table_keeps_the_record_and_file_formats():
 
 def test_callbacks_windows_without_a_histogram_step_get_no_linear_histogram(tmp_path):
     """The HF/Lightning callbacks' windows (stats() then reset(), integrations/metrics.py) with the linear bins and
-    hist_every=10, one step a window: the window of step 0 gets a `hist` whose counts are that step's values (the
-    test's own hook, NumPy's bins, under/overflow as the outer buckets); the windows of steps 1 and 2 counted no
-    histogram and get none in TensorBoard and W&B (not one of zero counts claiming `finite` values)."""
+    hist_every=10, one step a window: the windows of steps 0, 1 and 2 (the grid and the ramp) get a `hist` whose
+    counts are that step's values (the test's own hook, NumPy's bins, under/overflow as the outer buckets); the
+    window of step 3 counted no histogram and gets none in TensorBoard and W&B (not one of zero counts claiming
+    `finite` values)."""
     from torch.utils.tensorboard import SummaryWriter
 
     from hookstats.integrations.metrics import measured, tensorboard_histograms, window_stats
@@ -430,7 +431,7 @@ def test_callbacks_windows_without_a_histogram_step_get_no_linear_histogram(tmp_
                            grads=False, hist_every=10, alerts=False)
     writer = SummaryWriter(str(tmp_path))
     got_wandb, outer = [], []
-    for step in range(3):
+    for step in range(4):
         with torch.no_grad():
             lin(torch.randn(2, 4))
         mon.step()
@@ -441,9 +442,12 @@ def test_callbacks_windows_without_a_histogram_step_get_no_linear_histogram(tmp_
         got_wandb.append(sorted(hookstats.sinks.wandb.histograms(wandb, targets)))
     mon.remove()
     writer.close()
-    (ev,) = tb_events(tmp_path).Histograms("hookstats/Linear/output/hist")
-    v = seen[0]
-    want = [(v < -1).sum(), *np.histogram(v[(v >= -1) & (v < 1)], bins=8, range=(-1, 1))[0], (v >= 1).sum()]
-    assert ev.step == 0 and list(ev.histogram_value.bucket) == want and ev.histogram_value.num == v.size
-    assert got_wandb == [["hookstats/Linear/output/hist"], [], []]
-    assert outer[0] == [(want[0], want[-1])] and all(np.isnan(outer[k][0]).all() for k in (1, 2))  # unknown, not 0
+    events = tb_events(tmp_path).Histograms("hookstats/Linear/output/hist")
+    assert [ev.step for ev in events] == [0, 1, 2]
+    for ev in events:
+        v = seen[ev.step]
+        want = [(v < -1).sum(), *np.histogram(v[(v >= -1) & (v < 1)], bins=8, range=(-1, 1))[0], (v >= 1).sum()]
+        assert list(ev.histogram_value.bucket) == want and ev.histogram_value.num == v.size
+        assert outer[ev.step] == [(want[0], want[-1])]
+    assert got_wandb == [["hookstats/Linear/output/hist"]] * 3 + [[]]
+    assert np.isnan(outer[3][0]).all()  # unknown, not 0

@@ -20,11 +20,12 @@ def add_histograms(writer, pairs, step):
 def _add(writer, base, rec, lin, step):
     if lin is not None:
         edges, counts = lin
-        # num: the values the histogram holds (hist_count, fewer than finite with hist_every > 1); sum and
-        # sum_squares: the moments of every finite value, scaled to num
+        # num: the values the histogram holds (hist_count: its histogram steps' values, not `finite`'s: fewer with
+        # hist_every > 1, more in a history window's last record when the window held several); sum and
+        # sum_squares: the moments of the record's finite values, scaled to num
         n, mean, std = rec["finite"], rec["mean"], rec["std"]
         held = rec.get("hist_count")
-        if held is not None and held == held and 0 < held < n:
+        if held is not None and held == held and held > 0:
             n = int(held)
         m2 = std ** 2 * (n - 1) if n > 1 else 0.0
         writer.add_histogram_raw(stat_name(base, "hist"), min=float(edges[0]), max=float(edges[-1]), num=int(n),
