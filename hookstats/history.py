@@ -13,6 +13,7 @@ from .config import check_count
 from .device_memory import available_bytes, host_available_bytes
 from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
                       step_records)
+from .sinks.base import Steps, check_sinks, protocol
 from .sinks.memory import MemorySink
 from .stats import chan_merge_rows, new_fstate_values
 from .user_warning import warn_user
@@ -197,8 +198,8 @@ class History:
     phase "eval"), kept on the device and drained to sinks.
 
     Its arguments are those of history_options(): log_every: steps between flushes; capacity: ring slots;
-    keep: steps kept on the host for history() (the sinks get every step); sinks: objects with
-    write(step, records) and close(); rules: an AlertRules (enabled=False for none).
+    keep: steps kept on the host for history() (the sinks get every step); sinks: hookstats.sinks.Sink objects
+    (sinks/base.py), or any object with write(step, records); rules: an AlertRules (enabled=False for none).
     """
 
     def __init__(self, monitor, log_every, capacity, sinks, rules, keep):
@@ -355,26 +356,15 @@ class History:
                 start = end
 
     def _write_steps(self, steps, keys, cols, present, phase="train"):
-        """Sinks with write_rows (MemorySink) take the flush as arrays; the others get per step a list of
-        records, built only for them."""
-        if not steps:
-            return
-        by_rows = [s for s in self.sinks if callable(getattr(s, "write_rows", None))]
-        if by_rows:
-            key_rows = [key_fields(k, phase) for k in keys]
-            self._write("write_rows", steps, key_rows, cols, present, sinks=by_rows)
-        by_records = [s for s in self.sinks if s not in by_rows]
-        if by_records:
-            for step, records in zip(steps, step_records(keys, cols, present, phase)):
-                self._write("write", step, records, sinks=by_records)
+        """Every sink gets the steps as one Steps: arrays, and records built only if a sink reads them."""
+        if steps:
+            self._write("write_steps", Steps(steps, [key_fields(k, phase) for k in keys], cols, present,
+                                             lambda: step_records(keys, cols, present, phase)))
 
-    def _write(self, method, *args, sinks=None):
-        for sink in list(self.sinks if sinks is None else sinks):
-            fn = getattr(sink, method, None)
-            if fn is None or sink not in self.sinks:
-                continue
+    def _write(self, method, *args):
+        for sink in list(self.sinks):
             try:
-                fn(*args)
+                protocol(sink, method)(*args)
             except Exception as e:
                 self.sinks.remove(sink)
                 warn_user(f"hookstats: sink {type(sink).__name__} failed and was dropped: {e!r}", HistoryWarning)
@@ -390,7 +380,7 @@ class History:
         self.flush(wait=True)
         for sink in self.sinks:
             try:
-                sink.close()
+                protocol(sink, "close")()
             except Exception as e:
                 warn_user(f"hookstats: closing sink {type(sink).__name__} failed: {e!r}", HistoryWarning)
 
@@ -417,17 +407,6 @@ def brief(alerts):
         more = len(nonfinite) - 1
         out.insert(0, nonfinite[0]["message"] + (f"; {more} more target(s) saw NaN/Inf since" if more else ""))
     return out
-
-
-def check_sinks(sinks):
-    if sinks is None:
-        return []
-    if not isinstance(sinks, (list, tuple)):
-        sinks = [sinks]
-    for s in sinks:
-        if not (callable(getattr(s, "write", None)) and callable(getattr(s, "close", None))):
-            raise ValueError(f"a sink needs write(step, records) and close() methods, got {type(s).__name__}")
-    return list(sinks)
 
 
 def histogram(monitor, target, phase="train"):

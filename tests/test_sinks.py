@@ -13,6 +13,7 @@ from wandb_file import offline_history
 from torch import nn
 
 import hookstats
+from hookstats.alerts import AlertWarning
 from hookstats.sinks import (CSVSink, JSONLSink, MemorySink, SkippedLinesWarning, TensorBoardSink, read_csv,
                              read_jsonl, run_dir_sinks)
 from hookstats.stats import finalize
@@ -55,6 +56,47 @@ def test_several_sinks_at_once_and_a_user_sink():
     assert [s for s, _ in mine.got] == [0, 1, 2] and mine.closed
     assert mine.got[0][1] == ["0:output", "2:output"]
     assert [s for s, _ in mem.steps] == [0, 1, 2]
+
+
+def test_a_sink_of_ones_own_is_a_small_subclass():
+    """A user's sink as one would write it: a Sink subclass with write(step, records), here appending to a list
+    with the base's selection (stats, prefix) and dashboard names. Through attach(sinks=[...]) it gets every train
+    step and every validation pass (phase "eval"), each value the test's own hooks' float64 NumPy mean and count,
+    and the alerts."""
+    class ToList(hookstats.sinks.Sink):
+        def __init__(self):
+            super().__init__(stats=("count", "mean"), prefix="mine/")
+            self.rows, self.alerts = [], []
+
+        def write(self, step, records):
+            self.rows += [(step, name, v) for rec in records for name, v in self.named_values(rec)]
+
+        def write_alerts(self, step, alerts):
+            self.alerts += [a["kind"] for a in alerts]
+
+    torch.manual_seed(0)
+    model, sink, want = nn.Sequential(nn.Linear(4, 3)), ToList(), []
+    model[0].register_forward_hook(
+        lambda m, i, o: want.extend((step, f"mine/0/output{'' if m.training else '/eval'}/{stat}", v) for stat, v in
+                                    (("count", o.numel()), ("mean", o.detach().double()[o.isfinite()].mean().item()))))
+    mon = hookstats.attach(model, eval=True, grads=False, steps="manual", log_every=2, sinks=[sink])
+    for step in range(3):
+        x = torch.randn(5, 4)
+        if step == 2:
+            x[0, 0] = float("nan")
+        model(x)
+        model.eval()
+        with torch.no_grad():
+            model(torch.randn(2, 4))
+        model.train()
+        mon.step()
+    with pytest.warns(AlertWarning, match="NaN/Inf in 0:output at step 2"):
+        mon.remove()
+    assert sorted(r[:2] for r in sink.rows) == sorted(r[:2] for r in want)
+    got = dict(((s, n), v) for s, n, v in sink.rows)
+    for s, n, v in want:
+        assert got[(s, n)] == (v if n.endswith("count") else pytest.approx(v, rel=1e-6)), (s, n)
+    assert sink.alerts == ["nonfinite"]
 
 
 def test_csv_long_table_round_trip(tmp_path):

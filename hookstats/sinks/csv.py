@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import statistics
 from . import claim, fields
-from .base import KEY_FIELDS, SCALARS, file_lines, open_parent, scalar_items, warn_skipped
+from .base import KEY_FIELDS, SCALARS, Sink, file_lines, open_parent, warn_skipped
 from .runs import Ledger, run_header
 
 COLUMNS = ("step", "target", "module", "kind", "leaf", "phase", "stat", "value")
@@ -20,12 +20,13 @@ INT_SCALARS = tuple(s for s in SCALARS if statistics.BY_NAME[s].type == statisti
 RUN, STEP_END = "#run", "#step_end"
 
 
-class CSVSink:
+class CSVSink(Sink):
     """path: the file. Rows are appended (a resumed run keeps the earlier rows) after a run marker row, each
     step's followed by a step-end row; one process writes a file at a time (claim.py), and under
     torch.distributed rank r > 0 writes `<stem>.rank<r>.csv`."""
 
     def __init__(self, path):
+        super().__init__()
         self.path = claim.check_path(path, "CSVSink")
         self.alerts_path = self.path.with_name(self.path.stem + "_alerts.csv")
         if not claim.distributed_initialized():
@@ -43,7 +44,7 @@ class CSVSink:
     def write(self, step, records):
         w = self._open(step)
         for rec in records:
-            for stat, v in scalar_items(rec):
+            for stat, v in self.values(rec):
                 w.writerow((step, rec["target"], rec["module"], rec["kind"], rec["leaf"], rec.get("phase") or "train",
                             stat, repr(v)))
         w.writerow((step, "", "", STEP_END, "", "", "targets", len(records)))

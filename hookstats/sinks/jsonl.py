@@ -12,16 +12,17 @@ import numpy as np
 
 from .. import buckets, layout
 from . import claim, fields
-from .base import SCALARS, file_lines, json_number, open_parent, scalar_items, warn_skipped
+from .base import SCALARS, Sink, file_lines, json_number, open_parent, warn_skipped
 from .runs import Ledger, run_header
 
 
-class JSONLSink:
+class JSONLSink(Sink):
     """path: the file. Records are appended after a run header (a resumed run keeps the earlier records),
     each step's followed by a step-end marker; one process writes a file at a time (claim.py), and under
     torch.distributed rank r > 0 writes `<stem>.rank<r>.jsonl`."""
 
     def __init__(self, path):
+        super().__init__()
         self.path = claim.check_path(path, "JSONLSink")
         if not claim.distributed_initialized():
             claim.check_free(self.path)
@@ -42,7 +43,7 @@ class JSONLSink:
         for rec in records:
             line = {"type": "stats", "step": step, "target": rec["target"], "module": rec["module"],
                     "kind": rec["kind"], "leaf": rec["leaf"], "phase": rec.get("phase") or "train"}
-            line.update((k, json_number(v)) for k, v in scalar_items(rec))
+            line.update((k, json_number(v)) for k, v in self.values(rec))
             if rec.get("hist") is not None:
                 line["hist"] = [int(c) for c in rec["hist"]]
                 line["hist_range"] = [float(rec["hist_edges"][0]), float(rec["hist_edges"][-1])]

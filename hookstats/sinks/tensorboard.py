@@ -5,9 +5,9 @@ prefix, so TensorBoard shows one collapsible section, named by hookstats/sinks/n
 configured, else the view fitted to the float buckets), ".../log2_abs" (log2 |x|); eval records ".../eval/<stat>"."""
 import os
 
-from .base import DASHBOARD_STATS, PREFIX, check_prefix, check_stats, chosen_items
+from .base import DASHBOARD_STATS, PREFIX, Sink
 from .histograms import log2_buckets, value_histograms
-from .names import record_name, stat_name
+from .names import stat_name
 
 
 def add_histograms(writer, pairs, step):
@@ -40,7 +40,7 @@ def _add(writer, base, rec, lin, step):
                                  bucket_limits=edges[1:].tolist(), bucket_counts=counts.tolist(), global_step=step)
 
 
-class TensorBoardSink:
+class TensorBoardSink(Sink):
     """log_dir: where a SummaryWriter of ours writes; or writer: a SummaryWriter (or anything with its
     add_scalar/add_histogram_raw/add_text) that stays the caller's: close() flushes it, never closes it.
     stats: the scalars per target and step (default DASHBOARD_STATS; any of DASHBOARD_CHOICES, or () for
@@ -49,7 +49,8 @@ class TensorBoardSink:
     def __init__(self, log_dir=None, writer=None, stats=DASHBOARD_STATS, histograms=True, prefix=PREFIX):
         if (log_dir is None) == (writer is None):
             raise ValueError("TensorBoardSink needs log_dir or writer (one of them)")
-        self.stats, self.histograms, self.prefix = check_stats(stats), bool(histograms), check_prefix(prefix)
+        super().__init__(stats, prefix)
+        self.histograms = bool(histograms)
         if writer is not None:
             needs = ("add_scalar", "add_text", "flush") + (("add_histogram_raw",) if histograms else ())
             missing = [m for m in needs if not callable(getattr(writer, m, None))]
@@ -69,13 +70,11 @@ class TensorBoardSink:
         self.writer = writer
 
     def write(self, step, records):
-        w = self.writer
         for rec in records:
-            base = record_name(rec, self.prefix)
-            for stat, v in chosen_items(rec, self.stats):
-                w.add_scalar(stat_name(base, stat), v, step)
+            for name, v in self.named_values(rec):
+                self.writer.add_scalar(name, v, step)
         if self.histograms:
-            add_histograms(w, ((record_name(rec, self.prefix), rec) for rec in records), step)
+            add_histograms(self.writer, ((self.name(rec), rec) for rec in records), step)
 
     def write_alerts(self, step, alerts):
         for a in alerts:
