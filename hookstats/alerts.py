@@ -139,7 +139,7 @@ def step_order(modules, seen=None):
         i = rank(owner)
         if k.kind in FORWARD_KINDS:
             return (0, i, FORWARD_KINDS.index(k.kind))
-        return (2 if k.kind == "param_grad" else 1, -i, 0)
+        return (2 if k.kind == Kind.PARAM_GRAD else 1, -i, 0)
     return key
 
 

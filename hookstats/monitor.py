@@ -38,7 +38,7 @@ class Monitor:
             raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
         self.model, self.cfg, self.modules, self.track_eval = model, cfg, modules, eval
         self.store = StateStore(cfg)
-        self.clock = StepClock(model, every, eval, steps, on_sampling=self.store.set_sampling,
+        self.clock = StepClock(model, every, eval, steps, on_modes=self.store.set_modes,
                                exclusive=self.store.exclusive, hist_every=cfg.hist_every)
         self.every, self.separate_calls, self.tell = self.clock.every, separate_calls, WarnOnce()
         self.port = Port(self.store, self.clock, self.tell, separate_calls)

@@ -325,7 +325,7 @@ def test_report_on_a_run_saved_with_and_without_linear_bins(tmp_path, capsys, co
 
 
 def test_report_takes_the_quantiles_from_the_last_window_with_buckets(tmp_path, capsys):
-    """log_every=2 under the default hist_every=10: most flush windows hold no histogram step, the run's last one
+    """log_every=2 under hist_every=10: most flush windows hold no histogram step, the run's last one
     among them. The report's |x| quantiles come from the last window that has buckets (step 20's values here),
     within the buckets' 1/17 relative error of NumPy's, not NaN."""
     import numpy as np
@@ -338,7 +338,8 @@ def test_report_takes_the_quantiles_from_the_last_window_with_buckets(tmp_path, 
     model = nn.Sequential(nn.Linear(5, 30), nn.ReLU(), nn.Linear(30, 3))
     seen = []
     model[0].register_forward_hook(lambda m, i, o: seen.append(o.detach().double().abs().reshape(-1).numpy()))
-    mon = hookstats.attach(model, sinks=run_dir_sinks(tmp_path / "run", tensorboard=False), log_every=2, alerts=False)
+    mon = hookstats.attach(model, sinks=run_dir_sinks(tmp_path / "run", tensorboard=False), log_every=2, alerts=False,
+                           hist_every=10)
     for s in range(25):
         model(torch.randn(8, 5) * (1 + s)).square().mean().backward()
     mon.remove()

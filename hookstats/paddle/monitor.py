@@ -34,7 +34,7 @@ class PaddleMonitor(Monitor):
                  grads=True, param_grads=False, separate_calls=False, optimizer=None):
         self.model, self.cfg, self.modules, self.track_eval = layer, cfg, layers, eval
         self.store = StateStore(cfg)
-        self.clock = StepClock(TrainingMode(layer), every, eval, steps, on_sampling=self.store.set_sampling,
+        self.clock = StepClock(TrainingMode(layer), every, eval, steps, on_modes=self.store.set_modes,
                                exclusive=self.store.exclusive, hist_every=cfg.hist_every)
         self.every, self.separate_calls, self.tell = self.clock.every, separate_calls, WarnOnce()
         self.port = Port(self.store, self.clock, self.tell, separate_calls)
