@@ -34,6 +34,10 @@ class Kind(str, enum.Enum):
 
 
 KINDS = tuple(k.value for k in Kind)
+# When a step reaches each kind: forward ones in this order within a module, those read at the optimizer step last,
+# the others (gradients, parameter values) in backward order (alerts.step_order)
+FORWARD_KINDS = (Kind.INPUT, Kind.OUTPUT, Kind.WATCH)
+OPTIMIZER_KINDS = (Kind.PARAM_GRAD,)
 
 
 @dataclasses.dataclass(frozen=True)
