@@ -145,7 +145,7 @@ def _save(fig, path, whole_legend=False):
 PLOT_MAX = 1e300
 
 # ---- layer stats ----
-def plot_layer_stats(series, path=None, targets=None, kind=Kind.OUTPUT, max_targets=None):
+def plot_layer_stats(series, path=None, targets=None, kind=Kind.OUTPUT.value, max_targets=None):
     """Mean, std and near-zero % of each target over steps, one line per target in forward order (every
     target of the kind; max_targets: the first ones, and the title says how many of how many). Each target has
     its own color and line style (a qualitative palette, styles cycling past its 10 colors) and its number in
@@ -227,7 +227,7 @@ def _panels(series, targets):
 
 
 # ---- histogram heatmaps ----
-def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.OUTPUT, max_targets=None, ncols=3):
+def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.OUTPUT.value, max_targets=None, ncols=3):
     """Per target, the histogram of each step as one column of log(1 + count) (fastai's color_dim), each
     panel on its own color scale, in a grid that grows with the targets (max_targets: the first ones, and
     the title says how many of how many; targets without histograms are named in the title).

@@ -136,6 +136,7 @@ COUNTS = ("count", "finite", "near_zero_count", "nan", "posinf", "neginf", "unde
 
 
 def check(items, want, what):
+    items = [(step, rec) for step, rec in items if (rec.get("phase") or "train") == "train"]  # eval: its own phase
     got = collections.Counter((step, rec["target"]) for step, rec in items)
     assert sorted(got) == sorted(want), what
     assert max(got.values()) == 1, f"{what}: steps written twice: {[k for k, n in got.items() if n > 1]}"
