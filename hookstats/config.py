@@ -20,9 +20,10 @@ class StatsConfig:
 
     hist_every=N: on train-phase steps the histograms (float buckets, linear bins, log2 slots) are counted on one
     sampled step in N, the steps k with k % (every * N) == 0 (step 0 always), and before the second of them the
-    steps every * (1, 2, 4, 8, ...) (clock.is_hist_step: a short run is not described by step 0 alone); count, moments, min/max, near-zero
-    and NaN/Inf on every sampled step. Eval forwards (eval=True) count them always. Whatever is derived from the
-    histograms is normalised by the values they hold (records' hist_count), never by count."""
+    steps every * (1, 2, 4, 8, ...) (clock.is_hist_step: a short run is not described by step 0 alone); count,
+    moments, min/max, near-zero and NaN/Inf on every sampled step. Eval forwards (eval=True) count them always.
+    Whatever is derived from the histograms is normalised by the values they hold (records' hist_count), never by
+    count."""
 
     nbins: int = None
     lo: float = None

@@ -286,7 +286,8 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
 
     modules/types/exclude select what is hooked (default: every module with parameters of its own);
     every=N measures one step in N (hist_every=M: the train histograms on one of those in M, steps k with
-    k % (N * M) == 0, and the ramp N * (1, 2, 4, ...) below N * M; moments, counts, min/max, near-zero and NaN/Inf on each); steps="forward" counts a step per root forward in training mode,
+    k % (N * M) == 0, and the ramp N * (1, 2, 4, ...) below N * M; moments, counts, min/max, near-zero and NaN/Inf
+    on each); steps="forward" counts a step per root forward in training mode,
     steps="manual" lets mon.step() end each step (gradient accumulation); eval=True also measures eval-mode forwards, kept apart from train, in any step (every=N samples train steps only);
     inputs=True measures module inputs; grads (default on) the gradients flowing back into the outputs;
     input_grads=True the gradients w.r.t. module inputs, through each call only (a call that modifies its

@@ -227,7 +227,8 @@ def _panels(series, targets):
 
 
 # ---- histogram heatmaps ----
-def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.OUTPUT.value, max_targets=None, ncols=3):
+def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.OUTPUT.value, max_targets=None,
+                      ncols=3):
     """Per target, the histogram of each step as one column of log(1 + count) (fastai's color_dim), each
     panel on its own color scale, in a grid that grows with the targets (max_targets: the first ones, and
     the title says how many of how many; targets without histograms are named in the title).

@@ -454,7 +454,8 @@ def test_a_module_called_outside_the_models_forward_is_in_the_models_mode(track_
         model[0](x * 2)
     train, ev = mon.stats(), mon.stats(phase="eval")
     for name in NAMES:
-        assert_record(train[f"{name}:output"], seen.of(name, set(range(steps))), seen.of(name, hist_steps(steps, 1, 2)), mon.cfg)
+        assert_record(train[f"{name}:output"], seen.of(name, set(range(steps))), seen.of(name, hist_steps(steps, 1, 2)),
+                      mon.cfg)
     if track_eval:
         assert sorted(ev) == [f"{name}:output" for name in NAMES]
         for name in NAMES:

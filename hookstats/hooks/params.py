@@ -8,11 +8,11 @@ class ParamValues:
     """The weights themselves, one state per parameter ("fc1.weight:param"), as wandb.watch(log="all") logs them.
 
     After an optimizer steps (the step clock's after_optimizer: no optimizer has to be passed, several are fine)
-    the parameters that optimizer holds are measured: the weights its step produced. mon.step() measures those no optimizer
-    measured in the step that it ends (loops without torch.optim, frozen parameters). Frozen parameters
+    the parameters that optimizer holds are measured: the weights its step produced. mon.step() measures those no
+    optimizer measured in the step that it ends (loops without torch.optim, frozen parameters). Frozen parameters
     (requires_grad=False) are measured too, once per step, at the first optimizer step or mon.step() of it.
     Gradient accumulation measures once per optimizer step, since the micro-batches step no optimizer.
-    Cadence: the steps every=N samples, histograms on the hist_every grid, as every other target.
+    Cadence: the steps every=N samples, histograms on the histogram steps (clock.is_hist_step), as every other target.
     """
 
     def __init__(self, port, named_params):

@@ -40,6 +40,6 @@ def run_dir_sinks(out_dir, tensorboard=True):
     return sinks
 
 
-__all__ = ["DASHBOARD_CHOICES", "DASHBOARD_STATS", "SCALARS", "Sink", "Steps", "SkippedLinesWarning", "BadRecordWarning",
-           "HistoryFileWarning", "RunsWarning", "CSVSink", "JSONLSink",
+__all__ = ["DASHBOARD_CHOICES", "DASHBOARD_STATS", "SCALARS", "Sink", "Steps", "SkippedLinesWarning",
+           "BadRecordWarning", "HistoryFileWarning", "RunsWarning", "CSVSink", "JSONLSink",
            "MemorySink", "TensorBoardSink", "WandbSink", "read_csv", "read_jsonl", "read_history", "run_dir_sinks"]
