@@ -58,9 +58,11 @@ class Sink:
         self.stats, self.prefix = check_stats(stats), check_prefix(prefix)
 
     def write(self, step, records):
+        """One step's records (a list of dicts, see the module docstring): where a sink of records writes them."""
         raise NotImplementedError(f"{type(self).__name__} defines neither write(step, records) nor write_steps(steps)")
 
     def write_steps(self, steps):
+        """A flush (a Steps): write(step, records) for each of its steps, unless a subclass takes the arrays."""
         for step, records in steps:
             self.write(step, records)
 
