@@ -8,7 +8,7 @@ import torch
 
 from . import layout, statistics
 from .config import check_arg
-from .state import Kind
+from .state import FORWARD_KINDS, OPTIMIZER_KINDS
 
 F = layout.FSTATE_SIZE
 # columns of the alert row (one row per target); float columns are float64 bits in the int64 buffer
@@ -118,9 +118,6 @@ class AlertRules:
         return {"kind": kind, "target": target, "step": step, "message": msg}
 
 
-FORWARD_KINDS = (Kind.INPUT, Kind.OUTPUT, Kind.WATCH)
-
-
 def step_order(modules, seen=None):
     """Sort key of TargetKey: the order in which a training step reaches targets. Forward targets by
     module in the order the forward first ran them (`seen`: name -> rank, filled by the hooks as they
@@ -139,7 +136,7 @@ def step_order(modules, seen=None):
         i = rank(owner)
         if k.kind in FORWARD_KINDS:
             return (0, i, FORWARD_KINDS.index(k.kind))
-        return (2 if k.kind == "param_grad" else 1, -i, 0)
+        return (2 if k.kind in OPTIMIZER_KINDS else 1, -i, 0)
     return key
 
 

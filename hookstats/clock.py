@@ -6,6 +6,7 @@ import weakref
 
 import torch
 
+from . import layout
 from .config import check_arg, check_count
 
 
@@ -38,20 +39,39 @@ def _compile_started(args=None):
         func(owner)
 
 
+def is_hist_step(step, every, hist_every):
+    """Whether train step `step` counts the histograms: with n = step / every (the index of a sampled step), n = 0,
+    n a multiple of hist_every (the grid: each history window of log_every steps, a multiple of every * hist_every,
+    holds one), and the ramp before the grid's second step, n = 1, 2, 4, 8, ... below hist_every, so a run
+    shorter than one window is not described by its initial weights and activations alone. Fixed to step 0 (a
+    resumed run keeps the steps of an uninterrupted one); the device flag follows it, nothing recompiles."""
+    if step % every:
+        return False
+    n = step // every
+    return n % hist_every == 0 or (n < hist_every and n & (n - 1) == 0)
+
+
+def optimizer_param_ids(optimizer):
+    """The ids of the parameters a torch.optim optimizer steps (its param_groups now)."""
+    return [id(p) for group in optimizer.param_groups for p in group["params"]]
+
+
 class StepClock:
     """A step is one forward of the root model in training mode (steps="forward"), or, with steps="manual" or
     once step() has been called, what the caller ends with step(). Step k is sampled when k % every == 0
     (step 0 is) and the clock is not paused; a forward is measured when its step is sampled and its phase is
-    measured (train, or eval with track_eval). A sampled step is a histogram step when k % (every * hist_every)
-    == 0: a fixed grid of steps (step 0 is one), so a pause() over one skips it rather than shifting the next
-    ones, and history windows of log_every steps (a multiple of every * hist_every) hold the same number.
+    measured (train, or eval with track_eval). Whether a sampled step is a histogram step: is_hist_step(), a fixed
+    set of steps (step 0 is one), so a pause() over one skips it rather than shifting the next ones.
 
     Listeners: step_listeners(clock, finished_step, it_was_sampled, it_counted_histograms, a_validation_pass_ran)
     when a step ends (the pass: eval root forwards measured while that step was open),
     forward_listeners() at the start of each root forward (not nested; compiled too), eager_listeners() at each
-    eager point; on_sampling(sampled, hist, paused) with the step's mode, at each update (the device flags follow it)."""
+    eager point; on_modes(flag_modes()) at each update (the device flags follow it). The one optimizer hook of a
+    monitor is the clock's: before_optimizer(optimizer, param_ids) before any torch.optim optimizer steps, and
+    after_optimizer(optimizer, param_ids) after it, before the clock ends a compiled step (param_ids: the
+    parameters it steps, optimizer_param_ids)."""
 
-    def __init__(self, model, every=1, track_eval=False, steps="forward", on_sampling=None,
+    def __init__(self, model, every=1, track_eval=False, steps="forward", on_modes=None,
                  exclusive=contextlib.nullcontext, hist_every=1):
         self.model, self.track_eval = model, track_eval
         self.every = check_count("every", every)
@@ -63,7 +83,7 @@ class StepClock:
         self.phase = "train"
         self.measuring = True  # this step is sampled and its phase is measured: the eager hooks' fast check
         self.sampling = True  # this step is sampled (not paused, step % every == 0): what the device flags hold
-        self.hist = True  # and it counts the histograms (step % (every * hist_every) == 0): the flags hold it too
+        self.hist = True  # and it counts the histograms (is_hist_step): the flags hold it too
         # Whether the open step was sampled at any time in it (a pause or an eval forward since does not undo
         # what it measured): History records exactly these steps; and whether it counted histograms then.
         self.step_sampled = self.step_hist = True
@@ -74,7 +94,8 @@ class StepClock:
         self.optimizer_steps = 0  # steps ended by optimizer steps (compiled models, steps="forward")
         self.root_running = 0  # root forwards running now (separate_calls numbers calls per root forward)
         self.step_listeners, self.forward_listeners, self.eager_listeners = [], [], []
-        self.on_sampling = on_sampling
+        self.before_optimizer, self.after_optimizer = [], []
+        self.on_modes = on_modes
         self.exclusive = exclusive  # held while the step listeners run: no state is updated meanwhile
         self._step_has_forward = False  # a train root forward ran in the open step (steps="forward", eager)
         self._eager_stepped = False  # and an optimizer of the model has stepped since
@@ -140,12 +161,25 @@ class StepClock:
             self._end_step()
             self.update_active()
 
+    def on_optimizer_pre_step(self, optimizer, args, kwargs):
+        """Before a torch.optim optimizer steps: an eager point, then before_optimizer (parameter gradients)."""
+        if self.before_optimizer:
+            self.eager_point()
+            ids = optimizer_param_ids(optimizer)
+            for f in self.before_optimizer:
+                f(optimizer, ids)
+
     def on_optimizer_step(self, optimizer, args, kwargs):
-        """Under compile an optimizer step of this model ends the step (root forwards are not counted there).
+        """After a torch.optim optimizer step: after_optimizer (parameter values) in the step it belongs to, then
+        under compile an optimizer step of this model ends the step (root forwards are not counted there).
         In eager code the next train forward ends it, so a second optimizer's parameter gradients stay in
         it; if that next forward is the first compiled one, the compile's start ends it (compile_started).
         Any optimizer step is also an eager point of a compiled loop: the next compiled call measures what
         the last one reached first (tuple outputs, watch...), with no stats() or step() call."""
+        if self.after_optimizer:
+            ids = optimizer_param_ids(optimizer)
+            for f in self.after_optimizer:
+                f(optimizer, ids)
         if not self.manual and self.attached and self._steps_this_model(optimizer):
             if self.compiled:
                 self.optimizer_steps += 1
@@ -178,7 +212,7 @@ class StepClock:
         known = self._optimizers.get(optimizer)
         if known is None:
             mine = {id(p) for p in self.model.parameters()}
-            known = not mine or any(id(p) in mine for g in optimizer.param_groups for p in g["params"])
+            known = not mine or any(i in mine for i in optimizer_param_ids(optimizer))
             self._optimizers[optimizer] = known
         return known
 
@@ -193,13 +227,21 @@ class StepClock:
 
     def update_active(self):
         sampled = not self.paused and self.step_count % self.every == 0
-        hist = self.step_count % (self.every * self.hist_every) == 0
+        hist = is_hist_step(self.step_count, self.every, self.hist_every)
         self.step_sampled = self.step_sampled or sampled
         self.step_hist = self.step_hist or (sampled and hist)
         self.sampling, self.hist = sampled, hist
         self.measuring = self.measures(self.phase)
-        if self.on_sampling is not None:  # the store refills its device flags only when their mode changed
-            self.on_sampling(sampled, hist, self.paused)
+        if self.on_modes is not None:  # the store refills its device flags only when their mode changed
+            self.on_modes(self.flag_modes())
+
+    def flag_modes(self):
+        """What the op does now with a value of each phase (PHASES order): the device flags hold it, compiled code
+        reads them. 0: nothing; 1: measure it; 1 | SKIP_HIST: measure it without the histograms (train steps
+        that are no is_hist_step). The eval flag follows pause() alone; whether eval values reach the op at all
+        is measures()' (eval=True)."""
+        train = (1 if self.hist else 1 | layout.SKIP_HIST) if self.sampling else 0
+        return train, 0 if self.paused else 1
 
     def measures_phase(self):
         return self.phase == "train" or self.track_eval
@@ -207,7 +249,7 @@ class StepClock:
     def measures(self, phase):
         """Whether values of `phase` are measured now: train values on sampled steps (every=N, not paused), eval
         values (eval=True) whenever the clock is not paused, whatever step they fall in: a validation pass after
-        an unsampled train step must not be lost whole. The device flags hold the same (StateStore._mode)."""
+        an unsampled train step must not be lost whole. The device flags hold the same (flag_modes)."""
         return self.sampling if phase == "train" else self.track_eval and not self.paused
 
     def hook_phase(self, recompute=False, compiling=None):

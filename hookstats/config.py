@@ -19,9 +19,11 @@ class StatsConfig:
     its own log2 slots: log_hist then means "records carry log2_hist, summed from the buckets".
 
     hist_every=N: on train-phase steps the histograms (float buckets, linear bins, log2 slots) are counted on one
-    sampled step in N, the steps k with k % (every * N) == 0 (step 0 always); count, moments, min/max, near-zero
-    and NaN/Inf on every sampled step. Eval forwards (eval=True) count them always. Whatever is derived from the
-    histograms is normalised by the values they hold (records' hist_count), never by count."""
+    sampled step in N, the steps k with k % (every * N) == 0 (step 0 always), and before the second of them the
+    steps every * (1, 2, 4, 8, ...) (clock.is_hist_step: a short run is not described by step 0 alone); count,
+    moments, min/max, near-zero and NaN/Inf on every sampled step. Eval forwards (eval=True) count them always.
+    Whatever is derived from the histograms is normalised by the values they hold (records' hist_count), never by
+    count."""
 
     nbins: int = None
     lo: float = None
@@ -160,17 +162,6 @@ def history_options(history=True, log_every=10, keep=1000, sinks=None, alerts=Tr
     if history is False and not sinks:
         return None
     rules = AlertRules() if alerts is True else alerts or AlertRules(enabled=False)
+    from .sinks.base import check_sinks  # the sinks' own rule (sinks import the config)
     return {"log_every": log_every, "capacity": capacity or log_every, "sinks": check_sinks(sinks), "rules": rules,
             "keep": keep}
-
-
-def check_sinks(sinks):
-    """sinks (None, one sink, or a list) as a list; a ValueError naming a sink without write() and close()."""
-    if sinks is None:
-        return []
-    if not isinstance(sinks, (list, tuple)):
-        sinks = [sinks]
-    for s in sinks:
-        if not (callable(getattr(s, "write", None)) and callable(getattr(s, "close", None))):
-            raise ValueError(f"a sink needs write(step, records) and close() methods, got {type(s).__name__}")
-    return list(sinks)

@@ -5,6 +5,7 @@ import numpy as np
 
 from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
                       step_records)
+from .sinks.base import Steps, protocol
 from .sinks.memory import MemorySink
 from .user_warning import warn_user
 
@@ -64,26 +65,15 @@ class Delivery:
                 start = end
 
     def _write_steps(self, steps, keys, cols, present, phase="train"):
-        """Sinks with write_rows (MemorySink) take the flush as arrays; the others get per step a list of
-        records, built only for them."""
-        if not steps:
-            return
-        by_rows = [s for s in self.sinks if callable(getattr(s, "write_rows", None))]
-        if by_rows:
-            key_rows = [key_fields(k, phase) for k in keys]
-            self._write("write_rows", steps, key_rows, cols, present, sinks=by_rows)
-        by_records = [s for s in self.sinks if s not in by_rows]
-        if by_records:
-            for step, records in zip(steps, step_records(keys, cols, present, phase)):
-                self._write("write", step, records, sinks=by_records)
+        """Every sink gets the steps as one Steps: arrays, and records built only if a sink reads them."""
+        if steps:
+            self._write("write_steps", Steps(steps, [key_fields(k, phase) for k in keys], cols, present,
+                                             lambda: step_records(keys, cols, present, phase)))
 
-    def _write(self, method, *args, sinks=None):
-        for sink in list(self.sinks if sinks is None else sinks):
-            fn = getattr(sink, method, None)
-            if fn is None or sink not in self.sinks:
-                continue
+    def _write(self, method, *args):
+        for sink in list(self.sinks):
             try:
-                fn(*args)
+                protocol(sink, method)(*args)
             except Exception as e:
                 self.sinks.remove(sink)
                 warn_user(f"hookstats: sink {type(sink).__name__} failed and was dropped: {e!r}", HistoryWarning)
@@ -92,7 +82,7 @@ class Delivery:
         """Closes every sink (one that fails is told, the others still close)."""
         for sink in self.sinks:
             try:
-                sink.close()
+                protocol(sink, "close")()
             except Exception as e:
                 warn_user(f"hookstats: closing sink {type(sink).__name__} failed: {e!r}", HistoryWarning)
 

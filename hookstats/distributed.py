@@ -51,7 +51,7 @@ class MutedSink:
 def rank_zero_sinks(sinks):
     """attach()'s default: rank 0 (or a process without torch.distributed) keeps its sinks, the other
     ranks get them muted. Decided at attach time: initialize the process group first."""
-    from .config import check_sinks
+    from .sinks.base import check_sinks
     sinks = check_sinks(sinks)
     return sinks if rank() == 0 else [MutedSink(s) for s in sinks]
 

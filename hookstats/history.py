@@ -178,8 +178,8 @@ class History:
     phase "eval"), kept on the device (a Ring per device and phase) and handed to `delivery` at each flush.
 
     Its arguments are those of config.history_options(): log_every: steps between flushes; capacity: ring slots;
-    keep: steps kept on the host for mon.history() (the sinks get every step); sinks: objects with
-    write(step, records) and close(); rules: an AlertRules (enabled=False for none).
+    keep: steps kept on the host for mon.history() (the sinks get every step); sinks: hookstats.sinks.Sink objects
+    (sinks/base.py), or any object with write(step, records); rules: an AlertRules (enabled=False for none).
     """
 
     def __init__(self, monitor, log_every, capacity, sinks, rules, keep):

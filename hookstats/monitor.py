@@ -23,7 +23,7 @@ class Monitor:
 
     A step is one forward of the root model in training mode (steps="forward"), or, with steps="manual" or
     once mon.step() has been called, what the caller ends with mon.step(). Step k is measured when
-    k % every == 0 (step 0 is measured); its train-phase histograms when k % (every * cfg.hist_every) == 0.
+    k % every == 0 (step 0 is measured); its train-phase histograms on clock.is_hist_step's steps.
 
     What history.py, distributed.py and planner.py use (besides the user's API): cfg, modules, every,
     forward_order, step_listeners, step_count, step_sampled, step_hist, states(), split_steps(), eager_point(). The parts
@@ -37,7 +37,7 @@ class Monitor:
             raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
         self.model, self.cfg, self.modules, self.track_eval = model, cfg, modules, eval
         self.store = StateStore(cfg)
-        self.clock = StepClock(model, every, eval, steps, on_sampling=self.store.set_sampling,
+        self.clock = StepClock(model, every, eval, steps, on_modes=self.store.set_modes,
                                exclusive=self.store.exclusive, hist_every=cfg.hist_every)
         self.every, self.separate_calls, self.tell = self.clock.every, separate_calls, WarnOnce()
         self.port = Port(self.store, self.clock, self.tell, separate_calls)
@@ -228,28 +228,42 @@ class Monitor:
 
 
 class HistSteps:
-    """Which train steps the running histograms hold (stats()' hist_steps): {"count", "first", "last"} of the
-    finished histogram steps since attach or reset(), and the open step if it is one and a train forward ran in it;
-    None before any. The eval
-    phase counts its histograms in every forward (its records say None)."""
+    """Which train steps the running histograms hold (stats()' hist_steps): {"count", "first", "last", "steps"} of
+    the finished histogram steps since attach or reset(), and the open step if it is one and a train forward ran in
+    it; None before any. "steps" lists them as a tuple of ranges (the ramp and the grid of clock.is_hist_step, split
+    where a pause skipped one): a few ranges however long the run. The eval phase counts its histograms in every
+    forward (its records say None)."""
 
     def __init__(self):
         self.reset()
 
     def reset(self):
-        self.count, self.first, self.last = 0, None, None
+        self.count, self.ranges = 0, []
 
     def on_step_end(self, clock, step, sampled, hist, evaluated=False):
         if hist:
             self.count += 1
-            self.first = step if self.first is None else self.first
-            self.last = step
+            self.ranges = extend_ranges(self.ranges, step)
 
     def read(self, clock):
-        count, first, last = self.count, self.first, self.last
+        count, ranges = self.count, self.ranges
         if clock.step_hist and clock.step_trained:
-            count, first, last = count + 1, clock.step_count if first is None else first, clock.step_count
-        return None if not count else {"count": count, "first": first, "last": last}
+            count, ranges = count + 1, extend_ranges(ranges, clock.step_count)
+        if not count:
+            return None
+        return {"count": count, "first": ranges[0].start, "last": ranges[-1][-1], "steps": tuple(ranges)}
+
+
+def extend_ranges(ranges, step):
+    """ranges (a list of ranges, ascending) with `step` (above them all) added: the last range extended when step
+    keeps its stride, else a new one. A new list; the ranges are not changed."""
+    if ranges:
+        last = ranges[-1]
+        if len(last) == 1:
+            return ranges[:-1] + [range(last.start, step + 1, step - last.start)]
+        if step - last[-1] == last.step:
+            return ranges[:-1] + [range(last.start, step + 1, last.step)]
+    return ranges + [range(step, step + 1)]
 
 
 _attached_to = weakref.WeakKeyDictionary()  # model -> weakref of its last attached monitor (for summary())
@@ -275,7 +289,8 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
 
     modules/types/exclude select what is hooked (default: every module with parameters of its own);
     every=N measures one step in N (hist_every=M: the train histograms on one of those in M, steps k with
-    k % (N * M) == 0; moments, counts, min/max, near-zero and NaN/Inf on each); steps="forward" counts a step per root forward in training mode,
+    k % (N * M) == 0, and the ramp N * (1, 2, 4, ...) below N * M; moments, counts, min/max, near-zero and NaN/Inf
+    on each); steps="forward" counts a step per root forward in training mode,
     steps="manual" lets mon.step() end each step (gradient accumulation); eval=True also measures eval-mode forwards, kept apart from train, in any step (every=N samples train steps only);
     inputs=True measures module inputs; grads (default on) the gradients flowing back into the outputs;
     input_grads=True the gradients w.r.t. module inputs, through each call only (a call that modifies its

@@ -12,6 +12,7 @@ import torch
 from . import buckets, layout, statistics
 from .extras import require
 from .names import short
+from .state import KINDS, Kind
 
 HEATMAP_BINS = 64
 HEATMAP_SPAN_Q = (0.001, 0.999)
@@ -144,7 +145,7 @@ def _save(fig, path, whole_legend=False):
 PLOT_MAX = 1e300
 
 # ---- layer stats ----
-def plot_layer_stats(series, path=None, targets=None, kind="output", max_targets=None):
+def plot_layer_stats(series, path=None, targets=None, kind=Kind.OUTPUT.value, max_targets=None):
     """Mean, std and near-zero % of each target over steps, one line per target in forward order (every
     target of the kind; max_targets: the first ones, and the title says how many of how many). Each target has
     its own color and line style (a qualitative palette, styles cycling past its 10 colors) and its number in
@@ -226,7 +227,8 @@ def _panels(series, targets):
 
 
 # ---- histogram heatmaps ----
-def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind="output", max_targets=None, ncols=3):
+def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.OUTPUT.value, max_targets=None,
+                      ncols=3):
     """Per target, the histogram of each step as one column of log(1 + count) (fastai's color_dim), each
     panel on its own color scale, in a grid that grows with the targets (max_targets: the first ones, and
     the title says how many of how many; targets without histograms are named in the title).
@@ -398,7 +400,7 @@ def _cmap(name):
     return _matplotlib().colormaps[name]
 
 
-_KIND_IN_ID = re.compile(r":(grad_output|grad_input|param_grad|param|watch_grad|output|input|watch)(?=$|[\[.@])")
+_KIND_IN_ID = re.compile(f":({'|'.join(sorted(KINDS, key=len, reverse=True))})" + r"(?=$|[\[.@])")
 
 
 def kind_of(target_id):
@@ -428,8 +430,8 @@ def save_all(series, out_dir, run_totals=None, progress=None):
     by_kind = {}
     for t, h in log2.items():
         by_kind.setdefault(series[t]["kind"] if t in series else kind_of(t), {})[t] = h
-    for kind in sorted(by_kind, key=lambda k: (k != "output", kinds.index(k) if k in kinds else len(kinds))):
-        name = "dynamic_range.png" if kind == "output" or len(by_kind) == 1 else f"dynamic_range_{kind}.png"
+    for kind in sorted(by_kind, key=lambda k: (k != Kind.OUTPUT, kinds.index(k) if k in kinds else len(kinds))):
+        name = "dynamic_range.png" if kind == Kind.OUTPUT or len(by_kind) == 1 else f"dynamic_range_{kind}.png"
         charts.append((name, partial(plot_dynamic_range, by_kind[kind])))
     paths = []
     for name, draw in (progress or iter)(charts):

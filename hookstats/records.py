@@ -31,7 +31,7 @@ def finalize_rows(fstate, istate, cfg):
 
 
 def key_fields(key, phase="train"):
-    """The KEY_FIELDS of a TargetKey in `phase`, as history records and MemorySink.write_rows take them."""
+    """The KEY_FIELDS of a TargetKey in `phase`, as history records and sinks.Steps carry them."""
     return {"target": key.id, "module": key.module, "kind": key.kind, "leaf": key.leaf, "phase": phase}
 
 

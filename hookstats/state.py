@@ -33,6 +33,10 @@ class Kind(str, enum.Enum):
 
 
 KINDS = tuple(k.value for k in Kind)
+# When a step reaches each kind: forward ones in this order within a module, those read at the optimizer step last,
+# the others (gradients, parameter values) in backward order (alerts.step_order)
+FORWARD_KINDS = (Kind.INPUT, Kind.OUTPUT, Kind.WATCH)
+OPTIMIZER_KINDS = (Kind.PARAM_GRAD,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,14 +121,13 @@ def mark_static(t):
 
 class StateStore:
     """Every target's state of one monitor: (phase, TargetKey, device) -> TargetState, and per device and phase a
-    1-element uint8 flag, the device-side copy of the step's mode that the op reads (compiled code too): 0 not
-    sampled, 1 sampled, 1 | SKIP_HIST sampled without histograms (train steps between histogram steps; the eval
-    phase's flag never skips them, and is 1 whenever the monitor is not paused, whatever every=N says). Changing
-    a flag's value recompiles and re-captures nothing."""
+    1-element uint8 flag, the device-side copy of the step's mode that the op reads (compiled code too): the
+    values the step clock decides (StepClock.flag_modes), set through set_modes. Changing a flag's value
+    recompiles and re-captures nothing."""
 
     def __init__(self, cfg):
         self.cfg = cfg
-        self.sampling, self.hist, self.paused = True, True, False  # what the flags hold (the step clock sets it)
+        self.modes = (1,) * len(PHASES)  # what the flags hold, per phase (the step clock sets it)
         self._states = {}  # (phase, TargetKey, device) -> TargetState
         self._flags = {}  # (device, phase) -> flag
         self._late = set()  # (phase, *key fields, device) first reached inside compiled code
@@ -138,7 +141,8 @@ class StateStore:
     def flag(self, device, phase="train"):
         flag = self._flags.get((device, phase))
         if flag is None:
-            flag = self._flags[(device, phase)] = torch.tensor([self._mode(phase)], dtype=torch.uint8, device=device)
+            flag = self._flags[(device, phase)] = torch.tensor([self.modes[PHASES.index(phase)]], dtype=torch.uint8,
+                                                               device=device)
             mark_static(flag)
         return flag
 
@@ -147,21 +151,13 @@ class StateStore:
         for phase in PHASES:
             self.flag(device, phase)
 
-    def _mode(self, phase):
-        if phase != "train":  # eval values follow pause() only (StepClock.measures), with their histograms
-            return 0 if self.paused else 1
-        if not self.sampling:
-            return 0
-        return 1 if self.hist else 1 | layout.SKIP_HIST
-
-    def set_sampling(self, sampled, hist=True, paused=False):
-        """The step's mode: sampled or not, whether its train phase counts the histograms, and whether the monitor
-        is paused (the eval phase's flag follows that alone)."""
-        if (sampled, hist, paused) == (self.sampling, self.hist, self.paused):
+    def set_modes(self, modes):
+        """The flags' values per phase (PHASES order), as StepClock.flag_modes decides them."""
+        if modes == self.modes:
             return
-        self.sampling, self.hist, self.paused = sampled, hist, paused
+        self.modes = modes
         for (_, phase), flag in self._flags.items():
-            flag.fill_(self._mode(phase))
+            flag.fill_(modes[PHASES.index(phase)])
 
     def state(self, key, device, phase):
         k = (phase, key, device)

@@ -8,6 +8,7 @@ from torch import nn
 
 from .names import short
 from .records import value
+from .state import Kind
 from .tensors import tensor_leaves
 
 
@@ -90,7 +91,7 @@ def summary(model, *example_inputs, monitor=None, **example_kwargs):
                "trainable": ("yes" if all(p.requires_grad for p in own) else
                              "partly" if any(p.requires_grad for p in own) else "no") if own else "-"}
         if monitor is not None:
-            o, g = _target(stats, name, "output"), _target(stats, name, "grad_output")
+            o, g = _target(stats, name, Kind.OUTPUT), _target(stats, name, Kind.GRAD_OUTPUT)
             row.update({"mean": o["mean"] if o else None, "std": o["std"] if o else None,
                         "near zero %": 100 * o["near_zero"] if o else None, **_float_cells(o),
                         "nan/inf": o["nan"] + o["posinf"] + o["neginf"] if o else None,

@@ -169,3 +169,11 @@ def exit_without_finalizing():
     with or without hookstats ("terminate called without an active exception", after
     destroy_process_group); skipping finalization keeps that teardown bug out of the tests' verdicts."""
     os._exit(0)
+
+
+def hist_step(k, every, hist_every):
+    """The tests' own statement of the histogram cadence (docs/concepts.md): train step k counts the histograms
+    when it is sampled (k % every == 0) and its index n = k / every is on the grid (n % hist_every == 0) or on the
+    ramp below it (n = 1, 2, 4, 8, ... < hist_every). Pauses are the caller's to leave out."""
+    n, rest = divmod(k, every)
+    return rest == 0 and (n % hist_every == 0 or n in {2 ** j for j in range(63) if 2 ** j < hist_every})

@@ -321,3 +321,105 @@ def test_the_raw_state_checks_find_what_they_look_for(tmp_path):
     path.write_text(src)
     assert raw_state_writes([path], is_empty_state) == ["pkg/mod.py:4"]
     assert raw_state_writes([path], is_chan_merge) == ["pkg/mod.py:6"]
+
+
+# ---- one owner per concept ----
+KIND_VALUES = ("output", "grad_output", "input", "grad_input", "param_grad", "param", "watch", "watch_grad")
+
+
+def docstrings(tree):
+    """The string constants that are docstrings (module, class, function)."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def kind_spellings(package=PACKAGE, owner="state.py"):
+    """'file:line: text' of every kind name spelled in code outside `owner` (the Kind definition): a string equal
+    to a kind's value, or a pattern naming several kinds ("output|grad_output")."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.relative_to(package).as_posix() == owner:
+            continue
+        tree = ast.parse(path.read_text())
+        skip = docstrings(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in skip:
+                continue
+            parts = node.value.replace("(", "|").replace(")", "|").split("|")
+            if node.value in KIND_VALUES or sum(p in KIND_VALUES for p in parts) >= 2:
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {node.value!r}")
+    return sorted(found, key=lambda f: (f.split(":")[0], int(f.split(":")[1])))
+
+
+def test_kind_names_come_from_kind():
+    """A target kind is spelled once, in state.Kind: the others compare with Kind members and build patterns from
+    KINDS, so a new kind touches state.py and the hook that measures it."""
+    from hookstats.state import KINDS
+    assert KINDS == KIND_VALUES
+    found = kind_spellings()
+    assert not found, "kind names spelled outside state.Kind:\n" + "\n".join(found)
+
+
+def test_the_kind_check_finds_a_spelled_kind(tmp_path):
+    pkg = tmp_path / "hookstats"
+    pkg.mkdir()
+    (pkg / "state.py").write_text("KINDS = ('output', 'param_grad')\n")
+    (pkg / "a.py").write_text('"""About the output kind."""\nimport re\n'
+                              "def f(k):\n    '''output'''\n    return k == 'param_grad' or k == 'outputs'\n"
+                              "R = re.compile(r':(grad_output|output)$')\n")
+    assert [f.split(": ", 1)[1] for f in kind_spellings(pkg)] == ["'param_grad'", "':(grad_output|output)$'"]
+
+
+def names_used(tree):
+    """Every name a file uses: plain names, attributes and imported names."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update(a.name.split(".")[-1] for a in node.names)
+    return out
+
+
+def files_using(names, package=PACKAGE):
+    trees = {p.relative_to(package).as_posix(): ast.parse(p.read_text()) for p in sorted(package.rglob("*.py"))}
+    return {path for path, tree in trees.items() if names_used(tree) & set(names)}
+
+
+def test_one_optimizer_hook_and_one_idea_of_what_an_optimizer_steps():
+    """The step clock owns the monitor's optimizer hooks (registered in hooks/handles.py, at one place); parameter
+    gradients and values listen to it (before_optimizer, after_optimizer), and which parameters an optimizer
+    steps is read from its param_groups in clock.py alone."""
+    registers = ("register_optimizer_step_pre_hook", "register_optimizer_step_post_hook", "register_step_pre_hook",
+                 "register_step_post_hook")
+    assert files_using(registers) == {"hooks/handles.py"}
+    calls = [(p, node) for p in sorted(PACKAGE.rglob("*.py")) for node in ast.walk(ast.parse(p.read_text()))
+             if isinstance(node, ast.Call) and dotted_tail(node.func) == "optimizer_hooks"]
+    assert [p.relative_to(PACKAGE).as_posix() for p, _ in calls] == ["hooks/__init__.py"]
+    assert [ast.unparse(a) for a in calls[0][1].args] == ["clock.on_optimizer_pre_step", "clock.on_optimizer_step"]
+    assert files_using(("param_groups",)) == {"clock.py"}
+
+
+def dotted_tail(node):
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+def test_the_step_rules_live_in_the_clock():
+    """What the op does on a step (the device flags' values: measured, without histograms) and which steps count
+    the histograms are decided in clock.py: the state owner only stores the values (set_modes). SKIP_HIST is
+    otherwise read by the op (reference.py) and its timing (op_speed.py); hist_every is reduced modulo in the
+    clock alone."""
+    assert files_using(("SKIP_HIST",)) == {"layout.py", "clock.py", "reference.py", "op_speed.py"}
+    modulo = set()
+    for p in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and "hist_every" in ast.unparse(node):
+                modulo.add(p.relative_to(PACKAGE).as_posix())
+    assert modulo == {"clock.py"}

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers import hist_step
 from torch import nn
 
 import hookstats
@@ -50,7 +51,7 @@ def test_tensorboard_and_files_get_no_nan_and_every_window_its_histogram_figures
         windows[point] = [k for k in sampled if start <= k <= point]
         start = point + 1
     for last, ks in windows.items():
-        hist = [k for k in ks if k % (every * mon.cfg.hist_every) == 0]
+        hist = [k for k in ks if hist_step(k, every, mon.cfg.hist_every)]
         assert hist, ks  # the window holds a histogram step
         values = np.concatenate([seen[k] for k in hist])
         values = values[np.isfinite(values)]
@@ -69,8 +70,10 @@ def test_tensorboard_and_files_get_no_nan_and_every_window_its_histogram_figures
     assert not frame[frame.stat.isin(HIST_FIGURES)]["value"].isna().any()
     # stats(): which steps its quantiles cover
     got = mon.stats()["0:output"]["hist_steps"]
-    hist_steps = [k for k in sampled if k % (every * mon.cfg.hist_every) == 0]
-    assert got == {"count": len(hist_steps), "first": 0, "last": hist_steps[-1]}
+    hist_steps = [k for k in sampled if hist_step(k, every, mon.cfg.hist_every)]
+    assert {k: got[k] for k in ("count", "first", "last")} == {"count": len(hist_steps), "first": 0,
+                                                               "last": hist_steps[-1]}
+    assert [k for r in got["steps"] for k in r] == hist_steps
 
 
 def test_callback_windows_each_hold_a_histogram_step():
@@ -99,15 +102,18 @@ def test_a_window_without_a_histogram_step_logs_no_nan_through_the_callbacks():
     from hookstats.integrations.metrics import attach_for_windows, flat_metrics, window_stats
     model, _ = model_and_data()
     mon = attach_for_windows(model, 2, {"grads": False, "hist_every": 4})
-    got = []
-    for w in range(4):
+    got, held = [], []
+    for w in range(6):
         for _ in range(2):
             model(torch.randn(6, 5))
             mon.step()
         stats = window_stats(mon)
-        assert stats["0:output"]["hist_steps"] == (None if w % 2 else {"count": 1, "first": 2 * w, "last": 2 * w})
+        covered = stats["0:output"]["hist_steps"]
+        held.append(None if covered is None else [k for r in covered["steps"] for k in r])
         got.append(flat_metrics(stats, fields=("mean", "near_zero_rel", "p50")))
     mon.remove()
+    want = [[k for k in (2 * w, 2 * w + 1) if hist_step(k, 1, 4)] or None for w in range(6)]
+    assert held == want == [[0, 1], [2], [4], None, [8], None]  # the ramp (1, 2), then the grid
     assert all(not math.isnan(v) for m in got for v in m.values())
-    assert ["hookstats/0/output/p50" in m for m in got] == [True, False, True, False]
+    assert ["hookstats/0/output/p50" in m for m in got] == [h is not None for h in want]
     assert all("hookstats/0/output/mean" in m for m in got)

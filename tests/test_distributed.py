@@ -20,7 +20,7 @@ from hookstats.distributed import Reduced, reduce
 from hookstats import TargetKey
 from hookstats.rawstate import combine_all
 from float_oracle import float_counts
-from helpers import exit_without_finalizing, float_buckets, oracle
+from helpers import exit_without_finalizing, float_buckets, hist_step, oracle
 
 CFG = dict(nbins=16, lo=-2.0, hi=2.0, eps=0.05, hist_every=1)  # histograms every step (the cadence: scenario_cadence)
 STEPS, BATCH, LR = 3, 4, 0.1
@@ -94,12 +94,13 @@ def scenario_reduce(rank, world):
 
 
 def scenario_cadence(rank, world):
-    """hist_every=2 over 3 steps: reduce() merges the ranks' histograms of steps 0 and 2, the moments of all three."""
+    """hist_every=2 over 4 steps: reduce() merges the ranks' histograms of steps 0, 1 (the ramp) and 2, the moments
+    of all four."""
     model = mlp()
     mon = hookstats.attach(model, modules=["0", "2"], grads=False, steps="manual", hist_every=2)
     seen = {}
     capture(model, seen, ["0", "2"])
-    for step in range(3):
+    for step in range(4):
         model(train_batch(step, rank, world)[0])
         mon.step()
     red = mon.reduce()
@@ -370,7 +371,8 @@ def test_reduce_merges_the_histogram_steps_of_every_rank(ranks):
     res = [r["cadence"] for r in ranks]
     for name in ("0", "2"):
         every = np.concatenate([t.double().numpy().ravel() for r in res for t in r["seen"][name]])
-        hist = np.concatenate([r["seen"][name][k].double().numpy().ravel() for r in res for k in (0, 2)])
+        hist = np.concatenate([r["seen"][name][k].double().numpy().ravel() for r in res for k in range(4)
+                               if hist_step(k, 1, 2)])
         for r in res:
             rec = r["stats"][f"{name}:output"]
             assert rec["count"] == every.size and rec["hist_count"] == hist.size

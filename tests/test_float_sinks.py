@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from float_oracle import float_counts, float_slots
+from helpers import hist_step
 from test_float_statistics import REL, assert_quantiles, log2_oracle, near_zero_rel_oracle
 from test_sinks import tb_events
 from torch import nn
@@ -153,10 +154,10 @@ def test_callbacks_histograms_are_the_fitted_view_of_the_windows_buckets(tmp_pat
 
 def test_tensorboard_histograms_only_for_windows_with_a_histogram_step(tmp_path):
     """log_every=2: by default every window holds a histogram step (hist_every follows log_every: 2), so each window
-    gets a `hist` and a `log2_abs` histogram whose counts are its histogram step's values (the test's own hooks).
-    With hist_every=10 asked for, the windows holding step 0 or step 10 get them; the windows in between hold no
-    histogram step and get no histogram (not an empty one)."""
-    for hist_every, steps in ((None, (0, 2, 4, 6, 8, 10, 12)), (10, (0, 10))):
+    gets a `hist` and a `log2_abs` histogram whose counts are its histogram steps' values (the test's own hooks).
+    With hist_every=10 asked for, the windows holding step 0, the ramp (1, 2, 4, 8) or step 10 get them; the windows
+    in between hold no histogram step and get no histogram (not an empty one)."""
+    for hist_every in (None, 10):
         model = nn.Sequential(nn.Linear(5, 30), nn.ReLU(), nn.Linear(30, 3))
         seen = []
         model[0].register_forward_hook(lambda m, i, o: seen.append(o.detach().double().reshape(-1).numpy()))
@@ -166,11 +167,16 @@ def test_tensorboard_histograms_only_for_windows_with_a_histogram_step(tmp_path)
         for _ in range(13):
             model(torch.randn(8, 5)).square().mean().backward()
         mon.remove()
+        windows = [[k for k in (w, w + 1) if k < 13] for w in range(0, 13, 2)]
+        held = [(win[-1], [k for k in win if hist_step(k, 1, mon.cfg.hist_every)]) for win in windows]
+        held = [(last, ks) for last, ks in held if ks]  # each window's last step, its histogram steps
+        assert (len(held) == len(windows)) == (hist_every is None)
         acc = tb_events(out)
         for name in ("hist", "log2_abs"):
             events = acc.Histograms(f"hookstats/0/output/{name}")
-            assert [ev.step for ev in events] == [min(s + 1, 12) for s in steps], name  # each window's last step
-            for ev, step in zip(events, steps):
-                nonzero = int((seen[step] != 0).sum())
-                assert sum(ev.histogram_value.bucket) == pytest.approx(seen[step].size if name == "hist" else nonzero)
-                assert ev.histogram_value.num == pytest.approx(seen[step].size if name == "hist" else nonzero)
+            assert [ev.step for ev in events] == [last for last, _ in held], name
+            for ev, (_, ks) in zip(events, held):
+                v = np.concatenate([seen[k] for k in ks])
+                nonzero = int((v != 0).sum())
+                assert sum(ev.histogram_value.bucket) == pytest.approx(v.size if name == "hist" else nonzero)
+                assert ev.histogram_value.num == pytest.approx(v.size if name == "hist" else nonzero)

@@ -1,12 +1,13 @@
 """hist_every=N: the histograms (float buckets, linear bins, log2 slots) of train steps are counted on the sampled
-steps k with k % (every * N) == 0; everything else on every sampled step. Checked against the test's own forward
+steps k with k % (every * N) == 0 and on the ramp before the second of them, k = every * (1, 2, 4, 8, ...);
+everything else on every sampled step. Checked against the test's own forward
 hooks and a float64 NumPy oracle that decide independently which steps count histograms."""
 import random
 
 import numpy as np
 import pytest
 import torch
-from helpers import float_buckets
+from helpers import float_buckets, hist_step
 from torch import nn
 from torch._dynamo.utils import counters
 from torch.utils.checkpoint import checkpoint
@@ -53,8 +54,9 @@ def train(model, seen, steps, mon=None):
 
 
 def hist_steps(steps, every, n, paused=()):
-    """The histogram steps among range(steps): sampled (k % every == 0, not paused) and k % (every * n) == 0."""
-    return {k for k in range(steps) if k % every == 0 and k not in paused and k % (every * n) == 0}
+    """The histogram steps among range(steps): sampled (k % every == 0, not paused) and on the grid
+    (k % (every * n) == 0) or the ramp below it (k = every * 2**j < every * n)."""
+    return {k for k in range(steps) if k not in paused and hist_step(k, every, n)}
 
 
 def sampled_steps(steps, every, paused=()):
@@ -62,11 +64,14 @@ def sampled_steps(steps, every, paused=()):
 
 
 def inputs(steps, seed=1):
-    """Per step a batch; step 1's (never a histogram step here) has the run's extremes and a NaN."""
+    """Per step a batch; step 1's (a histogram step of the ramp) and step 5's (never a histogram step with every=1
+    and hist_every > 1 here) have wide values and a NaN, step 5's the run's extremes."""
     g = torch.Generator().manual_seed(seed)
     xs = [torch.randn(7, 6, generator=g) for _ in range(steps)]
-    xs[1] = xs[1] * 50
-    xs[1][0, 0] = float("nan")
+    for k, scale in ((1, 20), (5, 50)):
+        if k < steps:
+            xs[k] = xs[k] * scale
+            xs[k][0, 0] = float("nan")
     return xs
 
 
@@ -104,7 +109,7 @@ def test_histograms_hold_exactly_the_histogram_steps(backend, every, n, hists):
     train(model, seen, steps)
     stats = mon.stats()
     hs, ss = hist_steps(steps, every, n), sampled_steps(steps, every)
-    assert 0 in hs and (n == 1) == (1 in hs)
+    assert 0 in hs and hs != ss or n == 1
     for name in NAMES:
         assert_record(stats[f"{name}:output"], seen.of(name, ss), seen.of(name, hs), mon.cfg)
     mon.remove()
@@ -123,7 +128,7 @@ def test_pause_skips_a_histogram_step_and_keeps_the_grid():
             mon.resume()
         mon.step()
     hs = hist_steps(steps, 2, 2, paused={4})
-    assert hs == {0, 8, 12}
+    assert hs == {0, 2, 8, 12}
     for name in NAMES:
         assert_record(mon.stats()[f"{name}:output"], seen.of(name, sampled_steps(steps, 2, {4})), seen.of(name, hs),
                       mon.cfg)
@@ -137,15 +142,16 @@ def test_eval_forwards_in_a_step_without_histograms_keep_their_buckets():
     for k, x in enumerate(xs):
         seen.step = k
         model(x)
-        if k in (2, 4):  # validation inside steps 2 and 4 (histograms: steps 0 and 4)
+        if k in (3, 4):  # validation inside steps 3 and 4 (histograms: steps 0, 1, 2 and 4)
             model.eval()
             with torch.no_grad():
                 model(xs[0] * (k + 1))
             model.train()
     train, ev = mon.stats(), mon.stats(phase="eval")
     for name in NAMES:
-        assert_record(ev[f"{name}:output"], seen.of(name, {2, 4}, "eval"), seen.of(name, {2, 4}, "eval"), mon.cfg)
-        assert_record(train[f"{name}:output"], seen.of(name, set(range(6))), seen.of(name, {0, 4}), mon.cfg)
+        assert_record(ev[f"{name}:output"], seen.of(name, {3, 4}, "eval"), seen.of(name, {3, 4}, "eval"), mon.cfg)
+        assert_record(train[f"{name}:output"], seen.of(name, set(range(6))), seen.of(name, hist_steps(6, 1, 4)),
+                      mon.cfg)
 
 
 class Watching(nn.Module):
@@ -166,7 +172,7 @@ def test_watched_tensors_follow_the_cadence_like_outputs():
         model(x)
     watched = {"2": [(s, p, v * 2) for s, p, v in seen.values["2"]]}
     seen.values = watched
-    assert_record(mon.stats()["inner:watch"], seen.of("2", set(range(7))), seen.of("2", {0, 3, 6}), mon.cfg)
+    assert_record(mon.stats()["inner:watch"], seen.of("2", set(range(7))), seen.of("2", hist_steps(7, 1, 3)), mon.cfg)
 
 
 def test_compiled_model_counts_the_cadence_without_recompiling():
@@ -183,10 +189,10 @@ def test_compiled_model_counts_the_cadence_without_recompiling():
         twin(x)
         mon.step()
     assert dict(counters["graph_break"]) == {}
-    assert counters["stats"]["unique_graphs"] == 1  # the flag changed between 1 and 3 six times
+    assert counters["stats"]["unique_graphs"] == 1  # the flag changed between 1 and 3 at steps 4, 6, 7
     for name in NAMES:
-        assert_record(mon.stats()[f"{name}:output"], seen.of(name, set(range(steps))), seen.of(name, {0, 3, 6}),
-                      mon.cfg)
+        assert_record(mon.stats()[f"{name}:output"], seen.of(name, set(range(steps))),
+                      seen.of(name, hist_steps(steps, 1, 3)), mon.cfg)
     torch._dynamo.reset()
 
 
@@ -218,8 +224,8 @@ class Records:
 
 
 @pytest.mark.parametrize("hist_every,log_every,steps,windows", [
-    (5, 10, 20, {9: {0, 5}, 19: {10, 15}}),
-    (3, 2, 6, {1: {0}, 3: {3}}),  # the window of steps 4-5 holds no histogram step
+    (5, 10, 20, {9: {0, 1, 2, 4, 5}, 19: {10, 15}}),  # the ramp (1, 2, 4) in the first window
+    (3, 2, 6, {1: {0, 1}, 3: {2, 3}}),  # the window of steps 4-5 holds no histogram step
 ], ids=["every-window", "a-window-without"])
 def test_history_window_buckets_are_those_of_its_histogram_steps(hist_every, log_every, steps, windows):
     """A flush window's last record carries the buckets of its histogram steps (the test's own hook, the bucket
@@ -254,7 +260,7 @@ def test_history_per_step_bins_are_none_on_steps_without_histograms():
     for step, rec in sink.rows:
         values = seen.of(rec["module"], {step})
         assert rec["count"] == values.size and rec["nan"] == np.isnan(values).sum()
-        if step % 3:
+        if step not in hist_steps(steps, 1, 3):
             assert rec["hist"] is None and rec["log2_hist"] is None and rec["hist_count"] == 0
             assert np.isnan(rec["underflow"]) and np.isnan(rec["overflow"])  # unknown there, not 0
         else:
@@ -275,8 +281,62 @@ def test_the_default_cadence_divides_log_every():
         seen.step = k
         model(x)
     rec = mon.stats()["0:output"]
-    hs = {0, config.HIST_EVERY}
+    hs = hist_steps(config.HIST_EVERY + 2, 1, config.HIST_EVERY)
+    assert hs == {0, 1, 2, 4, 8, config.HIST_EVERY}
     np.testing.assert_array_equal(rec["float_hist"], float_buckets(torch.from_numpy(seen.of("0", hs))))
+
+
+def flat(hist_steps_field):
+    return [k for r in hist_steps_field["steps"] for k in r]
+
+
+def test_a_run_shorter_than_one_window_is_not_described_by_step_0_alone():
+    """A 10-step run with the default cadence (hist_every from the logging window): its quantiles hold steps 0, 1,
+    2, 4 and 8 (the ramp), not the initial activations alone, and match the test's own float64 quantiles of exactly
+    those steps' values within the float buckets' bound; stats() says which steps they are."""
+    model, steps = mlp(), 10
+    mon = hookstats.attach(model, grads=False, history=True, alerts=False)
+    assert mon.cfg.hist_every == 10
+    seen = Seen(model)
+    train(model, seen, steps)
+    hs = hist_steps(steps, 1, mon.cfg.hist_every)
+    assert hs == {0, 1, 2, 4, 8}
+    stats = mon.stats()
+    for name in NAMES:
+        rec = stats[f"{name}:output"]
+        assert rec["hist_steps"]["count"] == len(hs) and flat(rec["hist_steps"]) == sorted(hs)
+        assert (rec["hist_steps"]["first"], rec["hist_steps"]["last"]) == (0, 8)
+        assert_record(rec, seen.of(name, set(range(steps))), seen.of(name, hs), mon.cfg)
+    mon.remove()
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_after_the_ramp_the_cadence_is_the_grid(every):
+    """A long run: the ramp's steps, then exactly one histogram step in every * hist_every, every logging window
+    holding one (the history's buckets go with each window's last step)."""
+    model, sink, steps, log_every = mlp(), Records(), 95, 15
+    mon = hookstats.attach(model, every=every, grads=False, steps="manual", history=True, log_every=log_every,
+                           sinks=[sink], alerts=False)
+    n = mon.cfg.hist_every
+    assert every * n <= log_every
+    seen = Seen(model)
+    train(model, seen, steps, mon)
+    hs = hist_steps(steps, every, n)
+    grid = sorted(k for k in hs if k >= every * n)
+    assert grid == list(range(every * n, steps, every * n))
+    rec = mon.stats()["0:output"]
+    assert flat(rec["hist_steps"]) == sorted(hs)
+    assert_record(rec, seen.of("0", sampled_steps(steps, every)), seen.of("0", hs), mon.cfg)
+    mon.remove()
+    got = {s: r for s, r in sink.rows if r["target"] == "0:output"}
+    # a flush window's buckets go with its last record; a window ends at the first sampled step log_every after the
+    # last one's start
+    ends = [s for s, r in sorted(got.items()) if r["float_hist"] is not None]
+    assert ends and max(hs) <= ends[-1] and all(b - a <= log_every + every for a, b in zip([-1] + ends, ends))
+    for a, b in zip([-1] + ends, ends):
+        window = set(range(a + 1, b + 1))
+        assert hs & window
+        np.testing.assert_array_equal(got[b]["float_hist"], float_buckets(torch.from_numpy(seen.of("0", hs & window))))
 
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True, "4", None], ids=repr)
@@ -297,14 +357,14 @@ def test_the_flags_tell_the_op_the_steps_mode():
     mon = hookstats.attach(model, hist_every=2, every=1, steps="manual", grads=False)
     flag = {p: mon.store.flag(torch.device("cpu"), p) for p in ("train", "eval")}
     seen = []
-    for _ in range(3):
+    for _ in range(5):
         seen.append({p: int(f.item()) for p, f in flag.items()})
         mon.step()
     mon.pause()
     seen.append({p: int(f.item()) for p, f in flag.items()})
     one, skip = 1, 1 | layout.SKIP_HIST
-    assert seen == [{"train": one, "eval": one}, {"train": skip, "eval": one}, {"train": one, "eval": one},
-                    {"train": 0, "eval": 0}]
+    assert seen == [{"train": one, "eval": one}, {"train": one, "eval": one}, {"train": one, "eval": one},
+                    {"train": skip, "eval": one}, {"train": one, "eval": one}, {"train": 0, "eval": 0}]
 
 
 class Checkpointed(nn.Module):
@@ -360,8 +420,8 @@ def test_checkpointed_gradients_after_a_validation_forward_stay_in_the_train_ste
         (out ** 2).sum().backward()
         mon.step()
     train, ev = mon.stats(), mon.stats(phase="eval")
-    assert_record(train["a:grad_output"], grads.of(set(range(steps))), grads.of({0, 2, 4}), mon.cfg)
-    assert_record(train["a:output"], seen.of("a", set(range(steps))), seen.of("a", {0, 2, 4}), mon.cfg)
+    assert_record(train["a:grad_output"], grads.of(set(range(steps))), grads.of(hist_steps(steps, 1, 2)), mon.cfg)
+    assert_record(train["a:output"], seen.of("a", set(range(steps))), seen.of("a", hist_steps(steps, 1, 2)), mon.cfg)
     if track_eval:
         assert sorted(ev) == ["a:output", "b:output"]  # no gradient of a train step in the eval phase
         all_eval = seen.of("a", set(range(steps)), "eval")
@@ -394,7 +454,8 @@ def test_a_module_called_outside_the_models_forward_is_in_the_models_mode(track_
         model[0](x * 2)
     train, ev = mon.stats(), mon.stats(phase="eval")
     for name in NAMES:
-        assert_record(train[f"{name}:output"], seen.of(name, set(range(steps))), seen.of(name, {0, 2, 4}), mon.cfg)
+        assert_record(train[f"{name}:output"], seen.of(name, set(range(steps))), seen.of(name, hist_steps(steps, 1, 2)),
+                      mon.cfg)
     if track_eval:
         assert sorted(ev) == [f"{name}:output" for name in NAMES]
         for name in NAMES:
@@ -461,7 +522,7 @@ def random_loop(seed, steps_mode):
                 step, started = step + started, True
             outs, grads = {}, {}
             out = forward(torch.randn(4, 6, generator=g), outs)
-            forward_sampled, hist = sampled(), step % (every * n) == 0
+            forward_sampled, hist = sampled(), step in hist_steps(step + 1, every, n)
             for name, o in outs.items():
                 o.register_hook(lambda gr, name=name: grads.__setitem__(name, gr))
                 if forward_sampled:

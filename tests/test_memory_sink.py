@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import hookstats
-from hookstats.sinks import SCALARS, MemorySink
+from hookstats.sinks import SCALARS, MemorySink, Steps
 from hookstats.statistics import HIST_FIGURES
 
 
@@ -140,7 +140,7 @@ def test_memory_counts_the_bytes_of_the_host_history():
 
 @pytest.mark.parametrize("keep", [3, 7, None])
 def test_a_flush_written_as_arrays_equals_the_same_steps_written_one_by_one(keep):
-    """write_rows (History's path, a flush at a time) against write() step by step and against the plain
+    """write_steps (History's path, a flush at a time) against write() step by step and against the plain
     list of what was written: targets appearing late and in another order, stopping, coming back after
     their rows left the window, histograms widening their span, flushes longer than `keep`."""
     rng = np.random.default_rng(keep or 0)
@@ -173,8 +173,8 @@ def test_a_flush_written_as_arrays_equals_the_same_steps_written_one_by_one(keep
         written.append((100 + s, records))
     a = 0
     for b in (1, 2, 10, 11, 19, 40):  # flushes of 1 to 21 steps
-        by_flush.write_rows(list(range(100 + a, 100 + b)), keys,
-                            {k: v if k == "hist_edges" else v[a:b] for k, v in cols.items()}, present[a:b])
+        by_flush.write_steps(Steps(list(range(100 + a, 100 + b)), keys,
+                                   {k: v if k == "hist_edges" else v[a:b] for k, v in cols.items()}, present[a:b]))
         a = b
     got = list(by_flush.items())
     assert [(s, r["target"]) for s, r in got] == [(s, r["target"]) for s, r in one_by_one.items()]

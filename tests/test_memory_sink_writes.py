@@ -63,8 +63,8 @@ def test_write_keeps_histograms_given_on_some_writes_or_records_only(config, kee
     assert_keeps(sink, writes, keep)
 
 
-def test_write_rows_and_write_mixed():
-    """A sink fed by the history (write_rows, the steps without buckets as read-only rows) and by write() with
+def test_write_steps_and_write_mixed():
+    """A sink fed by the history (write_steps, the steps without buckets as read-only rows) and by write() with
     and without histograms gives back what each gave it."""
     writes = run_records({})
     sink = MemorySink()

@@ -13,6 +13,7 @@ from wandb_file import offline_history
 from torch import nn
 
 import hookstats
+from hookstats.alerts import AlertWarning
 from hookstats.sinks import (CSVSink, JSONLSink, MemorySink, SkippedLinesWarning, TensorBoardSink, read_csv,
                              read_jsonl, run_dir_sinks)
 from hookstats.records import finalize
@@ -55,6 +56,47 @@ def test_several_sinks_at_once_and_a_user_sink():
     assert [s for s, _ in mine.got] == [0, 1, 2] and mine.closed
     assert mine.got[0][1] == ["0:output", "2:output"]
     assert [s for s, _ in mem.steps] == [0, 1, 2]
+
+
+def test_a_sink_of_ones_own_is_a_small_subclass():
+    """A user's sink as one would write it: a Sink subclass with write(step, records), here appending to a list
+    with the base's selection (stats, prefix) and dashboard names. Through attach(sinks=[...]) it gets every train
+    step and every validation pass (phase "eval"), each value the test's own hooks' float64 NumPy mean and count,
+    and the alerts."""
+    class ToList(hookstats.sinks.Sink):
+        def __init__(self):
+            super().__init__(stats=("count", "mean"), prefix="mine/")
+            self.rows, self.alerts = [], []
+
+        def write(self, step, records):
+            self.rows += [(step, name, v) for rec in records for name, v in self.named_values(rec)]
+
+        def write_alerts(self, step, alerts):
+            self.alerts += [a["kind"] for a in alerts]
+
+    torch.manual_seed(0)
+    model, sink, want = nn.Sequential(nn.Linear(4, 3)), ToList(), []
+    model[0].register_forward_hook(
+        lambda m, i, o: want.extend((step, f"mine/0/output{'' if m.training else '/eval'}/{stat}", v) for stat, v in
+                                    (("count", o.numel()), ("mean", o.detach().double()[o.isfinite()].mean().item()))))
+    mon = hookstats.attach(model, eval=True, grads=False, steps="manual", log_every=2, sinks=[sink])
+    for step in range(3):
+        x = torch.randn(5, 4)
+        if step == 2:
+            x[0, 0] = float("nan")
+        model(x)
+        model.eval()
+        with torch.no_grad():
+            model(torch.randn(2, 4))
+        model.train()
+        mon.step()
+    with pytest.warns(AlertWarning, match="NaN/Inf in 0:output at step 2"):
+        mon.remove()
+    assert sorted(r[:2] for r in sink.rows) == sorted(r[:2] for r in want)
+    got = dict(((s, n), v) for s, n, v in sink.rows)
+    for s, n, v in want:
+        assert got[(s, n)] == (v if n.endswith("count") else pytest.approx(v, rel=1e-6)), (s, n)
+    assert sink.alerts == ["nonfinite"]
 
 
 def test_csv_long_table_round_trip(tmp_path):
@@ -416,9 +458,10 @@ def test_statistics_table_keeps_the_record_and_file_formats():
 
 def test_callbacks_windows_without_a_histogram_step_get_no_linear_histogram(tmp_path):
     """The HF/Lightning callbacks' windows (stats() then reset(), integrations/metrics.py) with the linear bins and
-    hist_every=10, one step a window: the window of step 0 gets a `hist` whose counts are that step's values (the
-    test's own hook, NumPy's bins, under/overflow as the outer buckets); the windows of steps 1 and 2 counted no
-    histogram and get none in TensorBoard and W&B (not one of zero counts claiming `finite` values)."""
+    hist_every=10, one step a window: the windows of steps 0, 1 and 2 (the grid and the ramp) get a `hist` whose
+    counts are that step's values (the test's own hook, NumPy's bins, under/overflow as the outer buckets); the
+    window of step 3 counted no histogram and gets none in TensorBoard and W&B (not one of zero counts claiming
+    `finite` values)."""
     from torch.utils.tensorboard import SummaryWriter
 
     from hookstats.integrations.metrics import measured, tensorboard_histograms, window_stats
@@ -430,7 +473,7 @@ def test_callbacks_windows_without_a_histogram_step_get_no_linear_histogram(tmp_
                            grads=False, hist_every=10, alerts=False)
     writer = SummaryWriter(str(tmp_path))
     got_wandb, outer = [], []
-    for step in range(3):
+    for step in range(4):
         with torch.no_grad():
             lin(torch.randn(2, 4))
         mon.step()
@@ -441,9 +484,12 @@ def test_callbacks_windows_without_a_histogram_step_get_no_linear_histogram(tmp_
         got_wandb.append(sorted(hookstats.sinks.wandb.histograms(wandb, targets)))
     mon.remove()
     writer.close()
-    (ev,) = tb_events(tmp_path).Histograms("hookstats/Linear/output/hist")
-    v = seen[0]
-    want = [(v < -1).sum(), *np.histogram(v[(v >= -1) & (v < 1)], bins=8, range=(-1, 1))[0], (v >= 1).sum()]
-    assert ev.step == 0 and list(ev.histogram_value.bucket) == want and ev.histogram_value.num == v.size
-    assert got_wandb == [["hookstats/Linear/output/hist"], [], []]
-    assert outer[0] == [(want[0], want[-1])] and all(np.isnan(outer[k][0]).all() for k in (1, 2))  # unknown, not 0
+    events = tb_events(tmp_path).Histograms("hookstats/Linear/output/hist")
+    assert [ev.step for ev in events] == [0, 1, 2]
+    for ev in events:
+        v = seen[ev.step]
+        want = [(v < -1).sum(), *np.histogram(v[(v >= -1) & (v < 1)], bins=8, range=(-1, 1))[0], (v >= 1).sum()]
+        assert list(ev.histogram_value.bucket) == want and ev.histogram_value.num == v.size
+        assert outer[ev.step] == [(want[0], want[-1])]
+    assert got_wandb == [["hookstats/Linear/output/hist"]] * 3 + [[]]
+    assert np.isnan(outer[3][0]).all()  # unknown, not 0

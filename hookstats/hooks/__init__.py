@@ -7,7 +7,7 @@ them changes what it observes."""
 from ..state import PHASES, Kind, TargetKey
 from ..tensors import is_measurable
 from .calls import CallIndex
-from .handles import global_optimizer_hook, hook_module
+from .handles import hook_module, optimizer_hooks
 from .input_grads import InputGrads
 from .outputs import input_hook, output_hook
 from .param_grads import ParamGrads
@@ -19,8 +19,8 @@ __all__ = ["Hooks", "Port"]
 
 class Hooks:
     """Every hook of one monitor, registered in this order: parameter gradients and values (they check their
-    parameters before any hook is registered; the values' optimizer post-hook runs before the clock's, which
-    ends a compiled step), the step clock's root-forward and optimizer hooks, then per module the
+    parameters before any hook is registered, and listen to the step clock's optimizer hooks), the step clock's
+    root-forward and optimizer hooks, then per module the
     call index's pre-hook (first), output/input hooks, input-gradient hooks and the call index's end (last).
     remove() takes them all off; safe to call twice."""
 
@@ -35,7 +35,7 @@ class Hooks:
             self.params = ParamValues(port, named)
         self.handles.append(hook_module(model, clock.on_root_forward, pre=True))
         self.handles.append(hook_module(model, clock.on_root_forward_end, always_call=True))
-        self.handles.append(global_optimizer_hook(clock.on_optimizer_step, post=True))
+        self.handles += optimizer_hooks(clock.on_optimizer_pre_step, clock.on_optimizer_step)
         clock.forward_listeners.append(self.new_forward)
         for name, m in modules.items():
             if calls.separate:  # registered first: its pre-hook runs before the others

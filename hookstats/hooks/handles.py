@@ -58,5 +58,7 @@ def weakly(method, register):
     return handle
 
 
-def global_optimizer_hook(method, post=False):
-    return weakly(method, register_optimizer_step_post_hook if post else register_optimizer_step_pre_hook)
+def optimizer_hooks(pre, post):
+    """The global torch.optim step pre- and post-hook of one monitor, its step clock's methods (held weakly):
+    whatever else listens to optimizer steps listens to the clock."""
+    return [weakly(pre, register_optimizer_step_pre_hook), weakly(post, register_optimizer_step_post_hook)]

@@ -1,15 +1,15 @@
 """Parameter gradients (param_grads=True): marked fresh when accumulated, measured once per optimizer step."""
 from ..state import Kind, TargetKey
 from ..tensors import measured
-from .handles import global_optimizer_hook, weakly
+from .handles import weakly
 
 
 class ParamGrads:
     """Parameter gradients after accumulation, one state per parameter, measured once per optimizer step.
 
     A post-accumulate-grad hook only marks the parameter as fresh (no device work per micro-batch); the
-    fresh gradients are measured with one multi-tensor op per device just before any torch.optim
-    optimizer steps (a global step pre-hook, so no optimizer has to be passed), or at mon.step() for
+    fresh gradients of the parameters an optimizer steps are measured with one multi-tensor op per device just
+    before it steps (the step clock's before_optimizer: no optimizer has to be passed), or at mon.step() for
     loops without a torch.optim optimizer. Frozen parameters (requires_grad=False) get no hook and no state.
     """
 
@@ -26,16 +26,14 @@ class ParamGrads:
         self.fresh = {}
         self.unsampled = 0  # optimizer steps with fresh gradients in unsampled steps, while none was measured
         self.handles = [weakly(self._mark, p.register_post_accumulate_grad_hook) for _, p in self.params.values()]
-        self.handles.append(global_optimizer_hook(self._on_optimizer_step))
+        self.clock.before_optimizer.append(self.before_optimizer)
         for key, p in self.params.values():
             self.store.resolve(key, p.device, "train", reach=False)
 
     def _mark(self, p):
         self.fresh[id(p)] = p
 
-    def _on_optimizer_step(self, optimizer, args, kwargs):
-        self.clock.eager_point()
-        ids = [id(p) for group in optimizer.param_groups for p in group["params"]]
+    def before_optimizer(self, optimizer, ids):
         self.flush(ids)
 
     def flush(self, ids=None):
@@ -85,4 +83,6 @@ class ParamGrads:
         for h in self.handles:
             h.remove()
         self.handles.clear()
+        if self.before_optimizer in self.clock.before_optimizer:
+            self.clock.before_optimizer.remove(self.before_optimizer)
         self.fresh.clear()

@@ -2,18 +2,17 @@
 them, once per optimizer step, with one multi-tensor op per device and no host read."""
 from ..state import Kind, TargetKey
 from ..tensors import measured
-from .handles import global_optimizer_hook
 
 
 class ParamValues:
     """The weights themselves, one state per parameter ("fc1.weight:param"), as wandb.watch(log="all") logs them.
 
-    An optimizer's post-step hook (global: no optimizer has to be passed, several are fine) measures the
-    parameters that optimizer holds: the weights its step produced. mon.step() measures those no optimizer
-    measured in the step that it ends (loops without torch.optim, frozen parameters). Frozen parameters
+    After an optimizer steps (the step clock's after_optimizer: no optimizer has to be passed, several are fine)
+    the parameters that optimizer holds are measured: the weights its step produced. mon.step() measures those no
+    optimizer measured in the step that it ends (loops without torch.optim, frozen parameters). Frozen parameters
     (requires_grad=False) are measured too, once per step, at the first optimizer step or mon.step() of it.
     Gradient accumulation measures once per optimizer step, since the micro-batches step no optimizer.
-    Cadence: the steps every=N samples, histograms on the hist_every grid, as every other target.
+    Cadence: the steps every=N samples, histograms on the histogram steps (clock.is_hist_step), as every other target.
     """
 
     def __init__(self, port, named_params):
@@ -28,12 +27,12 @@ class ParamValues:
                 self.params[id(p)] = (TargetKey(name, Kind.PARAM, "", None), p)
         self.measured_in = {}  # id(param) -> the step it was last measured in
         self.measured_any = False
-        self.handles = [global_optimizer_hook(self._on_optimizer_step, post=True)]
+        self.clock.after_optimizer.append(self.after_optimizer)
         for key, p in self.params.values():
             self.store.resolve(key, p.device, "train", reach=False)
 
-    def _on_optimizer_step(self, optimizer, args, kwargs):
-        ids = [id(p) for group in optimizer.param_groups for p in group["params"] if id(p) in self.params]
+    def after_optimizer(self, optimizer, ids):
+        ids = [i for i in ids if i in self.params]
         if ids:
             step = self.clock.step_count
             frozen = [i for i, (_, p) in self.params.items()
@@ -70,6 +69,5 @@ class ParamValues:
                 "loop without a torch.optim optimizer."))
 
     def remove(self):
-        for h in self.handles:
-            h.remove()
-        self.handles.clear()
+        if self.after_optimizer in self.clock.after_optimizer:
+            self.clock.after_optimizer.remove(self.after_optimizer)

@@ -14,6 +14,7 @@ from fastcore.foundation import L  # noqa: E402
 import hookstats  # noqa: E402
 from hookstats.config import check_arg, check_count  # noqa: E402
 from hookstats.selection import module_names  # noqa: E402
+from hookstats.state import Kind  # noqa: E402
 
 # fastai's numbers: near_zero = mean(o <= 0.05), hist = o.histc(40, 0, 10): the exact linear bins (not the float
 # buckets' fitted view), counted only with with_hist, on every batch whatever the defaults; the float buckets only
@@ -118,7 +119,7 @@ class _BatchSink:
         self.cb = cb
 
     def write(self, step, records):
-        kind = "output" if self.cb.is_forward else "grad_output"
+        kind = Kind.OUTPUT if self.cb.is_forward else Kind.GRAD_OUTPUT
         by_module = {}
         for r in records:
             if r["kind"] == kind:

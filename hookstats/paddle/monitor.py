@@ -34,7 +34,7 @@ class PaddleMonitor(Monitor):
                  grads=True, param_grads=False, separate_calls=False, optimizer=None):
         self.model, self.cfg, self.modules, self.track_eval = layer, cfg, layers, eval
         self.store = StateStore(cfg)
-        self.clock = StepClock(TrainingMode(layer), every, eval, steps, on_sampling=self.store.set_sampling,
+        self.clock = StepClock(TrainingMode(layer), every, eval, steps, on_modes=self.store.set_modes,
                                exclusive=self.store.exclusive, hist_every=cfg.hist_every)
         self.every, self.separate_calls, self.tell = self.clock.every, separate_calls, WarnOnce()
         self.port = Port(self.store, self.clock, self.tell, separate_calls)
@@ -114,7 +114,8 @@ def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=F
     if optimizer is not None and not param_grads:
         raise ValueError("attach: optimizer= is used by param_grads=True only (its step() measures the parameter "
                          "gradients); pass param_grads=True or leave optimizer out")
-    from ..config import check_sinks, history_options
+    from ..config import history_options
+    from ..sinks.base import check_sinks
     from ..history import History
     history = history_options(history, log_every, keep, sinks, alerts)
     if config is not None and not isinstance(config, StatsConfig):

@@ -1,8 +1,9 @@
-"""Sinks: where per-step records go. Several at once; a user sink is any object with write(step, records)
-and close() (and optionally write_alerts(step, alerts)). See base.py for the record format."""
+"""Sinks: where per-step records go, several at once. Each is a small subclass of Sink (base.py: the write
+protocol, the record format and the dashboard selection), one file each; a user's sink too, or any object with
+write(step, records)."""
 from pathlib import Path
 
-from .base import DASHBOARD_CHOICES, DASHBOARD_STATS, SCALARS, SkippedLinesWarning
+from .base import DASHBOARD_CHOICES, DASHBOARD_STATS, SCALARS, Sink, SkippedLinesWarning, Steps
 from .csv import CSVSink, read_csv
 from .jsonl import JSONLSink, read_jsonl
 from .fields import BadRecordWarning
@@ -39,6 +40,6 @@ def run_dir_sinks(out_dir, tensorboard=True):
     return sinks
 
 
-__all__ = ["DASHBOARD_CHOICES", "DASHBOARD_STATS", "SCALARS", "SkippedLinesWarning", "BadRecordWarning",
-           "HistoryFileWarning", "RunsWarning", "CSVSink", "JSONLSink",
+__all__ = ["DASHBOARD_CHOICES", "DASHBOARD_STATS", "SCALARS", "Sink", "Steps", "SkippedLinesWarning",
+           "BadRecordWarning", "HistoryFileWarning", "RunsWarning", "CSVSink", "JSONLSink",
            "MemorySink", "TensorBoardSink", "WandbSink", "read_csv", "read_jsonl", "read_history", "run_dir_sinks"]

@@ -1,10 +1,10 @@
-"""What every sink shares: the record format and the scalar statistics written per step.
+"""What every sink shares: the Sink base class (the write protocol and the dashboard selection), the delivery it
+gets (Steps) and the record format.
 
-A sink is any object with write(step, records) and close(); write_alerts(step, alerts) is optional.
-records: one dict per target measured in that step (hookstats.records.step_records): the KEY_FIELDS
-target, module, kind, leaf, then the statistics of hookstats.statistics.TABLE that history records have
-(histograms as NumPy arrays, None when switched off). Which of them the sinks write (SCALARS) and the
-dashboards get (DASHBOARD_STATS by default, any of DASHBOARD_CHOICES) is said in that table.
+records: one dict per target measured in a step (hookstats.records.step_records): the KEY_FIELDS target, module,
+kind, leaf, phase, then the statistics of hookstats.statistics.TABLE that history records have (histograms as
+NumPy arrays, None when switched off). Which of them the file sinks write (SCALARS) and the dashboards get
+(DASHBOARD_STATS by default, any of DASHBOARD_CHOICES) is said in that table.
 """
 import math
 import numbers
@@ -13,13 +13,98 @@ import warnings
 from .. import statistics
 from ..records import KEY_FIELDS  # noqa: F401 (the record format, here with the rest of it)
 from ..statistics import DASHBOARD_CHOICES, DASHBOARD_STATS, HIST_FIGURES, SCALARS
-from .names import PREFIX  # noqa: F401 (the default prefix of every dashboard name)
+from .names import PREFIX, record_name, stat_name
 from .runs import HistoryFileWarning
 
 
-def scalar_items(record):
-    """(stat, value) for each scalar statistic present in the record: counts as int, the rest as float."""
-    return chosen_items(record, SCALARS)
+class Steps:
+    """What the history hands its sinks at a flush: consecutive recorded steps of one phase, as arrays and, for
+    the sinks that take records, as (step, records) pairs when iterated (built once, on first use).
+    steps [S]; keys [T]: dicts of the KEY_FIELDS; columns {field: array [S, T] (histograms [S, T, size]), or None
+    when switched off; hist_edges: one array}; present [S, T] bool: the (step, target) pairs that have a record;
+    missing {field: [S, T] bool}: the records whose histogram `field` is None (MemorySink.write_steps says more);
+    records: a function giving each step's records, in order (None: the arrays alone, for array sinks)."""
+
+    def __init__(self, steps, keys, columns, present, records=None, missing=None):
+        self.steps, self.keys, self.columns, self.present = list(steps), keys, columns, present
+        self.missing = missing or {}
+        self._build, self._records = records, None
+
+    def __len__(self):
+        return len(self.steps)
+
+    def __iter__(self):
+        if self._records is None:
+            if self._build is None:
+                raise TypeError("these Steps carry arrays only: no records to iterate")
+            self._records = list(self._build())
+        return zip(self.steps, self._records)
+
+
+class Sink:
+    """The base of every sink. The history gives a sink each flush with write_steps(steps) (a Steps), the alerts
+    it raises with write_alerts(step, alerts) and ends with close(). A sink of records defines write(step,
+    records), which the default write_steps calls step by step; one that takes the arrays (MemorySink) overrides
+    write_steps. An object that is no Sink but has write(step, records) and close() is taken as one (protocol()).
+
+    The dashboard selection: `stats`, the statistics values() gives of a record (default every scalar; the
+    dashboards DASHBOARD_STATS, any of DASHBOARD_CHOICES), and `prefix`, that name() puts before every name
+    (sinks/names.py: `<prefix><module>/<kind><leaf>[/eval]`, then stat_name(base, stat))."""
+
+    stats = SCALARS
+    prefix = PREFIX
+
+    def __init__(self, stats=SCALARS, prefix=PREFIX):
+        self.stats, self.prefix = check_stats(stats), check_prefix(prefix)
+
+    def write(self, step, records):
+        """One step's records (a list of dicts, see the module docstring): where a sink of records writes them."""
+        raise NotImplementedError(f"{type(self).__name__} defines neither write(step, records) nor write_steps(steps)")
+
+    def write_steps(self, steps):
+        """A flush (a Steps): write(step, records) for each of its steps, unless a subclass takes the arrays."""
+        for step, records in steps:
+            self.write(step, records)
+
+    def write_alerts(self, step, alerts):
+        """The alerts raised at a flush (dicts with step, target, kind, message): a sink keeps none unless it says."""
+
+    def close(self):
+        """Flushes and releases what the sink holds; the history calls it once, at the end."""
+
+    def values(self, record):
+        """(stat, value) of each of self.stats the record has (chosen_items)."""
+        return chosen_items(record, self.stats)
+
+    def name(self, record):
+        """The name of a record's target on a dashboard, before the statistic (sinks/names.py)."""
+        return record_name(record, self.prefix)
+
+    def named_values(self, record):
+        """(full dashboard name, value) of each of self.stats the record has."""
+        base = self.name(record)
+        return ((stat_name(base, stat), v) for stat, v in self.values(record))
+
+
+def protocol(sink, method):
+    """sink's `method` (write_steps, write_alerts, close), or Sink's for an object that is no Sink and lacks it:
+    any object with write(step, records) and close() is a sink."""
+    fn = getattr(sink, method, None)
+    return fn if callable(fn) else getattr(Sink, method).__get__(sink)
+
+
+def check_sinks(sinks):
+    """attach(sinks=...): a list of sinks (one sink alone taken as a list), each a Sink or an object with
+    write(step, records) and close()."""
+    if sinks is None:
+        return []
+    if not isinstance(sinks, (list, tuple)):
+        sinks = [sinks]
+    for s in sinks:
+        if not isinstance(s, Sink) and not all(callable(getattr(s, m, None)) for m in ("write", "close")):
+            raise ValueError(f"a sink is a hookstats.sinks.Sink, or an object with write(step, records) and close() "
+                             f"methods; got {type(s).__name__}")
+    return list(sinks)
 
 
 def check_stats(stats):

@@ -1,12 +1,14 @@
 """One writer per history file: a file sink claims `<file>.lock` (created O_EXCL, holding the writer's pid and
 host) before it writes, and releases it on close() or when the sink is garbage-collected. A lock left by a
 process that is gone (same host, pid not running) is stale and taken over. Under torch.distributed each rank
-but 0 writes its own file, `<stem>.rank<r><suffix>`, so ranks never share one."""
+but 0 writes its own file, `<stem>.rank<r><suffix>`, so ranks never share one. FileSink: the base of such sinks."""
 import json
 import os
 import socket
 import weakref
 from pathlib import Path
+
+from .base import Sink
 
 _held = weakref.WeakValueDictionary()  # lock path -> the live Claim of this process holding it
 
@@ -114,3 +116,27 @@ def _unlink(lock, text):
             lock.unlink()
     except OSError:
         pass
+
+
+class FileSink(Sink):
+    """A sink writing a history file of its own at `path` (checked, and refused early when a live writer holds
+    it): claim() takes this process's file (rank_path) on the first write; close() releases it (a subclass
+    closes its files first)."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = check_path(path, type(self).__name__)
+        if not distributed_initialized():
+            check_free(self.path)
+        self._claim = None
+
+    def claim(self):
+        """The path of this process's file, claimed on the first call."""
+        if self._claim is None:
+            self._claim = Claim(rank_path(self.path))
+        return self._claim.path
+
+    def close(self):
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None

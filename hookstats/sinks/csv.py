@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import statistics
 from . import claim, fields
-from .base import KEY_FIELDS, SCALARS, file_lines, open_parent, scalar_items, warn_skipped
+from .base import KEY_FIELDS, SCALARS, file_lines, open_parent, warn_skipped
 from .runs import Ledger, run_header
 
 COLUMNS = ("step", "target", "module", "kind", "leaf", "phase", "stat", "value")
@@ -20,30 +20,26 @@ INT_SCALARS = tuple(s for s in SCALARS if statistics.BY_NAME[s].type == statisti
 RUN, STEP_END = "#run", "#step_end"
 
 
-class CSVSink:
+class CSVSink(claim.FileSink):
     """path: the file. Rows are appended (a resumed run keeps the earlier rows) after a run marker row, each
     step's followed by a step-end row; one process writes a file at a time (claim.py), and under
     torch.distributed rank r > 0 writes `<stem>.rank<r>.csv`."""
 
     def __init__(self, path):
-        self.path = claim.check_path(path, "CSVSink")
+        super().__init__(path)
         self.alerts_path = self.path.with_name(self.path.stem + "_alerts.csv")
-        if not claim.distributed_initialized():
-            claim.check_free(self.path)
-        self._file = self._alerts = self._claim = None
+        self._file = self._alerts = None
 
     def _open(self, step):
         if self._file is None:
-            path = claim.rank_path(self.path)
-            self._claim = claim.Claim(path)
-            self._file, self._writer = _open_table(path, COLUMNS)
+            self._file, self._writer = _open_table(self.claim(), COLUMNS)
             self._writer.writerow((step, "", "", RUN, run_header()["run"], "", "run", "nan"))
         return self._writer
 
     def write(self, step, records):
         w = self._open(step)
         for rec in records:
-            for stat, v in scalar_items(rec):
+            for stat, v in self.values(rec):
                 w.writerow((step, rec["target"], rec["module"], rec["kind"], rec["leaf"], rec.get("phase") or "train",
                             stat, repr(v)))
         w.writerow((step, "", "", STEP_END, "", "", "targets", len(records)))
@@ -52,7 +48,7 @@ class CSVSink:
     def write_alerts(self, step, alerts):
         self._open(step)
         if self._alerts is None:
-            path = claim.rank_path(self.path)
+            path = self.claim()
             self._alerts, self._alert_writer = _open_table(path.with_name(path.stem + "_alerts.csv"), ALERT_COLUMNS)
         for a in alerts:
             self._alert_writer.writerow((a["step"], a["target"], a["kind"], a["message"]))
@@ -63,9 +59,7 @@ class CSVSink:
             if f is not None:
                 f.close()
         self._file = self._alerts = None
-        if self._claim is not None:
-            self._claim.release()
-            self._claim = None
+        super().close()
 
 
 def _open_table(path, columns):

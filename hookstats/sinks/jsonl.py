@@ -12,25 +12,22 @@ import numpy as np
 
 from .. import buckets, layout
 from . import claim, fields
-from .base import SCALARS, file_lines, json_number, open_parent, scalar_items, warn_skipped
+from .base import SCALARS, file_lines, json_number, open_parent, warn_skipped
 from .runs import Ledger, run_header
 
 
-class JSONLSink:
+class JSONLSink(claim.FileSink):
     """path: the file. Records are appended after a run header (a resumed run keeps the earlier records),
     each step's followed by a step-end marker; one process writes a file at a time (claim.py), and under
     torch.distributed rank r > 0 writes `<stem>.rank<r>.jsonl`."""
 
     def __init__(self, path):
-        self.path = claim.check_path(path, "JSONLSink")
-        if not claim.distributed_initialized():
-            claim.check_free(self.path)
-        self._file = self._claim = None
+        super().__init__(path)
+        self._file = None
 
     def _out(self):
         if self._file is None:
-            path = claim.rank_path(self.path)
-            self._claim = claim.Claim(path)
+            path = self.claim()
             self._file = open_parent(path, "a")
             if self._file.tell() and not _ends_with_newline(path):
                 self._file.write("\n")  # a torn last line stays one skipped line, not glued to the header
@@ -42,7 +39,7 @@ class JSONLSink:
         for rec in records:
             line = {"type": "stats", "step": step, "target": rec["target"], "module": rec["module"],
                     "kind": rec["kind"], "leaf": rec["leaf"], "phase": rec.get("phase") or "train"}
-            line.update((k, json_number(v)) for k, v in scalar_items(rec))
+            line.update((k, json_number(v)) for k, v in self.values(rec))
             if rec.get("hist") is not None:
                 line["hist"] = [int(c) for c in rec["hist"]]
                 line["hist_range"] = [float(rec["hist_edges"][0]), float(rec["hist_edges"][-1])]
@@ -67,9 +64,7 @@ class JSONLSink:
         if self._file is not None:
             self._file.close()
             self._file = None
-        if self._claim is not None:
-            self._claim.release()
-            self._claim = None
+        super().close()
 
 
 def _ends_with_newline(path):

@@ -2,14 +2,14 @@
 block of NumPy arrays with a row per step (scalars, the linear histogram, the log2 histogram's used slots),
 about 0.7 KB a record instead of a dict of Python objects (~4.5 KB); the float buckets only on the rows that
 have them (a flush's last step), as their nonzero slots; nbytes() is exactly what it holds.
-History hands it a whole flush as arrays (write_rows: NumPy work per target, none per record)."""
+History hands it a whole flush as arrays (write_steps: NumPy work per target, none per record)."""
 import collections
 
 import numpy as np
 
 from .. import statistics
 from ..config import check_count
-from .base import HIST_FIGURES, KEY_FIELDS, SCALARS
+from .base import HIST_FIGURES, KEY_FIELDS, SCALARS, Sink, Steps
 
 INTS, FLOATS, HISTS, (EDGES,) = (statistics.names(statistics.HISTORY, t) for t in
                                  (statistics.INT, statistics.FLOAT, statistics.COUNTS, statistics.EDGES))
@@ -135,7 +135,7 @@ class _Schema:
 
 def held_bytes(cols, targets, rows):
     """(fixed, widest): the bytes a MemorySink holds once each of `targets` targets keeps `rows` rows of
-    records shaped like `cols` (write_rows()'s columns). fixed, exact: per row the step, the int and float
+    records shaped like `cols` (a Steps' columns). fixed, exact: per row the step, the int and float
     scalars and slot 0 of each (dense) histogram, plus one hist_edges array (the targets of one write share
     it). widest, an upper bound: as if every histogram span covered all its other slots, every row had
     every float bucket, and every target had its own edges (targets first seen in different writes)."""
@@ -270,8 +270,9 @@ def _block_id(key):
     return key["target"], key.get("phase") or "train"
 
 
-class MemorySink:
+class MemorySink(Sink):
     def __init__(self, max_steps=None):
+        super().__init__()
         self.max_steps = max_steps = check_count("max_steps", max_steps, optional=True)
         self._window = collections.deque(maxlen=max_steps)  # the kept steps, oldest first (with max_steps)
         self._blocks = {}  # (target id, phase) -> _Block, in first-seen order
@@ -291,18 +292,16 @@ class MemorySink:
             else:
                 cols[k] = None if first[k] is None else (
                     first[k] if k == EDGES else np.array([[r[k] for r in records]]))
-        self.write_rows([step], [_key(r) for r in records], cols,
-                        np.ones((1, len(records)), dtype=bool), missing)
+        self.write_steps(Steps([step], [_key(r) for r in records], cols, np.ones((1, len(records)), dtype=bool),
+                               missing=missing))
 
-    def write_rows(self, steps, keys, cols, present, missing=None):
-        """Many steps at once, as len(steps) write() calls: keys [T] dicts of the KEY_FIELDS; cols {field:
-        array [S, T] (hist, log2_hist [S, T, size]), or None when switched off; hist_edges one array};
-        present [S, T] bool, the (step, target) pairs that have a record. A histogram's rows are None in the
-        records where missing[field] [S, T] is True, and all of them when its array is read-only (the zero
-        rows of steps without float buckets: records.no_bucket_columns)."""
-        steps = np.asarray(steps, dtype=np.int64)
+    def write_steps(self, steps):
+        """Many steps at once, as len(steps) write() calls, from the arrays of `steps` (a Steps; no record is
+        built). A histogram's rows are None in the records where steps.missing[field] [S, T] is True, and all of
+        them when its array is read-only (the zero rows of steps without float buckets: records.no_bucket_columns)."""
+        keys, cols, present, missing = steps.keys, steps.columns, steps.present, steps.missing
+        steps = np.asarray(steps.steps, dtype=np.int64)
         schema = _Schema(cols)
-        missing = missing or {}
         hists = {k: (None, None) if not cols[k].flags.writeable else
                  (cols[k], None if missing.get(k) is None else ~np.asarray(missing[k], dtype=bool))
                  for k, _ in schema.hists}
@@ -348,9 +347,6 @@ class MemorySink:
 
     def write_alerts(self, step, alerts):
         self.alerts.extend(alerts)
-
-    def close(self):
-        pass
 
     def nbytes(self):
         """Bytes of the arrays held (the host side of the history)."""

@@ -5,9 +5,9 @@ prefix, so TensorBoard shows one collapsible section, named by hookstats/sinks/n
 configured, else the view fitted to the float buckets), ".../log2_abs" (log2 |x|); eval records ".../eval/<stat>"."""
 import os
 
-from .base import DASHBOARD_STATS, PREFIX, check_prefix, check_stats, chosen_items
+from .base import DASHBOARD_STATS, PREFIX, Sink
 from .histograms import log2_buckets, value_histograms
-from .names import record_name, stat_name
+from .names import stat_name
 
 
 def add_histograms(writer, pairs, step):
@@ -20,11 +20,12 @@ def add_histograms(writer, pairs, step):
 def _add(writer, base, rec, lin, step):
     if lin is not None:
         edges, counts = lin
-        # num: the values the histogram holds (hist_count, fewer than finite with hist_every > 1); sum and
-        # sum_squares: the moments of every finite value, scaled to num
+        # num: the values the histogram holds (hist_count: its histogram steps' values, not `finite`'s: fewer with
+        # hist_every > 1, more in a history window's last record when the window held several); sum and
+        # sum_squares: the moments of the record's finite values, scaled to num
         n, mean, std = rec["finite"], rec["mean"], rec["std"]
         held = rec.get("hist_count")
-        if held is not None and held == held and 0 < held < n:
+        if held is not None and held == held and held > 0:
             n = int(held)
         m2 = std ** 2 * (n - 1) if n > 1 else 0.0
         writer.add_histogram_raw(stat_name(base, "hist"), min=float(edges[0]), max=float(edges[-1]), num=int(n),
@@ -39,7 +40,7 @@ def _add(writer, base, rec, lin, step):
                                  bucket_limits=edges[1:].tolist(), bucket_counts=counts.tolist(), global_step=step)
 
 
-class TensorBoardSink:
+class TensorBoardSink(Sink):
     """log_dir: where a SummaryWriter of ours writes; or writer: a SummaryWriter (or anything with its
     add_scalar/add_histogram_raw/add_text) that stays the caller's: close() flushes it, never closes it.
     stats: the scalars per target and step (default DASHBOARD_STATS; any of DASHBOARD_CHOICES, or () for
@@ -48,7 +49,8 @@ class TensorBoardSink:
     def __init__(self, log_dir=None, writer=None, stats=DASHBOARD_STATS, histograms=True, prefix=PREFIX):
         if (log_dir is None) == (writer is None):
             raise ValueError("TensorBoardSink needs log_dir or writer (one of them)")
-        self.stats, self.histograms, self.prefix = check_stats(stats), bool(histograms), check_prefix(prefix)
+        super().__init__(stats, prefix)
+        self.histograms = bool(histograms)
         if writer is not None:
             needs = ("add_scalar", "add_text", "flush") + (("add_histogram_raw",) if histograms else ())
             missing = [m for m in needs if not callable(getattr(writer, m, None))]
@@ -68,13 +70,11 @@ class TensorBoardSink:
         self.writer = writer
 
     def write(self, step, records):
-        w = self.writer
         for rec in records:
-            base = record_name(rec, self.prefix)
-            for stat, v in chosen_items(rec, self.stats):
-                w.add_scalar(stat_name(base, stat), v, step)
+            for name, v in self.named_values(rec):
+                self.writer.add_scalar(name, v, step)
         if self.histograms:
-            add_histograms(w, ((record_name(rec, self.prefix), rec) for rec in records), step)
+            add_histograms(self.writer, ((self.name(rec), rec) for rec in records), step)
 
     def write_alerts(self, step, alerts):
         for a in alerts:

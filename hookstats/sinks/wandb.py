@@ -8,9 +8,9 @@ counter per run and these rows advance it: the user's own wandb.log calls beside
 either (or must have an x-axis of their own, from define_metric)."""
 import numpy as np
 
-from .base import DASHBOARD_STATS, PREFIX, check_prefix, check_stats, chosen_items
+from .base import DASHBOARD_STATS, PREFIX, Sink
 from .histograms import log2_buckets, value_histograms
-from .names import record_name, stat_name
+from .names import stat_name
 
 
 def histograms(wandb, pairs):
@@ -26,7 +26,7 @@ def histograms(wandb, pairs):
     return out
 
 
-class WandbSink:
+class WandbSink(Sink):
     """stats: the scalars per target and step (default DASHBOARD_STATS; any of DASHBOARD_CHOICES);
     histograms: False for none; prefix: of every key, the step axis `<prefix>step` included. A run passed
     in stays the caller's: close() does not finish it."""
@@ -34,7 +34,8 @@ class WandbSink:
     def __init__(self, run=None, stats=DASHBOARD_STATS, histograms=True, prefix=PREFIX, **init_kwargs):
         from ..extras import require
         self._wandb = wandb = require("wandb", "WandbSink")
-        self.stats, self.histograms, self.prefix = check_stats(stats), bool(histograms), check_prefix(prefix)
+        super().__init__(stats, prefix)
+        self.histograms = bool(histograms)
         if not self.prefix:
             raise ValueError("WandbSink needs a non-empty prefix: its metrics share the step axis <prefix>step")
         self.step_key = self.prefix + "step"
@@ -47,10 +48,9 @@ class WandbSink:
     def write(self, step, records):
         data = {self.step_key: step}
         for rec in records:
-            base = record_name(rec, self.prefix)
-            data.update((stat_name(base, stat), v) for stat, v in chosen_items(rec, self.stats))
+            data.update(self.named_values(rec))
         if self.histograms:
-            data.update(histograms(self._wandb, ((record_name(rec, self.prefix), rec) for rec in records)))
+            data.update(histograms(self._wandb, ((self.name(rec), rec) for rec in records)))
         self.run.log(data)
 
     def write_alerts(self, step, alerts):
