@@ -8,7 +8,8 @@ import statistics
 
 import torch
 
-from hookstats import accumulate, bench
+from hookstats import accumulate
+from hookstats.tools import bench
 
 CADENCES = (1, 4, 5, 10)
 OFF = bench.NO_HISTOGRAMS

@@ -9,7 +9,8 @@ import sys
 
 import torch
 
-from hookstats import accumulate, bench, reference
+from hookstats import accumulate, reference
+from hookstats.tools import bench
 from hookstats.config import StatsConfig
 
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]

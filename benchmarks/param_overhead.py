@@ -15,7 +15,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 import hookstats
-from hookstats.bench import machine, make_workload
+from hookstats.tools.bench import machine, make_workload
 
 
 def floor(model):

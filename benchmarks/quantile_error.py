@@ -14,7 +14,8 @@ import torch
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 from float_oracle import float_counts  # noqa: E402
 
-from hookstats import bench, buckets  # noqa: E402
+from hookstats import buckets  # noqa: E402
+from hookstats.tools import bench  # noqa: E402
 
 Q = np.array([0.001, 0.01, 0.5, 0.99, 0.999])
 N = 100_000

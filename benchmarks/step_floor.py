@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from hookstats.bench import NO_HISTOGRAMS
+from hookstats.tools.bench import NO_HISTOGRAMS
 
 STABLE_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(2 ** 32), "MALLOC_TRIM_THRESHOLD_": str(2 ** 34),
                  "MALLOC_TOP_PAD_": str(2 ** 28)}
@@ -45,7 +45,7 @@ VARIANTS = {
 
 def install(model, label, kwargs, replace):
     import hookstats
-    from hookstats.bench.variants import hookstats_kwargs
+    from hookstats.tools.bench.variants import hookstats_kwargs
     mon = hookstats.attach(model, **({} if label == PLAIN else hookstats_kwargs()), **kwargs)
     if replace is not None:
         # the monitor's own hooks, the same calls; only what they call changes
@@ -56,7 +56,7 @@ def install(model, label, kwargs, replace):
 
 
 def measure(workload, rounds, warmup=3):
-    from hookstats.bench.models import make_workload
+    from hookstats.tools.bench.models import make_workload
     torch.set_num_threads(1)
     steps, monitors = {}, []
     for label, (kwargs, replace) in VARIANTS.items():

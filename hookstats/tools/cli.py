@@ -7,8 +7,8 @@ import sys
 import warnings
 from pathlib import Path
 
-from .extras import MissingExtra, require
-from .sinks import HISTORY_CSV, HISTORY_JSONL
+from ..extras import MissingExtra, require
+from ..sinks import HISTORY_CSV, HISTORY_JSONL
 
 
 class UsageError(Exception):
@@ -94,12 +94,12 @@ def progress_argument(p):
 
 def _bench(argv):
     try:
-        bench = importlib.import_module("hookstats.bench")
+        bench = importlib.import_module("hookstats.tools.bench")
     except ImportError as e:
         print(f"hookstats bench: error: the benchmark module is not available ({e})", file=sys.stderr)
         return 2
     if not callable(getattr(bench, "main", None)):
-        print("hookstats bench: error: hookstats.bench has no main(argv)", file=sys.stderr)
+        print("hookstats bench: error: hookstats.tools.bench has no main(argv)", file=sys.stderr)
         return 2
     return bench.main(argv)
 
@@ -164,7 +164,7 @@ def load_run(run_dir, warn=None):
     """(items, alerts) of a run folder; what its file holds beyond whole records of one run (torn lines, bad
     fields, several runs, duplicates, incomplete steps: hookstats.sinks.HistoryFileWarning) is said one line each
     through warn (default: stderr)."""
-    from .sinks import HistoryFileWarning, read_history
+    from ..sinks import HistoryFileWarning, read_history
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", HistoryFileWarning)
         loaded = read_history(run_dir)
@@ -189,7 +189,7 @@ def report(run_dir, out=None, log=print, show_progress=False):
 
 def _report_run(run_dir, out, log, show_progress):
     from . import plots
-    from .history import brief
+    from ..history import brief
     from .progress import progress
     from .summary import FLOAT_CELLS, stats_table
     items, alerts = load_run(run_dir)

@@ -22,13 +22,14 @@ from torch._subclasses.fake_tensor import (DataDependentOutputException, Dynamic
 from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
-from . import accumulate, layout, op_speed
-from .config import check_arg
-from .monitor import attach, attached_monitor
-from .records import bucket_columns
-from .sinks.memory import held_bytes
+from .. import accumulate, layout
+from ..config import check_arg
+from ..monitor import attach, attached_monitor
+from ..records import bucket_columns
+from ..sinks.memory import held_bytes
+from ..tensors import tensor_leaves
+from . import op_speed
 from .summary import format_table
-from .tensors import tensor_leaves
 
 
 @dataclasses.dataclass
