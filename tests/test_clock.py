@@ -23,7 +23,7 @@ def forward(model, clock, train=True):
     clock.on_root_forward_end(model, (), None)
 
 
-@pytest.mark.parametrize("every,hist_every", [(1, 1), (1, 4), (3, 1), (3, 2), (2, 5)])
+@pytest.mark.parametrize("every,hist_every", [(1, 1), (1, 4), (3, 1), (3, 2), (2, 5), (3, 3), (2, 4)])
 def test_forward_steps_follow_the_every_and_hist_every_grid(every, hist_every):
     model, clock, seen, _ = make(every, hist_every)
     for _ in range(31):
