@@ -8,7 +8,7 @@ import statistics
 import results_file
 import torch
 
-from hookstats import bench
+from hookstats.tools import bench
 
 
 def histograms_off(workload="cnn", repeats=4, steps=4):

@@ -10,9 +10,9 @@ import types
 import torch
 
 from hookstats import accumulate
-from hookstats.bench import timing
-from hookstats.bench.models import make_workload
-from hookstats.bench.variants import Installed, install_fastai
+from hookstats.tools.bench import timing
+from hookstats.tools.bench.models import make_workload
+from hookstats.tools.bench.variants import Installed, install_fastai
 from hookstats.integrations.fastai import ActivationStats
 
 

@@ -14,7 +14,8 @@ import results_file
 import torch
 from op_throughput import fresh_state, size_label, time_call
 
-from hookstats import accumulate, bench, layout
+from hookstats import accumulate, layout
+from hookstats.tools import bench
 from hookstats.config import StatsConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

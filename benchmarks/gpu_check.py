@@ -257,7 +257,7 @@ INT_STATS = ("count", "finite", "nan", "posinf", "neginf", "underflow", "overflo
 def train_cnn(steps, backend="compiled", hooks=True, device="cuda", **attach):
     """The benchmark CNN on the GPU, seeded: (stats or None, parameters after `steps` SGD steps)."""
     import hookstats
-    from hookstats import bench
+    from hookstats.tools import bench
     model, step = bench.make_workload("cnn", device=device)
     ctx = bench.reference_backend() if backend == "reference" else contextlib.nullcontext()
     with ctx:
@@ -291,7 +291,7 @@ def check_monitor():
     """attach() on a CUDA model: the CUDA kernel against the reference path on the same training run,
     outputs and gradients passed through bit-exactly, no host sync in the step."""
     import hookstats
-    from hookstats import bench
+    from hookstats.tools import bench
     torch.backends.cudnn.benchmark = False
     torch.backends.cudnn.deterministic = True
     torch.use_deterministic_algorithms(True, warn_only=True)

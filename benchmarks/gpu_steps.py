@@ -545,8 +545,8 @@ def detach_hooks(model):
 
 def train(step, device, dry):
     import hookstats
-    from hookstats.bench.models import SmallTransformer
-    from hookstats.planner import plan
+    from hookstats.tools.bench.models import SmallTransformer
+    from hookstats.tools.planner import plan
     models = {"gpt2-small": dict(blocks=12, d=768, heads=12, vocab=50257, seq=1024, batch=8),
               "transformer": dict(blocks=4, d=256, heads=4, vocab=1000, seq=128, batch=16)}
     if dry:

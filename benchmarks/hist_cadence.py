@@ -9,7 +9,8 @@ import statistics
 import results_file
 import torch
 
-from hookstats import accumulate, bench
+from hookstats import accumulate
+from hookstats.tools import bench
 
 CADENCES = (1, 4, 5, 10)
 OFF = bench.NO_HISTOGRAMS

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from hookstats.bench import NO_HISTOGRAMS
+from hookstats.tools.bench import NO_HISTOGRAMS
 
 STABLE_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(2 ** 32), "MALLOC_TRIM_THRESHOLD_": str(2 ** 34),
                  "MALLOC_TOP_PAD_": str(2 ** 28)}  # as benchmarks/step_floor.py: no page faults that come and go
@@ -239,7 +239,7 @@ def make_gpt2(layers, seq=128, batch=2):
 def make(workload, gpt2_layers):
     if workload == "gpt2":
         return make_gpt2(gpt2_layers)
-    from hookstats.bench.models import make_workload
+    from hookstats.tools.bench.models import make_workload
     return make_workload(workload)
 
 

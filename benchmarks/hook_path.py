@@ -22,7 +22,7 @@ def worker(path, workload, hooked):
     import torch
 
     import hookstats
-    from hookstats.bench.models import make_workload
+    from hookstats.tools.bench.models import make_workload
     assert os.path.abspath(hookstats.__file__).startswith(os.path.abspath(path)), hookstats.__file__
     torch.set_num_threads(1)
     model, step = make_workload(workload)

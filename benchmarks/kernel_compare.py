@@ -16,7 +16,8 @@ import sys
 import torch
 from op_throughput import fresh_state, time_call
 
-from hookstats import accumulate, bench
+from hookstats import accumulate
+from hookstats.tools import bench
 from hookstats.config import StatsConfig
 
 CONFIGS = {

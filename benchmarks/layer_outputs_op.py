@@ -14,7 +14,8 @@ import torch
 from op_throughput import fresh_state
 from torch import nn
 
-from hookstats import accumulate, bench
+from hookstats import accumulate
+from hookstats.tools import bench
 from hookstats.config import StatsConfig
 
 NO_HIST = StatsConfig(linear_hist=False, log_hist=False, float_hist=False)

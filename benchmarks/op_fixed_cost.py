@@ -19,7 +19,7 @@ import time
 import torch
 
 from hookstats import StatsConfig, accumulate, rawstate
-from hookstats.bench import NO_HISTOGRAMS
+from hookstats.tools.bench import NO_HISTOGRAMS
 
 SIZES = (16, 256, 4096, 65536)
 CONFIGS = {"default": StatsConfig(), "histograms off": StatsConfig(**NO_HISTOGRAMS)}

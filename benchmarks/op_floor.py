@@ -30,8 +30,8 @@ from step_floor import commit, machine  # noqa: E402
 
 def capture(workload):
     """Each hooked module's output and the gradient into it, from the second step of the workload."""
-    from hookstats.bench.models import make_workload
-    from hookstats.bench.variants import hooked_modules
+    from hookstats.tools.bench.models import make_workload
+    from hookstats.tools.bench.variants import hooked_modules
     model, step = make_workload(workload)
     caps = []
 

@@ -7,7 +7,8 @@ import statistics
 import results_file
 import torch
 
-from hookstats import accumulate, bench, rawstate, reference
+from hookstats import accumulate, rawstate, reference
+from hookstats.tools import bench
 from hookstats.config import StatsConfig
 
 SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20]

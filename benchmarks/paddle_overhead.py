@@ -1,7 +1,7 @@
 """Training-step cost of hookstats on a Paddle CNN beside the same network shape in PyTorch, in one run: per
 framework no hooks, hookstats with its defaults (hookstats.attach(model)), the same statistics written as plain
 hooks of that framework (moments, min/max, near-zero and NaN counts, a 40-bin histogram, on device: what a user
-writes by hand) and the floor (a plain hook reading each value once: a sum). The CNN is hookstats.bench's: 6 x
+writes by hand) and the floor (a plain hook reading each value once: a sum). The CNN is hookstats.tools.bench's: 6 x
 conv/bn/relu (stride 2 every other block), mean-pooled, a linear head; hooked: the 13 layers with parameters.
 
 One thread (OMP_NUM_THREADS=1 and torch.set_num_threads(1); the script re-runs itself with them set before
@@ -25,14 +25,15 @@ import torch  # noqa: E402
 
 import hookstats  # noqa: E402
 import results_file  # noqa: E402
-from hookstats import bench  # noqa: E402
+from hookstats.tools import bench  # noqa: E402
 
-WIDTH = (32, 32, 64, 64, 128, 128)
+# the shipped workload's channel widths, read from it, so the two networks cannot drift apart
+WIDTH = tuple(m.out_channels for m in bench.SmallCNN().features if isinstance(m, torch.nn.Conv2d))
 EPS, BINS, LO, HI = 1e-6, 40, -10.0, 10.0
 
 
 class PaddleCNN(paddle.nn.Layer):
-    """hookstats.bench.SmallCNN in Paddle."""
+    """hookstats.tools.bench.SmallCNN in Paddle."""
 
     def __init__(self, classes=10):
         super().__init__()

@@ -13,7 +13,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 import hookstats
-from hookstats.bench import make_workload
+from hookstats.tools.bench import make_workload
 
 
 def floor(model):

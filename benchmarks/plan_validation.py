@@ -14,8 +14,9 @@ import torch
 from torch.nn import functional as F
 
 import hookstats
-from hookstats import accumulate, bench, op_speed, presets
-from hookstats.planner import plan
+from hookstats import accumulate
+from hookstats.tools import bench, op_speed, presets
+from hookstats.tools.planner import plan
 
 INPUTS = {"cnn": lambda: (torch.randn(64, 3, 32, 32),), "transformer": lambda: (torch.randint(0, 1000, (16, 128)),)}
 

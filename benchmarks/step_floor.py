@@ -29,7 +29,7 @@ import time
 import results_file
 import torch
 
-from hookstats.bench import NO_HISTOGRAMS
+from hookstats.tools.bench import NO_HISTOGRAMS
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hook_overhead import install_floor  # noqa: E402  (the floor's hooks, shared with hook_overhead.py)
@@ -57,7 +57,7 @@ VARIANTS = {
 
 def install(model, label, kwargs, replace):
     import hookstats
-    from hookstats.bench.variants import hookstats_kwargs
+    from hookstats.tools.bench.variants import hookstats_kwargs
     if replace == "floor":
         return install_floor(model)
     mon = hookstats.attach(model, **({} if label in (PLAIN, PLAIN_NO_HIST) else hookstats_kwargs()), **kwargs)
@@ -75,7 +75,7 @@ def quartiles(v):
 
 
 def measure(workload, rounds, names=None, warmup=3):
-    from hookstats.bench.models import make_workload
+    from hookstats.tools.bench.models import make_workload
     torch.set_num_threads(1)
     steps, monitors = {}, []
     for label, (kwargs, replace) in VARIANTS.items():

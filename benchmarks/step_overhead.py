@@ -8,7 +8,7 @@ import time
 import results_file
 import torch
 
-from hookstats import bench
+from hookstats.tools import bench
 
 LAYER_COUNTS = [8, 32, 128, 512]
 SCALING_VARIANTS = ["no hooks", "hookstats", "hookstats (reference op)", "fastai ActivationStats"]

@@ -1,10 +1,10 @@
-"""pytest-benchmark cases of one training step per workload and variant (hookstats.bench's models and
+"""pytest-benchmark cases of one training step per workload and variant (hookstats.tools.bench's models and
 variants). The interleaved comparison with ratios, syncs and memory is benchmarks/step_overhead.py."""
 import re
 
 import pytest
 
-from hookstats import bench
+from hookstats.tools import bench
 
 
 @pytest.mark.parametrize("variant", bench.available_variants(), ids=lambda v: re.sub(r"[^0-9A-Za-z]+", "-", v).strip("-"))

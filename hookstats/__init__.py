@@ -4,8 +4,15 @@ from .config import StatsConfig
 from .monitor import Monitor, attach
 from .state import Kind, TargetKey
 from .alerts import AlertRules
-from .summary import summary
-from .planner import plan
+from .tools.summary import summary
+from .tools.planner import plan
 
 __version__ = "0.1.0"
 __all__ = ["attach", "Monitor", "StatsConfig", "TargetKey", "Kind", "accumulate_", "accumulate_many_", "backend", "AlertRules", "summary", "plan"]
+
+
+def __getattr__(name):  # hookstats.plots: the charts (hookstats/tools/plots.py), imported on first use
+    if name == "plots":
+        from .tools import plots
+        return plots
+    raise AttributeError(f"module 'hookstats' has no attribute {name!r}")

@@ -1,6 +1,6 @@
-"""`python -m hookstats`: the command line (hookstats/cli.py)."""
+"""`python -m hookstats`: the command line (hookstats/tools/cli.py)."""
 import sys
 
-from .cli import main
+from .tools.cli import main
 
 sys.exit(main())

@@ -50,7 +50,7 @@ def test_tensorboard_sink_checks_log_dir(bad):
 
 
 def plan_error(capsys, *argv):
-    from hookstats.planner import main
+    from hookstats.tools.planner import main
     code = main(list(argv))
     err = capsys.readouterr().err.strip().splitlines()
     return code, err

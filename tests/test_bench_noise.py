@@ -5,8 +5,8 @@ import json
 import pytest
 from torch import nn
 
-from hookstats.bench import command, timing
-from hookstats.bench.variants import Installed
+from hookstats.tools.bench import command, timing
+from hookstats.tools.bench.variants import Installed
 
 
 @pytest.fixture

@@ -144,7 +144,7 @@ def test_which_shares_are_exact():
 
 
 def test_dtype_shares_are_at_least_the_log2_chart_shares(data):
-    from hookstats.plots import range_shares
+    from hookstats.tools.plots import range_shares
     old = range_shares(_today_log2(data, torch.float32 if np.asarray(data).dtype != np.float64 else torch.float64))
     new = buckets.dtype_shares(float_counts(data))
     for name in buckets.FORMATS:

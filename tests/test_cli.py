@@ -14,8 +14,8 @@ import types
 import pytest
 from conftest import made_once
 
-from hookstats import cli
-from hookstats.summary import format_number
+from hookstats.tools import cli
+from hookstats.tools.summary import format_number
 
 pytestmark = pytest.mark.filterwarnings("ignore::hookstats.alerts.AlertWarning")
 
@@ -40,7 +40,7 @@ def test_help_for_every_command(capsys, argv, words):
 
 
 def test_bench_help_lists_the_variants_by_their_plain_names_and_the_defaults(capsys):
-    from hookstats.bench import VARIANT_LIST
+    from hookstats.tools.bench import VARIANT_LIST
     code, out, _ = run_main(capsys, "bench", "--help")
     assert code == 0
     names = [v.name for v in VARIANT_LIST]
@@ -87,13 +87,13 @@ def test_bench_help_lists_the_variants_by_their_plain_names_and_the_defaults(cap
     (["bench", "--frobnicate"], "unrecognized arguments: --frobnicate"),
 ])
 def test_bad_arguments_give_one_line_and_status_2(capsys, monkeypatch, argv, message):
-    import hookstats.bench.command
-    import hookstats.demo
+    import hookstats.tools.bench.command
+    import hookstats.tools.demo
 
     def ran(*a, **k):
         raise AssertionError("bad arguments went through to a run")
-    monkeypatch.setattr(hookstats.bench.command, "run", ran)
-    monkeypatch.setattr(hookstats.demo, "run", ran)
+    monkeypatch.setattr(hookstats.tools.bench.command, "run", ran)
+    monkeypatch.setattr(hookstats.tools.demo, "run", ran)
     code, out, err = run_main(capsys, *argv)
     assert code == 2 and message in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -113,13 +113,13 @@ def test_report_on_a_folder_without_history(capsys, tmp_path):
 
 def test_bench_dispatches_to_hookstats_bench_main(capsys, monkeypatch):
     seen = []
-    monkeypatch.setitem(sys.modules, "hookstats.bench", types.SimpleNamespace(main=lambda argv: seen.append(argv) or 0))
+    monkeypatch.setitem(sys.modules, "hookstats.tools.bench", types.SimpleNamespace(main=lambda argv: seen.append(argv) or 0))
     assert cli.main(["bench", "--quick", "--device", "cpu"]) == 0
     assert seen == [["--quick", "--device", "cpu"]]
-    monkeypatch.setitem(sys.modules, "hookstats.bench", types.SimpleNamespace())
+    monkeypatch.setitem(sys.modules, "hookstats.tools.bench", types.SimpleNamespace())
     code, _, err = run_main(capsys, "bench")
-    assert code == 2 and err.strip() == "hookstats bench: error: hookstats.bench has no main(argv)"
-    monkeypatch.setitem(sys.modules, "hookstats.bench", None)  # import fails
+    assert code == 2 and err.strip() == "hookstats bench: error: hookstats.tools.bench has no main(argv)"
+    monkeypatch.setitem(sys.modules, "hookstats.tools.bench", None)  # import fails
     code, _, err = run_main(capsys, "bench")
     assert code == 2 and err.startswith("hookstats bench: error: the benchmark module is not available")
 
@@ -156,7 +156,7 @@ def test_demo_shows_progress_of_training_and_charts_on_a_terminal(demo_dir):
                                                    (False, [], False)])
 def test_report_progress_only_on_a_terminal_and_without_no_progress(demo_dir, tmp_path, monkeypatch, terminal, flag,
                                                                     drawn):
-    from hookstats import plots
+    from hookstats.tools import plots
     for chart in ("plot_layer_stats", "plot_hist_heatmap", "plot_dynamic_range"):  # the bar, not the drawing
         monkeypatch.setattr(plots, chart, lambda *a, path, **k: path.write_bytes(b"png"))
     err, out = Terminal() if terminal else io.StringIO(), io.StringIO()
@@ -181,7 +181,7 @@ def test_bench_runs_the_chosen_variants_with_a_progress_bar(capsys, tmp_path):
 
 
 def test_no_empty_alerts_file_and_no_stale_one(tmp_path, capsys, monkeypatch):
-    from hookstats import plots
+    from hookstats.tools import plots
     monkeypatch.setattr(plots, "save_all", lambda *a, **k: [])  # the files, not the charts
     (tmp_path / "cnn").mkdir()
     (tmp_path / "cnn" / "alerts.txt").write_text("NaN/Inf in an earlier run\n")

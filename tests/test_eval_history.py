@@ -107,7 +107,7 @@ def test_validation_passes_in_history_files_tensorboard_and_report(tmp_path):
     assert "hookstats/0/output/eval/hist" in hists and "hookstats/0/output/hist" in hists
     assert sorted(e.step for e in acc.Histograms("hookstats/0/output/eval/hist")) == sorted(k[1] for k in passes
                                                                                         if k[2] == "0:output")
-    from hookstats.cli import report
+    from hookstats.tools.cli import report
     lines = []
     report(tmp_path, log=lines.append)
     table = "\n".join(lines)

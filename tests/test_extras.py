@@ -10,7 +10,7 @@ import tomllib
 import pytest
 
 import hookstats
-from hookstats import cli
+from hookstats.tools import cli
 from hookstats.extras import EXTRAS, MissingExtra
 
 ROOT = pathlib.Path(hookstats.__file__).parent.parent
@@ -69,7 +69,7 @@ def test_every_third_party_import_of_hookstats_is_a_dependency_or_an_extra():
 
 def library_calls():
     def figure():
-        from hookstats import plots
+        from hookstats.tools import plots
         plots.plot_dynamic_range({})
 
     def tensorboard_sink(tmp):
@@ -81,11 +81,11 @@ def library_calls():
         WandbSink(mode="disabled")
 
     def to_frame(tmp):
-        from hookstats.summary import Summary
+        from hookstats.tools.summary import Summary
         Summary([{"a": 1}], ["a"], "t").to_frame()
 
     def progress(tmp):
-        from hookstats.progress import progress
+        from hookstats.tools.progress import progress
         progress(range(2))
 
     def integration(name):

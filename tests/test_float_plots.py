@@ -10,7 +10,7 @@ from test_float_statistics import near_zero_rel_oracle
 from torch import nn
 
 import hookstats
-from hookstats import cli, plots
+from hookstats.tools import cli, plots
 from hookstats.sinks import run_dir_sinks
 
 pytestmark = pytest.mark.usefixtures("every_step_histograms")  # their oracles count every step's histograms
@@ -89,7 +89,7 @@ def test_layer_stats_near_zero_panel_is_the_relative_figure(run, tmp_path):
 
 
 def test_summary_table_shows_the_relative_near_zero_and_quantiles(run):
-    from hookstats.summary import stats_table
+    from hookstats.tools.summary import stats_table
     _, mon, seen = run
     stats = mon.stats()
     text = str(stats_table([{"target": t, **r} for t, r in stats.items()]))

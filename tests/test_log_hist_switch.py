@@ -12,7 +12,7 @@ from test_sinks import tb_events
 from torch import nn
 
 import hookstats
-from hookstats import plots
+from hookstats.tools import plots
 from hookstats.sinks import JSONLSink, TensorBoardSink, read_jsonl
 
 TARGET = "0:output"

@@ -275,7 +275,7 @@ def test_low_and_high_precision_models(dtype):
 
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
 def test_forward_with_hooks_runs_without_host_sync(backend):
-    from hookstats.bench import reference_backend
+    from hookstats.tools.bench import reference_backend
     model, x = mlp(), torch.randn(16, 8)
     with reference_backend() if backend == "reference" else contextlib.nullcontext():
         mon = hookstats.attach(model, inputs=True)

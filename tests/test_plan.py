@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 import hookstats
-from hookstats import cli, op_speed
-from hookstats import planner as plan_cli
-from hookstats.planner import default_loss, plan
+from hookstats.tools import cli, op_speed
+from hookstats.tools import planner as plan_cli
+from hookstats.tools.planner import default_loss, plan
 
 pytestmark = pytest.mark.usefixtures("every_step_histograms")  # their oracles count every step's histograms
 
@@ -342,7 +342,7 @@ def test_cli_llama_presets_and_a_local_config(capsys, tmp_path):
 def test_llama_70b_preset_is_built_on_meta_with_llama_2_70b_shapes():
     """The 70B plan itself takes ~10 s of CPU (benchmarks/plan_validation.py times it): too slow for a test."""
     pytest.importorskip("transformers")
-    from hookstats import presets
+    from hookstats.tools import presets
     model, (ids,), kw = presets.build("llama-70b", batch=2, seq=4096)
     params = list(model.parameters())
     assert all(p.is_meta and p.dtype == torch.bfloat16 for p in params)

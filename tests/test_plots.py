@@ -7,7 +7,7 @@ from helpers import oracle
 from torch import nn
 
 import hookstats
-from hookstats import plots
+from hookstats.tools import plots
 from hookstats.config import StatsConfig
 
 pytestmark = pytest.mark.usefixtures("every_step_histograms")  # their oracles count every step's histograms

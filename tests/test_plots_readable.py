@@ -8,7 +8,7 @@ from matplotlib.colors import to_rgba
 from torch import nn
 
 import hookstats
-from hookstats import plots
+from hookstats.tools import plots
 
 pytest.importorskip("matplotlib")
 

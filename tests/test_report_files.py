@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import hookstats
-from hookstats import cli
+from hookstats.tools import cli
 from hookstats.sinks import JSONLSink, run_dir_sinks
 
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # no NumPy warning may leak

@@ -233,7 +233,7 @@ def test_readers_take_empty_files_and_a_header_only(tmp_path, fmt):
 
 
 def test_report_reads_a_run_with_torn_files_and_says_so_in_one_line(tmp_path, capsys):
-    from hookstats import cli
+    from hookstats.tools import cli
     run = tmp_path / "run"
     train(run_dir_sinks(run, tensorboard=False), steps=4)
     for name in ("history.csv", "history.jsonl"):
@@ -403,7 +403,7 @@ def test_wandb_sink_beside_the_users_own_wandb_log(tmp_path, monkeypatch):
 
 
 def test_collect_takes_the_memory_sink_a_file_or_a_run_folder(tmp_path):
-    from hookstats import plots
+    from hookstats.tools import plots
     mem = MemorySink()
     mon, want = train([mem, *run_dir_sinks(tmp_path, tensorboard=False)], steps=4)
     for source in (mem, tmp_path, tmp_path / "history.jsonl", str(tmp_path / "history.csv"), list(mem.items())):

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import hookstats
-from hookstats.summary import format_table, model_sizes, num_features, stats_table, summary
+from hookstats.tools.summary import format_table, model_sizes, num_features, stats_table, summary
 
 
 class Net(nn.Module):

@@ -688,7 +688,7 @@ def test_remove_leaves_zero_hooks_of_any_kind():
 
 @pytest.mark.parametrize("backend, separate_calls", [("compiled", False), ("reference", False), ("compiled", True)])
 def test_backward_and_optimizer_step_run_without_host_sync(backend, separate_calls):
-    from hookstats.bench import reference_backend
+    from hookstats.tools.bench import reference_backend
     model = cnn()
     x = torch.randn(4, 3, 6, 6, requires_grad=separate_calls)  # and the first layer's input gradient
     with reference_backend() if backend == "reference" else contextlib.nullcontext():

@@ -22,13 +22,14 @@ from torch._subclasses.fake_tensor import (DataDependentOutputException, Dynamic
 from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
-from . import accumulate, layout, op_speed
-from .config import check_arg
-from .monitor import attach, attached_monitor
-from .records import bucket_columns
-from .sinks.memory import held_bytes
+from .. import accumulate, layout
+from ..config import check_arg
+from ..monitor import attach, attached_monitor
+from ..records import bucket_columns
+from ..sinks.memory import held_bytes
+from ..tensors import tensor_leaves
+from . import op_speed
 from .summary import format_table
-from .tensors import tensor_leaves
 
 
 @dataclasses.dataclass
@@ -309,7 +310,7 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
 # ---------------------------------------------------------------- python -m hookstats plan
 def add_arguments(p):
     from . import presets
-    from .cli import int_in, positive_float
+    from .args import int_in, positive_float
     p.add_argument("model", help=f"a preset ({', '.join(presets.PRESETS)}) or the path of a Hugging Face config.json")
     p.add_argument("--batch", type=int_in(1, 2 ** 31 - 1), default=1, help="batch size (default: 1)")
     p.add_argument("--seq", type=int_in(1, 2 ** 31 - 1), default=None, help="sequence length (default: the preset's)")
@@ -336,7 +337,7 @@ def add_arguments(p):
 def main(argv=None):
     """`python -m hookstats plan MODEL [options]`: prints the plan; bad arguments end with one line, status 2."""
     from . import presets
-    from .cli import Parser  # one-line errors with status 2, as the other commands
+    from .args import Parser  # one-line errors with status 2, as the other commands
     p = Parser(prog="hookstats plan", description="What hookstats.attach() would measure on a "
                                 "model and what it would cost, planned on fake tensors (nothing is downloaded "
                                 "or allocated).")

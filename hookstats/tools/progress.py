@@ -4,6 +4,6 @@ import sys
 
 
 def progress(iterable=None, total=None, desc=None, enabled=True, unit="it"):
-    from .extras import require
+    from ..extras import require
     return require("tqdm", "hookstats' progress bars").tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True,
                 disable=None if enabled else True)  # None: tqdm's own "off unless a terminal"

@@ -32,7 +32,7 @@ def hookstats_kwargs():
 @contextlib.contextmanager
 def reference_backend():
     """Routes the monitor through the pure-PyTorch reference op (what runs when the extension is missing)."""
-    from .. import accumulate, reference
+    from ... import accumulate, reference
     saved = accumulate.accumulate_, accumulate.accumulate_many_
     accumulate.accumulate_, accumulate.accumulate_many_ = reference.accumulate_, reference.accumulate_many_
     try:

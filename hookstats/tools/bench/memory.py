@@ -1,4 +1,4 @@
-"""Memory of a variant: each run in a fresh process (`python -m hookstats.bench --memory-child ...`), so
+"""Memory of a variant: each run in a fresh process (`python -m hookstats.tools.bench --memory-child ...`), so
 that one variant's peak never hides another's: RSS over the steps, its peak, the monitor's own bytes."""
 import json
 import subprocess
@@ -50,7 +50,7 @@ def measure_memory(workload, variant, steps, checkpoints=None):
     if steps < 1:
         raise ValueError(f"memory runs need steps >= 1, got {steps}")
     checkpoints = sorted(set(checkpoints or [steps]) | {steps})
-    cmd = [sys.executable, "-m", "hookstats.bench", "--memory-child", workload, variant, str(steps),
+    cmd = [sys.executable, "-m", "hookstats.tools.bench", "--memory-child", workload, variant, str(steps),
            ",".join(map(str, checkpoints)), "--threads", str(torch.get_num_threads()), "--device", device()]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if res.returncode != 0:

@@ -39,7 +39,7 @@ def load_config(name_or_path):
 
 def build(name_or_path, batch=1, seq=None, dtype="bf16"):
     """(model on the meta device in `dtype`, positional inputs, keyword inputs) for one training step."""
-    from .extras import require
+    from ..extras import require
     transformers = require("transformers", "hookstats plan (model presets and configs)")
     AutoConfig, AutoModel, AutoModelForCausalLM = (transformers.AutoConfig, transformers.AutoModel,
                                                    transformers.AutoModelForCausalLM)

@@ -1,62 +1,17 @@
 """The command line: `python -m hookstats demo|report|bench`. Bad arguments and paths end with one line
 on stderr and exit status 2, never a traceback."""
-import argparse
 import importlib
-import math
 import sys
 import warnings
 from pathlib import Path
 
-from .extras import MissingExtra, require
-from .sinks import HISTORY_CSV, HISTORY_JSONL
+from ..extras import MissingExtra, require
+from ..sinks import HISTORY_CSV, HISTORY_JSONL
+from .args import Parser, int_in, progress_argument
 
 
 class UsageError(Exception):
     pass
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def int_in(lo, hi=None):
-    """An argparse type: an integer in [lo, hi]."""
-    def parse(text):
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if v < lo or (hi is not None and v > hi):
-            raise argparse.ArgumentTypeError(f"must be >= {lo}, got {v}" if v < lo else f"must be <= {hi}, got {v}")
-        return v
-    return parse
-
-
-def positive_float(scale=1.0):
-    """An argparse type: a finite number > 0 (that stays finite times `scale`, the unit it is used in)."""
-    def parse(text):
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not (v > 0 and math.isfinite(v * scale)):
-            raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-        return v
-    return parse
-
-
-def comma_list(check):
-    """An argparse type: a comma list, each item passed through check(item), which raises ValueError."""
-    def parse(text):
-        items = [t.strip() for t in text.split(",")]
-        if not all(items):
-            raise argparse.ArgumentTypeError(f"an empty name in {text!r}")
-        try:
-            return [check(t) for t in items]
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    return parse
 
 
 class Command:
@@ -87,19 +42,14 @@ def _report_arguments(r):
     progress_argument(r)
 
 
-def progress_argument(p):
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bars on stderr (there are none either when stderr is not a terminal)")
-
-
 def _bench(argv):
     try:
-        bench = importlib.import_module("hookstats.bench")
+        bench = importlib.import_module("hookstats.tools.bench")
     except ImportError as e:
         print(f"hookstats bench: error: the benchmark module is not available ({e})", file=sys.stderr)
         return 2
     if not callable(getattr(bench, "main", None)):
-        print("hookstats bench: error: hookstats.bench has no main(argv)", file=sys.stderr)
+        print("hookstats bench: error: hookstats.tools.bench has no main(argv)", file=sys.stderr)
         return 2
     return bench.main(argv)
 
@@ -164,7 +114,7 @@ def load_run(run_dir, warn=None):
     """(items, alerts) of a run folder; what its file holds beyond whole records of one run (torn lines, bad
     fields, several runs, duplicates, incomplete steps: hookstats.sinks.HistoryFileWarning) is said one line each
     through warn (default: stderr)."""
-    from .sinks import HistoryFileWarning, read_history
+    from ..sinks import HistoryFileWarning, read_history
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", HistoryFileWarning)
         loaded = read_history(run_dir)
@@ -189,9 +139,9 @@ def report(run_dir, out=None, log=print, show_progress=False):
 
 def _report_run(run_dir, out, log, show_progress):
     from . import plots
-    from .delivery import brief
+    from ..delivery import brief
     from .progress import progress
-    from .records import last_records
+    from ..records import last_records
     from .summary import FLOAT_CELLS, stats_table
     items, alerts = load_run(run_dir)
     if not items:

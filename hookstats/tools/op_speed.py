@@ -8,8 +8,8 @@ import time
 
 import torch
 
-from . import accumulate, layout
-from .state import scratch_bytes
+from .. import accumulate, layout
+from ..state import scratch_bytes
 
 MB = 1 << 20
 

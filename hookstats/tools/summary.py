@@ -6,10 +6,10 @@ import math
 import torch
 from torch import nn
 
-from .names import short
-from .records import value
-from .state import Kind
-from .tensors import tensor_leaves
+from ..names import short
+from ..records import value
+from ..state import Kind
+from ..tensors import tensor_leaves
 
 
 class Summary:
@@ -24,7 +24,7 @@ class Summary:
     __repr__ = __str__
 
     def to_frame(self):
-        from .extras import require
+        from ..extras import require
         return require("pandas", "Summary.to_frame()").DataFrame(self.rows, columns=self.columns)
 
 
@@ -78,7 +78,7 @@ def summary(model, *example_inputs, monitor=None, **example_kwargs):
     if not isinstance(model, nn.Module):
         raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
     if monitor is None:
-        from .monitor import attached_monitor
+        from ..monitor import attached_monitor
         monitor = attached_monitor(model)
     layers, shapes, order, _ = _run(model, example_inputs, example_kwargs, monitor)
     stats = monitor.stats() if monitor is not None else {}

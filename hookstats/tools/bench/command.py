@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ..cli import Parser, comma_list, int_in, progress_argument
+from ..args import Parser, comma_list, int_in, progress_argument
 from ..progress import progress
 from .memory import measure_memory, memory_child
 from .models import check_workload

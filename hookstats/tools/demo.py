@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from . import plots
-from .delivery import brief
-from .monitor import attach
+from ..delivery import brief
+from ..monitor import attach
 from .progress import progress as show
-from .sinks import HISTORY_CSV, HISTORY_JSONL, run_dir_sinks
+from ..sinks import HISTORY_CSV, HISTORY_JSONL, run_dir_sinks
 from .summary import stats_table, summary
 
 

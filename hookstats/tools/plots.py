@@ -9,10 +9,10 @@ import re
 import numpy as np
 import torch
 
-from . import buckets, layout, statistics
-from .extras import require
-from .names import short
-from .state import KINDS, Kind
+from .. import buckets, layout, statistics
+from ..extras import require
+from ..names import short
+from ..state import KINDS, Kind
 
 HEATMAP_BINS = 64
 HEATMAP_SPAN_Q = (0.001, 0.999)
@@ -87,7 +87,7 @@ def _items(source):
     import os
     from collections.abc import Mapping
 
-    from .sinks import read_history
+    from ..sinks import read_history
     if isinstance(source, (str, os.PathLike)):
         return read_history(source)[0]
     if callable(getattr(source, "items", None)) and not isinstance(source, Mapping):
@@ -412,7 +412,7 @@ def kind_of(target_id):
 def save_all(series, out_dir, run_totals=None, progress=None):
     """Every chart of a run as PNG files in out_dir; returns their paths. run_totals: {target: float buckets
     (or log2 hist)} of the whole run (default: totals(), summed from the recorded steps). progress: wraps the list of charts to draw
-    (e.g. hookstats.progress.progress, a bar)."""
+    (e.g. hookstats.tools.progress.progress, a bar)."""
     from functools import partial
     from pathlib import Path
     out = Path(out_dir)

@@ -1,6 +1,0 @@
-"""`python -m hookstats.bench`: the same as `python -m hookstats bench` (and the memory runs' child process)."""
-import sys
-
-from .command import main
-
-sys.exit(main(prog="python -m hookstats.bench"))
