@@ -144,24 +144,3 @@ def check_arg(name, value, rule, lo=None, hi=None, lo_open=False):
 def check_count(name, value, optional=False):
     """A count of steps, slots or rows: an int >= 1 (check_arg), or None where `optional`."""
     return None if optional and value is None else check_arg(name, value, int, lo=1)
-
-
-def history_options(history=True, log_every=10, keep=1000, sinks=None, alerts=True):
-    """attach()'s history arguments, checked (one clear error each) and given as History's keywords; None
-    when no history is kept (history=False and no sinks). history: True/False, or the ring's capacity in
-    steps (default log_every; a full ring flushes early)."""
-    from .alerts import AlertRules  # alerts.py checks its own arguments here: imported on use
-    if isinstance(history, np.bool_):
-        history = bool(history)
-    capacity = None if isinstance(history, bool) else check_count("history", history)
-    log_every, keep = check_count("log_every", log_every), check_count("keep", keep)
-    if sinks is not None and not isinstance(sinks, (list, tuple)):
-        raise ValueError(f"sinks must be a list of sinks, got {type(sinks).__name__}")
-    if not isinstance(alerts, (bool, AlertRules)):
-        raise ValueError(f"alerts must be True, False or an AlertRules, got {alerts!r}")
-    if history is False and not sinks:
-        return None
-    rules = AlertRules() if alerts is True else alerts or AlertRules(enabled=False)
-    from .sinks.base import check_sinks  # the sinks' own rule (sinks import the config)
-    return {"log_every": log_every, "capacity": capacity or log_every, "sinks": check_sinks(sinks), "rules": rules,
-            "keep": keep}

@@ -8,9 +8,11 @@ import numpy as np
 import torch
 
 from . import layout, rawstate
-from .alerts import ROW_WIDTH, step_order
+from .alerts import ROW_WIDTH, AlertRules, step_order
+from .config import check_count
 from .delivery import Delivery, HistoryWarning
 from .device_memory import available_bytes, host_available_bytes
+from .sinks.base import check_sinks
 from .user_warning import warn_user
 
 F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits) then the istate deltas
@@ -177,7 +179,7 @@ class History:
     eval phase (the eval forwards measured while one step was open, recorded when it ends, with its step and
     phase "eval"), kept on the device (a Ring per device and phase) and handed to `delivery` at each flush.
 
-    Its arguments are those of config.history_options(): log_every: steps between flushes; capacity: ring slots;
+    Its arguments are those of history_options(): log_every: steps between flushes; capacity: ring slots;
     keep: steps kept on the host for mon.history() (the sinks get every step); sinks: hookstats.sinks.Sink objects
     (sinks/base.py), or any object with write(step, records); rules: an AlertRules (enabled=False for none).
     """
@@ -326,3 +328,20 @@ class History:
         return dev, host
 
 
+def history_options(history=True, log_every=10, keep=1000, sinks=None, alerts=True):
+    """attach()'s history arguments, checked (one clear error each) and given as History's keywords; None
+    when no history is kept (history=False and no sinks). history: True/False, or the ring's capacity in
+    steps (default log_every; a full ring flushes early)."""
+    if isinstance(history, np.bool_):
+        history = bool(history)
+    capacity = None if isinstance(history, bool) else check_count("history", history)
+    log_every, keep = check_count("log_every", log_every), check_count("keep", keep)
+    if sinks is not None and not isinstance(sinks, (list, tuple)):
+        raise ValueError(f"sinks must be a list of sinks, got {type(sinks).__name__}")
+    if not isinstance(alerts, (bool, AlertRules)):
+        raise ValueError(f"alerts must be True, False or an AlertRules, got {alerts!r}")
+    if history is False and not sinks:
+        return None
+    rules = AlertRules() if alerts is True else alerts or AlertRules(enabled=False)
+    return {"log_every": log_every, "capacity": capacity or log_every, "sinks": check_sinks(sinks), "rules": rules,
+            "keep": keep}

@@ -12,52 +12,11 @@ Float buckets: slot = float32 bits >> 20 (what each slot holds: csrc/accumulator
 """
 import numpy as np
 
-from .rawstate import FSTATE_SIZE, M2, MAX, MEAN, MIN, N_FINITE  # noqa: F401  (the fstate slots)
-
-COUNT, NEAR_ZERO, LIN_BASE = 0, 1, 2
-LIN_EXTRA = 5
-LOG_SLOTS = 256
-LOG_EXP_MIN = -126
-MAX_BINS = 256
-
-LINEAR_HIST, LOG_HIST, SIGNED_NEAR_ZERO, FLOAT_HIST = 1, 2, 4, 8
-HIST_FLAGS = LINEAR_HIST | LOG_HIST | FLOAT_HIST
-# the enabled flag's values: 0 off, 1 everything, 1 | SKIP_HIST (3) all but the histograms (accumulator.h kSkipHist)
-SKIP_HIST = 2
-
-FLOAT_MANT_BITS = 3
-FLOAT_SHIFT = 23 - FLOAT_MANT_BITS
-FLOAT_HALF = 1 << (31 - FLOAT_SHIFT)  # slots per sign: + half first, then - half
-FLOAT_SLOTS = 2 * FLOAT_HALF
-FLOAT_BELOW, FLOAT_ABOVE, FLOAT_ZERO = FLOAT_HALF - 3, FLOAT_HALF - 2, FLOAT_HALF - 1
-
-
-def lin_slots(nbins):
-    """The kernels' linear numbering: under, nbins bins, over, NaN, +Inf, -Inf."""
-    return nbins + LIN_EXTRA
-
-
-def kept_first(nbins, flags):
-    """Where the istate's window of the kernels' numbering starts: at under with the linear bins, else at NaN."""
-    return 0 if flags & LINEAR_HIST else nbins + 2
-
-
-def nonfinite_base(nbins, flags):
-    """istate index of the NaN counter (+Inf, -Inf follow)."""
-    return LIN_BASE + nbins + 2 - kept_first(nbins, flags)
-
-
-def log_base(nbins, flags):
-    return nonfinite_base(nbins, flags) + 3
-
-
-def float_base(nbins, flags):
-    return log_base(nbins, flags) + (LOG_SLOTS if flags & LOG_HIST else 0)
-
-
-def istate_size(nbins, flags):
-    return float_base(nbins, flags) + (FLOAT_SLOTS if flags & FLOAT_HIST else 0)
-
+from .rawstate import (  # noqa: F401  (the slots of the fstate and the istate: rawstate.py owns them)
+    FSTATE_SIZE, M2, MAX, MEAN, MIN, N_FINITE, COUNT, NEAR_ZERO, LIN_BASE, LIN_EXTRA, LOG_SLOTS, LOG_EXP_MIN, MAX_BINS,
+    LINEAR_HIST, LOG_HIST, SIGNED_NEAR_ZERO, FLOAT_HIST, HIST_FLAGS, SKIP_HIST, FLOAT_MANT_BITS, FLOAT_SHIFT, FLOAT_HALF,
+    FLOAT_SLOTS, FLOAT_BELOW, FLOAT_ABOVE, FLOAT_ZERO, lin_slots, kept_first, nonfinite_base, log_base, float_base,
+    istate_size)
 
 def offsets(nbins, flags):
     """(kept_first, nonfinite_base, log_base, float_base, istate_size): what torch.ops.hookstats.istate_offsets

@@ -329,7 +329,7 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     for name, v in flags.items():
         check_arg(name, v, bool)
     start_step = check_arg("start_step", start_step, int, lo=0)
-    from .config import history_options
+    from .history import history_options
     from .history import History
     history = history_options(history, log_every, keep, sinks, alerts)  # History's keywords, or None
     if config is not None and not isinstance(config, StatsConfig):

@@ -18,9 +18,53 @@ CHAN, FMIN, FMAX, SUM = "chan", "fmin", "fmax", "sum"
 STEP, RUNNING, GROWTH, WINDOW = "step", "running", "growth", "window"
 
 
-def _layout():
-    from . import layout  # layout.py takes the fstate slots from this table: imported when first read
-    return layout
+# The istate's numbering (csrc/accumulator.h): only what the flags measure,
+#   count | near_zero | [under | nbins bins | over] (LINEAR_HIST) | NaN | +Inf | -Inf | [log2] (LOG_HIST)
+#   | [float] (FLOAT_HIST)
+COUNT, NEAR_ZERO, LIN_BASE = 0, 1, 2
+LIN_EXTRA = 5
+LOG_SLOTS = 256
+LOG_EXP_MIN = -126
+MAX_BINS = 256
+
+LINEAR_HIST, LOG_HIST, SIGNED_NEAR_ZERO, FLOAT_HIST = 1, 2, 4, 8
+HIST_FLAGS = LINEAR_HIST | LOG_HIST | FLOAT_HIST
+# the enabled flag's values: 0 off, 1 everything, 1 | SKIP_HIST (3) all but the histograms (accumulator.h kSkipHist)
+SKIP_HIST = 2
+
+FLOAT_MANT_BITS = 3
+FLOAT_SHIFT = 23 - FLOAT_MANT_BITS
+FLOAT_HALF = 1 << (31 - FLOAT_SHIFT)  # slots per sign: + half first, then - half
+FLOAT_SLOTS = 2 * FLOAT_HALF
+FLOAT_BELOW, FLOAT_ABOVE, FLOAT_ZERO = FLOAT_HALF - 3, FLOAT_HALF - 2, FLOAT_HALF - 1
+
+
+def lin_slots(nbins):
+    """The kernels' linear numbering: under, nbins bins, over, NaN, +Inf, -Inf."""
+    return nbins + LIN_EXTRA
+
+
+def kept_first(nbins, flags):
+    """Where the istate's window of the kernels' numbering starts: at under with the linear bins, else at NaN."""
+    return 0 if flags & LINEAR_HIST else nbins + 2
+
+
+def nonfinite_base(nbins, flags):
+    """istate index of the NaN counter (+Inf, -Inf follow)."""
+    return LIN_BASE + nbins + 2 - kept_first(nbins, flags)
+
+
+def log_base(nbins, flags):
+    return nonfinite_base(nbins, flags) + 3
+
+
+def float_base(nbins, flags):
+    return log_base(nbins, flags) + (LOG_SLOTS if flags & LOG_HIST else 0)
+
+
+def istate_size(nbins, flags):
+    return float_base(nbins, flags) + (FLOAT_SLOTS if flags & FLOAT_HIST else 0)
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,11 +83,10 @@ def _f(k):
 
 
 def _i(start, size, flag=None):
-    """istate slots at start(layout, nbins, flags), size(...) of them where the layout flag named `flag` is on."""
+    """istate slots at start(nbins, flags), size(nbins, flags) of them where the layout flag `flag` (an int) is on."""
     def slots(nbins, flags):
-        lay = _layout()
-        kept = flag is None or flags & getattr(lay, flag)
-        return start(lay, nbins, flags), size(lay, nbins, flags) if kept else 0
+        kept = flag is None or flags & flag
+        return start(nbins, flags), size(nbins, flags) if kept else 0
     return slots
 
 
@@ -52,16 +95,16 @@ _FSTATE = (("n_finite", 0.0, CHAN, STEP), ("mean", 0.0, CHAN, STEP), ("m2", 0.0,
            ("min", math.nan, FMIN, RUNNING), ("max", math.nan, FMAX, RUNNING))
 FIELDS = (
     *(Field(name, FSTATE, _f(k), empty, merge, step) for k, (name, empty, merge, step) in enumerate(_FSTATE)),
-    Field("count", ISTATE, _i(lambda L, n, f: L.COUNT, lambda L, n, f: 1), 0, SUM, GROWTH),
-    Field("near_zero", ISTATE, _i(lambda L, n, f: L.NEAR_ZERO, lambda L, n, f: 1), 0, SUM, GROWTH),
+    Field("count", ISTATE, _i(lambda n, f: COUNT, lambda n, f: 1), 0, SUM, GROWTH),
+    Field("near_zero", ISTATE, _i(lambda n, f: NEAR_ZERO, lambda n, f: 1), 0, SUM, GROWTH),
     # under, nbins bins, over
-    Field("linear", ISTATE, _i(lambda L, n, f: L.LIN_BASE, lambda L, n, f: n + 2, "LINEAR_HIST"), 0, SUM, GROWTH),
+    Field("linear", ISTATE, _i(lambda n, f: LIN_BASE, lambda n, f: n + 2, LINEAR_HIST), 0, SUM, GROWTH),
     # NaN, +Inf, -Inf
-    Field("nonfinite", ISTATE, _i(lambda L, n, f: L.nonfinite_base(n, f), lambda L, n, f: 3), 0, SUM, GROWTH),
-    Field("log2", ISTATE, _i(lambda L, n, f: L.log_base(n, f), lambda L, n, f: L.LOG_SLOTS, "LOG_HIST"), 0, SUM,
+    Field("nonfinite", ISTATE, _i(lambda n, f: nonfinite_base(n, f), lambda n, f: 3), 0, SUM, GROWTH),
+    Field("log2", ISTATE, _i(lambda n, f: log_base(n, f), lambda n, f: LOG_SLOTS, LOG_HIST), 0, SUM,
           GROWTH),
     Field("float_buckets", ISTATE,
-          _i(lambda L, n, f: L.float_base(n, f), lambda L, n, f: L.FLOAT_SLOTS, "FLOAT_HIST"), 0, SUM, WINDOW),
+          _i(lambda n, f: float_base(n, f), lambda n, f: FLOAT_SLOTS, FLOAT_HIST), 0, SUM, WINDOW),
 )
 BY_NAME = {fd.name: fd for fd in FIELDS}
 FSTATE_FIELDS = tuple(fd for fd in FIELDS if fd.part == FSTATE)

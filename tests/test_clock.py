@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch import nn
 
+from hookstats import layout
 from hookstats.clock import StepClock
 
 
@@ -11,10 +12,17 @@ def make(every=1, hist_every=1, steps="forward", track_eval=False):
     model = nn.Linear(2, 2)
     seen, modes = [], []
     clock = StepClock(model, every=every, hist_every=hist_every, steps=steps, track_eval=track_eval,
-                      on_sampling=lambda *mode: modes.append(mode))
+                      on_modes=modes.append)
     clock.step_listeners.append(lambda clk, step, sampled, hist, evaluated: seen.append((step, sampled, hist, evaluated)))
     clock.update_active()
     return model, clock, seen, modes
+
+
+def hand_hist(k, every, hist_every):
+    """The histogram steps worked out by hand: sampled steps whose index n = k / every is 0, a multiple of
+    hist_every, or on the ramp 1, 2, 4, 8, ... below hist_every (so a short run is not described by step 0 alone)."""
+    n, ramp = k // every, {1 << j for j in range(12)}
+    return k % every == 0 and (n % hist_every == 0 or (n < hist_every and n in ramp))
 
 
 def forward(model, clock, train=True):
@@ -28,9 +36,8 @@ def test_forward_steps_follow_the_every_and_hist_every_grid(every, hist_every):
     model, clock, seen, _ = make(every, hist_every)
     for _ in range(31):
         forward(model, clock)
-    # 31 train forwards end 30 steps (the last is open); hand rule: sampled k % every == 0, histograms on the
-    # sampled steps with k % (every * hist_every) == 0
-    assert seen == [(k, k % every == 0, k % every == 0 and k % (every * hist_every) == 0, False) for k in range(30)]
+    # 31 train forwards end 30 steps (the last is open); hand rule: sampled k % every == 0, histograms: hand_hist
+    assert seen == [(k, k % every == 0, hand_hist(k, every, hist_every), False) for k in range(30)]
     assert clock.step_count == 30
 
 
@@ -66,9 +73,10 @@ def test_pause_skips_its_steps_without_shifting_the_histogram_grid():
         if k == 2:
             clock.pause()  # steps 3 and 4 open paused
         clock.step()
-    expected = [(k, not 3 <= k < 5, not 3 <= k < 5 and k % 3 == 0, False) for k in range(9)]
+    expected = [(k, not 3 <= k < 5, not 3 <= k < 5 and hand_hist(k, 1, 3), False) for k in range(9)]
     assert seen == expected  # step 3 (a histogram step) is lost to the pause, step 6 still counts them
-    assert (False, True, True) in modes and modes[-1] == (True, True, False)  # (sampled, hist, paused) of step 9
+    # the flags' values (train, eval): paused, nothing; step 8 without the histograms; step 9 (open) with them
+    assert (0, 0) in modes and (1 | layout.SKIP_HIST, 1) in modes and modes[-1] == (1, 1)
 
 
 def test_a_step_resumed_while_open_counts_as_sampled():

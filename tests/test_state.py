@@ -52,10 +52,9 @@ def test_flags_per_device_and_phase_follow_the_mode():
     train, ev = store.flag("cpu", "train"), store.flag("cpu", "eval")
     assert train.dtype == torch.uint8 and train.shape == (1,)
     ptrs = train.data_ptr(), ev.data_ptr()
-    for mode, want in [((True, True, False), (1, 1)), ((True, False, False), (3, 1)), ((False, True, False), (0, 1)),
-                       ((False, True, True), (0, 0)), ((True, True, False), (1, 1))]:
-        store.set_sampling(*mode)
-        assert (train.item(), ev.item()) == want, mode
+    for want in [(1, 1), (3, 1), (0, 1), (0, 0), (1, 1)]:
+        store.set_modes(want)
+        assert (train.item(), ev.item()) == want
     assert (store.flag("cpu", "train").data_ptr(), store.flag("cpu", "eval").data_ptr()) == ptrs
     store.flags("meta")  # every phase of a new device
     assert store.flag("meta", "eval").device.type == "meta"
@@ -91,9 +90,9 @@ def test_running_totals_and_split_steps_match_numpy():
 def test_an_unsampled_flag_leaves_the_state_untouched():
     store = StateStore(StatsConfig())
     st, flag = store.resolve(TargetKey("fc", Kind.OUTPUT), "cpu", "train")
-    store.set_sampling(False)
+    store.set_modes((0, 1))
     store.accumulate(torch.ones(10), st, flag)
     assert not st.istate.any() and st.fstate[0].item() == 0
-    store.set_sampling(True)
+    store.set_modes((1, 1))
     store.accumulate(torch.ones(10), st, flag)
     assert st.istate[0].item() == 10 and st.fstate[:2].tolist() == [10.0, 1.0]

@@ -114,7 +114,7 @@ def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=F
     if optimizer is not None and not param_grads:
         raise ValueError("attach: optimizer= is used by param_grads=True only (its step() measures the parameter "
                          "gradients); pass param_grads=True or leave optimizer out")
-    from ..config import history_options
+    from ..history import history_options
     from ..sinks.base import check_sinks
     from ..history import History
     history = history_options(history, log_every, keep, sinks, alerts)
