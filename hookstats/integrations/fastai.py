@@ -177,8 +177,9 @@ class StoredHook:
 
 
 def call_index(record):
-    """The call of a separate_calls record ("lin:output@1" -> 1)."""
-    return int(record["target"].rpartition("@")[2])
+    """The call of a separate_calls record ("lin:output@1" -> 1; 0 for a target of every call)."""
+    _, at, call = record["target"].rpartition("@")
+    return int(call) if at else 0
 
 
 class _BatchSink:
