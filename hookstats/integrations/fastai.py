@@ -84,9 +84,9 @@ class ActivationStats(FastaiActivationStats):
 
     def __del__(self):
         # fastai's HookCallback removes its hooks here. Ours need not: the model's hooks reach this callback
-        # (through the monitor's sink), so it is collected only with its model. Ending the open step here would
-        # run tensor ops inside the collector's finalizer pass over tensors being freed: at interpreter exit
-        # (remove_end=False) torch aborts (THPVariable_clear's use_count assert).
+        # (through the monitor's sink), so it is collected only with its model. And must not: ending the open
+        # step takes views of temporary tensors, and torch aborts on that (THPVariable_clear's use_count
+        # assert) inside the interpreter's last collection, where a callback left on (remove_end=False) ends.
         pass
 
     def before_fit(self):
