@@ -37,6 +37,12 @@ class ActivationStats(FastaiActivationStats):
     hookstats Monitor, for everything else (min/max, NaN/Inf counts). log_every: batches between the
     device-to-host transfers of the per-batch statistics (reading `stats` transfers too).
 
+    As in fastai, a module called more than once in a batch reports one call: the last call's output, the
+    first call's gradient (the last one backward reaches). `hooks.stored` lists, per hooked module, what
+    fastai's hook stored for the last measured training batch (fastai's also takes validation batches when
+    every is None). Pickled with the Learner (learn.export, torch.save), it carries `stats` but not the
+    monitor (None until the next fit attaches a fresh one).
+
     What it counts is what fastai's numbers need, so that it costs less than fastai's callback: the linear bins
     only with with_hist, no float buckets. float_hist=True adds them (and, from them, the quantiles, the
     relative near-zero share and the log2 histogram in `monitor`'s records) at the op's cost of one more
@@ -61,7 +67,31 @@ class ActivationStats(FastaiActivationStats):
     def stats(self, value):
         self._batches = value
 
+    @property
+    def hooks(self):
+        return StoredHooks(self)
+
+    def last_stored(self):
+        """fastai's hooks.stored: the last measured batch's entry per module (None per module before any)."""
+        batches = self.stats
+        return L(batches[-1]) if len(batches) else L(None for _ in self.modules or ())
+
+    def __getstate__(self):
+        # the Learner pickles its callbacks (learn.export, torch.save): the statistics recorded so far go along,
+        # the monitor (locks, device state) does not; the model's hooks pickle as no-ops (hookstats.hooks.handles)
+        if self.monitor is not None:
+            self.monitor.flush()
+        return {**self.__dict__, "monitor": None}
+
+    def __del__(self):
+        # fastai's HookCallback removes its hooks here. Ours need not: the model's hooks reach this callback
+        # (through the monitor's sink), so it is collected only with its model. And must not: ending the open
+        # step takes views of temporary tensors, and torch aborts on that (THPVariable_clear's use_count
+        # assert) inside the interpreter's last collection, where a callback left on (remove_end=False) ends.
+        pass
+
     def before_fit(self):
+        self._remove()  # a monitor left on by remove_end=False
         if self.modules is None:
             self.modules = [m for m in flatten_model(self.model) if self.include_paramless or has_params(m)]
         names = {id(m): n for n, m in module_names(self.model).items()}  # the root as hookstats names it
@@ -75,8 +105,9 @@ class ActivationStats(FastaiActivationStats):
         self._names = [None if id(m) in lone else names[id(m)] for m in self.modules]
         self._batches = L()
         self.monitor = hookstats.attach(
-            self.model, modules=[n for n in self._names if n is not None], steps="manual", every=self.every or 1, outputs=self.is_forward,
-            grads=not self.is_forward, history=True, log_every=self.log_every, sinks=[_BatchSink(self)],
+            self.model, modules=[n for n in self._names if n is not None], steps="manual", every=self.every or 1,
+            outputs=self.is_forward, grads=not self.is_forward, separate_calls=True, history=True,
+            log_every=self.log_every, sinks=[_BatchSink(self)],
             alerts=False, float_hist=self.float_hist, log_hist=self.float_hist,
             **FASTAI_CONFIG, **(FASTAI_BINS if self.with_hist else {"linear_hist": False}))
 
@@ -112,19 +143,63 @@ class ActivationStats(FastaiActivationStats):
         return d
 
 
+class StoredHooks:
+    """fastai's cb.hooks as users read it: `stored` (one entry per hooked module), len, indexing, iteration."""
+
+    def __init__(self, cb):
+        self.cb = cb
+
+    @property
+    def stored(self):
+        return self.cb.last_stored()
+
+    def __len__(self):
+        return len(self.cb.modules or ())
+
+    def __getitem__(self, i):
+        return StoredHook(self.cb, i)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def remove(self):
+        self.cb._remove()
+
+
+class StoredHook:
+    """One module's entry of StoredHooks, as fastai's Hook: `stored`."""
+
+    def __init__(self, cb, i):
+        self.cb, self.i = cb, i
+
+    @property
+    def stored(self):
+        return self.cb.last_stored()[self.i]
+
+
+def call_index(record):
+    """The call of a separate_calls record ("lin:output@1" -> 1; 0 for a target of every call)."""
+    _, at, call = record["target"].rpartition("@")
+    return int(call) if at else 0
+
+
 class _BatchSink:
-    """Receives hookstats' per-step records and appends fastai-shaped entries to the callback's stats."""
+    """Receives hookstats' per-step records and appends fastai-shaped entries to the callback's stats. Each call
+    of a module has its own records (separate_calls): fastai's hook overwrites what it stored at each call, so
+    the entry is the last forward call's, or for gradients the first call's (backward reaches it last)."""
 
     def __init__(self, cb):
         self.cb = cb
 
     def write(self, step, records):
         kind = Kind.OUTPUT if self.cb.is_forward else Kind.GRAD_OUTPUT
-        by_module = {}
+        pick = max if self.cb.is_forward else min
+        by_call = {}
         for r in records:
             if r["kind"] == kind:
-                by_module.setdefault(r["module"], []).append(r)
-        self.cb._batches.append(L(self.cb.entry(by_module.get(n)) for n in self.cb._names))
+                by_call.setdefault(r["module"], {}).setdefault(call_index(r), []).append(r)
+        kept = {m: calls[pick(calls)] for m, calls in by_call.items()}
+        self.cb._batches.append(L(self.cb.entry(kept.get(n)) for n in self.cb._names))
 
     def close(self):
         pass
