@@ -4,6 +4,8 @@ holds the open step alone, closed_f the steps before it: nothing is subtracted),
 istate's growth since the previous step (exact integers; no float buckets: step_slots). Every `log_every` steps the
 ring goes to the host in one packed transfer (pinned + non_blocking on CUDA) and on to delivery.py (records, sinks,
 alerts); the float buckets go once per flush, the window's growth, with the record of its last step."""
+import sys
+
 import numpy as np
 import torch
 
@@ -307,6 +309,11 @@ class History:
         if self._closed:
             return
         self._closed = True
+        if sys.is_finalizing():
+            # called from a __del__ at interpreter exit: torch aborts on the tensor views a flush takes then
+            # (THPVariable_clear), so the open step and unflushed steps are left out; the files close
+            self.delivery.close()
+            return
         clock = self.monitor.clock
         if not self._broken and (clock.step_sampled or clock.step_eval):
             self.record(clock.step_count, clock.step_hist, clock.step_sampled, clock.step_eval)
