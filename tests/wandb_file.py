@@ -23,7 +23,10 @@ def read_history(path):
         pieces = chunk if kind in (1, 2) else pieces + chunk
         if kind in (1, 4):
             rec = pb.Record()
-            rec.ParseFromString(pieces)
+            try:
+                rec.ParseFromString(pieces)
+            except Exception:  # the last record, still being written by wandb-core: read again later
+                break
             if rec.WhichOneof("record_type") == "history":
                 rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
     return rows
