@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import buckets, layout
+from .. import layout, records
 from . import claim, fields
 from .base import SCALARS, file_lines, json_number, open_parent, warn_skipped
 from .runs import Ledger, run_header
@@ -190,6 +190,4 @@ def _record(obj, lines):
         out["log2_hist"] = _dense(obj["log2_hist"], layout.LOG_SLOTS, "log2_hist")
     if "float_hist" in obj:
         out["float_hist"] = _dense(obj["float_hist"], layout.FLOAT_SLOTS, "float_hist")
-        if "log2_hist" not in out:
-            out["log2_hist"] = buckets.log2_hist(out["float_hist"])
-    return step, out
+    return step, records.record(out)

@@ -7,7 +7,7 @@ import collections
 
 import numpy as np
 
-from .. import statistics
+from .. import records, statistics
 from ..config import check_count
 from .base import HIST_FIGURES, KEY_FIELDS, SCALARS, Sink, Steps
 
@@ -243,7 +243,7 @@ class _Block:
             rec[k] = self.hists[k].get(i) if k in self.hists else None
         if self.edges is not None:
             rec[EDGES] = self.edges
-        return rec
+        return records.record(rec)
 
 
 def _histogram_row(name, records):
