@@ -169,7 +169,7 @@ def test_accumulate_many(many):
     xs = [make("wide", n, dt, seed=n) for n, dt in [(3, torch.float32), (4097, torch.bfloat16), (70000, torch.float64),
                                                     (0, torch.float16), (999, torch.float16)]]
     states = [state() for _ in xs]
-    fn(xs, [s[0] for s in states], [s[1] for s in states], [s[2] for s in states], ON, *states[0][3])
+    fn(xs, [s[0] for s in states], [s[1] for s in states], [s[2] for s in states], ON, states[0][3])
     for x, (f, i, _, _) in zip(xs, states):
         assert_state((f.numpy(), i.numpy()), x, exact_floats=many == "reference")
 
