@@ -1,4 +1,5 @@
 """The op (compiled kernel and reference) against an independent float64 NumPy oracle."""
+import dataclasses
 import math
 
 import numpy as np
@@ -472,3 +473,14 @@ def test_many_refuses_an_x_not_element_aligned_before_any_state_changes(backend)
                                            r"multiple of its 2-byte element size"):
         MANY[backend]()(xs, fs, is_, ss, ON, CFG.op_params())
     assert all(int(i[layout.COUNT]) == 0 for i in is_), "a refused list changed a state"
+
+
+def test_op_params_are_the_configs_float32_scalars_built_once():
+    cfg = StatsConfig(linear_hist=True, nbins=7, lo=-0.1, hi=0.3, eps=1e-3, near_zero="le")
+    p = cfg.op_params()
+    assert p is cfg.op_params() and all(type(v) is float for v in p)
+    assert p == (float(np.float32(-0.1)), float(np.float32(7 / 0.4)), float(np.float32(1e-3)), 7.0,
+                 float(layout.LINEAR_HIST | layout.SIGNED_NEAR_ZERO | layout.FLOAT_HIST))
+    other = dataclasses.replace(cfg, nbins=9)
+    assert other.op_params()[3] == 9.0 and cfg.op_params() is p
+    assert cfg == dataclasses.replace(cfg) and "_op_params" not in repr(cfg)
