@@ -45,11 +45,11 @@ x = torch.randn(1000)
 args = lambda: (torch.tensor([0, 0, 0, float("nan"), float("nan")], dtype=torch.float64),
                 torch.zeros(cfg.istate_size, dtype=torch.int64), torch.zeros(0, dtype=torch.uint8))
 f, i, s = args()
-torch.library.opcheck(torch.ops.hookstats.accumulate_.default, (x, f, i, s, torch.tensor([True]), *cfg.op_args()))
+torch.library.opcheck(torch.ops.hookstats.accumulate_.default, (x, f, i, s, torch.tensor([True]), cfg.op_params()))
 states = [args() for _ in range(2)]
 torch.library.opcheck(torch.ops.hookstats.accumulate_many_.default,
                       ([x, x[:10]], [t[0] for t in states], [t[1] for t in states], [t[2] for t in states],
-                       torch.tensor([True]), *cfg.op_args()))
+                       torch.tensor([True]), cfg.op_params()))
 print(f"cuda_build: torch {torch.__version__} (CUDA {torch.version.cuda}); CPU+CUDA kernels registered; opcheck ok")
 PY
 

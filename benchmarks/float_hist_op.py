@@ -29,8 +29,8 @@ def op_call(cfg, flags):
     f, i, s = fresh_state(cfg)
     i = torch.zeros(layout.istate_size(cfg.nbins, flags), dtype=torch.int64)
     on = torch.ones(1, dtype=torch.bool)
-    args = (*cfg.op_args()[:4], flags)
-    return lambda x: accumulate.accumulate_(x, f, i, s, on, *args)
+    args = layout.op_params(*cfg.op_params()[:4], flags)
+    return lambda x: accumulate.accumulate_(x, f, i, s, on, args)
 
 
 OLD_DEFAULT = StatsConfig(linear_hist=True, float_hist=False)  # 40 bins, and the log2 slots

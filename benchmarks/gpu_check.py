@@ -39,7 +39,7 @@ def report(ok, what):
 
 class WithFlags:
     """A StatsConfig whose op flags are set here (FLOAT_HIST, the linear and log2 histograms dropped or kept):
-    the op_args / istate_size interface of StatsConfig."""
+    the op_params / istate_size interface of StatsConfig."""
 
     def __init__(self, cfg, flags):
         self.cfg, self.flags = cfg, flags
@@ -52,8 +52,9 @@ class WithFlags:
         from hookstats import layout
         return layout.istate_size(self.cfg.nbins, self.flags)
 
-    def op_args(self):
-        return (*self.cfg.op_args()[:-1], self.flags)
+    def op_params(self):
+        from hookstats import layout
+        return layout.op_params(*self.cfg.op_params()[:-1], self.flags)
 
 
 def float_only(cfg):
@@ -96,7 +97,7 @@ def run(x, cfg, calls=1, state=None, enabled=None):
     f, i, s = state or new_state(cfg, x.device)
     on = enabled if enabled is not None else torch.tensor([True], device=x.device)
     for _ in range(calls):
-        torch.ops.hookstats.accumulate_(x, f, i, s, on, *cfg.op_args())
+        torch.ops.hookstats.accumulate_(x, f, i, s, on, cfg.op_params())
     return f, i, s
 
 
@@ -211,7 +212,7 @@ def check_many(cfg):
     xs += [adversarial(2**20, torch.bfloat16, "cuda"), adversarial(999, torch.float64, "cuda")[::2]]
     states = [new_state(cfg, "cuda") for _ in xs]
     on = torch.tensor([True], device="cuda")
-    torch.ops.hookstats.accumulate_many_(xs, *[list(s) for s in zip(*states)], on, *cfg.op_args())
+    torch.ops.hookstats.accumulate_many_(xs, *[list(s) for s in zip(*states)], on, cfg.op_params())
     ok = all(torch.equal(s[1], run(x, cfg)[1]) and torch.allclose(s[0], run(x, cfg)[0], rtol=1e-9, equal_nan=True)
              for x, s in zip(xs, states))
     report(ok, f"accumulate_many_ over {len(xs)} tensors (3 dtypes, one strided) == one call per tensor")
@@ -246,7 +247,7 @@ def sanitize_target(cfg):
         xs = [adversarial(n, torch.float32, "cuda") for n in (5, 700, 100000)]
         states = [new_state(c, "cuda") for _ in xs]
         torch.ops.hookstats.accumulate_many_(xs, *[list(s) for s in zip(*states)], torch.tensor([True], device="cuda"),
-                                             *c.op_args())
+                                             c.op_params())
     torch.cuda.synchronize()
 
 
@@ -381,13 +382,13 @@ def sweep(cfg, quick):
                     return k[0]
 
                 def op():
-                    torch.ops.hookstats.accumulate_(bufs[nxt()], *state, on, *cfg.op_args())
+                    torch.ops.hookstats.accumulate_(bufs[nxt()], *state, on, cfg.op_params())
 
                 def op_bare():
-                    torch.ops.hookstats.accumulate_(bufs[nxt()], *state2, on, *bare.op_args())
+                    torch.ops.hookstats.accumulate_(bufs[nxt()], *state2, on, bare.op_params())
 
                 def op_float():
-                    torch.ops.hookstats.accumulate_(bufs[nxt()], *state3, on, *flt.op_args())
+                    torch.ops.hookstats.accumulate_(bufs[nxt()], *state3, on, flt.op_params())
 
                 def copy():
                     i = nxt()
@@ -425,7 +426,7 @@ def graph_latency(cfg, calls=20, dtype=torch.float32, label="both histograms"):
         out = torch.empty((), device="cuda")
         torch.cuda.synchronize()
         per_call = {}
-        for name, fn in (("op", lambda: torch.ops.hookstats.accumulate_(x, *state, on, *cfg.op_args())),
+        for name, fn in (("op", lambda: torch.ops.hookstats.accumulate_(x, *state, on, cfg.op_params())),
                          ("sum", lambda: torch.sum(x, 0, out=out))):
             fn()
             torch.cuda.synchronize()
@@ -434,7 +435,7 @@ def graph_latency(cfg, calls=20, dtype=torch.float32, label="both histograms"):
                 for _ in range(calls):
                     fn()
             per_call[name] = 1000 * time_ms(graph.replay, 200) / calls
-        eager = 1000 * time_ms(lambda: torch.ops.hookstats.accumulate_(x, *state, on, *cfg.op_args()), 500)
+        eager = 1000 * time_ms(lambda: torch.ops.hookstats.accumulate_(x, *state, on, cfg.op_params()), 500)
         size = f"{nbytes // 1024} KB" if nbytes < 2**20 else "1 MB"
         print(f"| {size} | {per_call['op']:.2f} | {per_call['sum']:.2f} | {eager:.2f} |")
     return per_call['op']

@@ -101,7 +101,7 @@ def on_flag(device):
 
 
 def call(x, cfg, state, enabled=None):
-    torch.ops.hookstats.accumulate_(x, *state, on_flag(x.device) if enabled is None else enabled, *cfg.op_args())
+    torch.ops.hookstats.accumulate_(x, *state, on_flag(x.device) if enabled is None else enabled, cfg.op_params())
 
 
 def bin_values(v, dtype):
@@ -128,7 +128,7 @@ def float_slots(d):
 def oracle(x, cfg, chunk=2 ** 26):
     """(fstate, istate) of one call on x, in float64 and exact integers, computed with torch on x's device in
     chunks (a 2^31-element tensor fits): Chan-merged moments, counts, near-zero, linear bins, float buckets."""
-    flags, nb = cfg.op_args()[-1], cfg.nbins
+    flags, nb = cfg.flags, cfg.nbins
     assert not (flags & layout.LOG_HIST and not flags & layout.FLOAT_HIST), "the oracle has no log2 slots"
     v = x.reshape(-1)
     dev = v.device
@@ -199,7 +199,7 @@ def compare(step, state, want, calls, what, cfg):
 
 def invariants(step, state, cfg, what):
     f, i, s = (t.cpu() for t in state)
-    flags, nb = cfg.op_args()[-1], cfg.nbins
+    flags, nb = cfg.flags, cfg.nbins
     ticket = int(s[:4].view(torch.int32)[0]) if s.numel() >= 4 else 0
     nf = layout.nonfinite_base(nb, flags)
     nonfinite = int(i[nf:nf + 3].sum())
@@ -300,7 +300,7 @@ def many(step, device):
         xs += [adversarial(300 + k, torch.bfloat16, device, cfg, seed=k) for k in range(40)]  # > 32 of one dtype
         states = [new_state(cfg, device) for _ in xs]
         on = torch.ones(1, dtype=torch.bool, device=device)
-        torch.ops.hookstats.accumulate_many_(xs, *[list(s) for s in zip(*states)], on, *cfg.op_args())
+        torch.ops.hookstats.accumulate_many_(xs, *[list(s) for s in zip(*states)], on, cfg.op_params())
         before = len(step.checks)
         for k, (x, st) in enumerate(zip(xs, states)):
             compare(step, st, oracle(x, cfg), 1, f"{cname} accumulate_many_ target {k}", cfg)
@@ -351,7 +351,7 @@ def graphs(step, device, dry):
         graph.replay()
     torch.cuda.synchronize()
     f, i, s = (t.cpu() for t in st)
-    fb = layout.float_base(cfg.nbins, cfg.op_args()[-1])
+    fb = layout.float_base(cfg.nbins, cfg.flags)
     want = oracle(xb, cfg)
     step.check(int(i[0]) == 5 * xb.numel() and int(i[fb:fb + layout.FLOAT_SLOTS].sum()) == 0 and
                float(f[0]) == 5 * float(want[0][0]) and int(s[:4].view(torch.int32)[0]) == 0,
@@ -362,9 +362,9 @@ def graphs(step, device, dry):
     states = [new_state(cfg, "cuda") for _ in xs]
     on = torch.ones(1, dtype=torch.bool, device="cuda")
     torch.ops.hookstats.accumulate_many_(xs, *[list(s) for s in zip(*[new_state(cfg, "cuda") for _ in xs])], on,
-                                         *cfg.op_args())  # warm-up, other states
+                                         cfg.op_params())  # warm-up, other states
     graph, _ = capture(lambda: torch.ops.hookstats.accumulate_many_(xs, *[list(s) for s in zip(*states)], on,
-                                                                   *cfg.op_args()))
+                                                                   cfg.op_params()))
     for _ in range(4):
         graph.replay()
     on.fill_(False)
@@ -420,7 +420,7 @@ def sanitize(step, device, dry):
         xs = [adversarial(n, torch.float32, device, cfg) for n in (5, 700, 100000)]
         states = [new_state(cfg, device) for _ in xs]
         torch.ops.hookstats.accumulate_many_(xs, *[list(s) for s in zip(*states)],
-                                             torch.ones(1, dtype=torch.bool, device=device), *cfg.op_args())
+                                             torch.ones(1, dtype=torch.bool, device=device), cfg.op_params())
     if device == "cuda":
         two_streams_small = new_state(CFGS["defaults"], device)
         x = torch.randn(2 ** 18, device=device)
@@ -506,7 +506,7 @@ def bandwidth(step, device, dry):
     states = [new_state(cfg, device) for _ in xs]
     on = on_flag(device)
     lists = [list(s) for s in zip(*states)]
-    us = 1e3 * per_call_ms(lambda: torch.ops.hookstats.accumulate_many_(xs, *lists, on, *cfg.op_args()), 5, device)
+    us = 1e3 * per_call_ms(lambda: torch.ops.hookstats.accumulate_many_(xs, *lists, on, cfg.op_params()), 5, device)
     step.figure("many/64x256KB/bf16", round(us, 2), f"us per accumulate_many_ call = {64 * 2 ** 18 / us / 1e3:.0f} GB/s")
     us1 = 1e3 * per_call_ms(lambda: [call(x, cfg, s) for x, s in zip(xs, states)], 2, device)
     step.figure("many/64x256KB/bf16/one call each", round(us1, 2), "us for 64 accumulate_ calls")

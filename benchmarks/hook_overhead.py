@@ -193,8 +193,8 @@ def op_alone(numel, rounds, n=2000):
     st = store.state(TargetKey("a", Kind.OUTPUT), torch.device("cpu"), "train")
     x = torch.randn(numel)
     hist, no_hist = store.flag(torch.device("cpu")), torch.tensor([3], dtype=torch.uint8)  # 3: no histograms
-    args_h = (st.fstate, st.istate, st.scratch, hist, *StatsConfig().op_args())
-    args_n = (st.fstate, st.istate, st.scratch, no_hist, *StatsConfig().op_args())
+    args_h = (st.fstate, st.istate, st.scratch, hist, StatsConfig().op_params())
+    args_n = (st.fstate, st.istate, st.scratch, no_hist, StatsConfig().op_params())
     op, eager = torch.ops.hookstats.accumulate_.default, getattr(accumulate, "accumulate_eager_", None)
     cases = {"x.sum()": lambda: x.sum(),
              "torch.ops accumulate_, no histograms": lambda: op(x, *args_n),

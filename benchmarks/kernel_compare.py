@@ -32,7 +32,7 @@ SUM = "x.sum()"
 def op_call(cfg):
     f, i, s = fresh_state(cfg)
     on = torch.ones(1, dtype=torch.bool)
-    return lambda x: accumulate.accumulate_(x, f, i, s, on, *cfg.op_args())
+    return lambda x: accumulate.accumulate_(x, f, i, s, on, cfg.op_params())
 
 
 def measure(dtypes, nbytes, rounds, min_seconds):

@@ -39,7 +39,7 @@ def main():
     on = torch.ones(1, dtype=torch.bool)
 
     def op(x):
-        accumulate.accumulate_(x, f, i, s, on, *NO_HIST.op_args())
+        accumulate.accumulate_(x, f, i, s, on, NO_HIST.op_params())
     model, step = bench.make_workload("cnn")
     for _ in range(3):
         step()

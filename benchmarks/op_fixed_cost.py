@@ -33,11 +33,11 @@ def quartiles(xs, digits=4):
 def op_call(x, cfg):
     """One call of the op on x into a fresh state, as the eager hooks make it."""
     f, i = rawstate.empty(cfg.istate_size)
-    s, on, args = torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), cfg.op_args()
+    s, on, args = torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), cfg.op_params()
     eager, ops = accumulate.accumulate_eager_, accumulate.accumulate_
-    if eager is not None and eager(x, f, i, s, on, *args):
-        return lambda: eager(x, f, i, s, on, *args)
-    return lambda: ops(x, f, i, s, on, *args)
+    if eager is not None and eager(x, f, i, s, on, args):
+        return lambda: eager(x, f, i, s, on, args)
+    return lambda: ops(x, f, i, s, on, args)
 
 
 def variants():

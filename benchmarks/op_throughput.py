@@ -31,8 +31,8 @@ def fresh_state(cfg):
 def op_call(fn, cfg):
     f, i, s = fresh_state(cfg)
     on = torch.ones(1, dtype=torch.bool)
-    args = cfg.op_args()
-    return lambda x: fn(x, f, i, s, on, *args)
+    args = cfg.op_params()
+    return lambda x: fn(x, f, i, s, on, args)
 
 
 def fastai_call(with_hist):

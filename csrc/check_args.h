@@ -40,16 +40,39 @@ inline void check_state(Op op, const char* name, const at::Tensor& t, at::Scalar
               "outside inference mode");
 }
 
-inline void check_scalars(const char* op, double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
-  TORCH_CHECK(nbins >= 1 && nbins <= kMaxBins, op, "nbins must be in [1, ", kMaxBins, "], got ", nbins);
-  TORCH_CHECK(flags >= 0 && flags < 16, op, "unknown flags ", flags);
-  // The kernels bin with float32 lo and inv_w (accumulator.h Params): they must be finite there.
-  const float lo32 = static_cast<float>(lo), inv_w32 = static_cast<float>(inv_w), eps32 = static_cast<float>(eps);
-  TORCH_CHECK(std::isfinite(lo32), op, "lo must be finite in float32, got ", lo);
-  TORCH_CHECK(std::isfinite(inv_w32) && inv_w32 > 0.0f, op,
-              "inv_w (nbins / (hi - lo)) must be finite and > 0 in float32, got ", inv_w);
-  TORCH_CHECK(eps32 >= 0.0f, op, "eps must be >= 0, got ", eps);
-}
+// The op's scalar arguments, passed as its one `float[] params` argument (lo, inv_w, eps, nbins, flags; built once
+// per configuration by StatsConfig.op_params()): a new scalar is one field here and in hookstats/reference.py
+// (_params). Every field fits a float64 exactly (nbins and flags are small integers). from() is the one place
+// the fields are decoded and checked; a malformed params raises one error naming the field.
+struct OpParams {
+  static constexpr int kFields = 5;
+  double lo, inv_w, eps;
+  int64_t nbins, flags;
+
+  static OpParams from(const char* op, c10::ArrayRef<double> p) {
+    TORCH_CHECK(p.size() == kFields, op, "params must have ", kFields, " fields (lo, inv_w, eps, nbins, flags), got ",
+                p.size(), ": build it with StatsConfig.op_params()");
+    const double nb = p[3], fl = p[4];
+    // compared as doubles first: a NaN or huge field must not reach an integer cast
+    TORCH_CHECK(nb >= 1 && nb <= kMaxBins && nb == std::floor(nb), op, "nbins must be in [1, ", kMaxBins, "], got ",
+                nb);
+    TORCH_CHECK(fl >= 0 && fl < 16 && fl == std::floor(fl), op, "unknown flags ", fl);
+    // The kernels bin with float32 lo and inv_w (accumulator.h Params): they must be finite there.
+    const double lo = p[0], inv_w = p[1], eps = p[2];
+    const float lo32 = static_cast<float>(lo), inv_w32 = static_cast<float>(inv_w), eps32 = static_cast<float>(eps);
+    TORCH_CHECK(std::isfinite(lo32), op, "lo must be finite in float32, got ", lo);
+    TORCH_CHECK(std::isfinite(inv_w32) && inv_w32 > 0.0f, op,
+                "inv_w (nbins / (hi - lo)) must be finite and > 0 in float32, got ", inv_w);
+    TORCH_CHECK(eps32 >= 0.0f, op, "eps must be >= 0, got ", eps);
+    return OpParams{lo, inv_w, eps, static_cast<int64_t>(nb), static_cast<int64_t>(fl)};
+  }
+
+  // What the kernels take (by value, also into a CUDA launch).
+  Params kernel() const {
+    return Params{static_cast<float>(lo), static_cast<float>(inv_w), static_cast<float>(eps),
+                  static_cast<int>(nbins), static_cast<int>(flags), static_cast<int>(flags)};
+  }
+};
 
 // The flags are said where they decide istate's size: FLOAT_HIST is on, or the state has the size other flags give.
 inline std::string istate_note(int nbins, int flags, const at::Tensor& istate) {
@@ -135,39 +158,35 @@ inline void check_no_overlap(const char* op, Extents& ext) {
   }
 }
 
-inline void check_one_call(const at::Tensor& x, const at::Tensor& fstate, const at::Tensor& istate,
-                           const at::Tensor& scratch, const at::Tensor& enabled, double lo, double inv_w, double eps,
-                           int64_t nbins, int64_t flags) {
-  check_scalars("hookstats.accumulate_: ", lo, inv_w, eps, nbins, flags);
-  check_target(Op{-1}, x, fstate, istate, scratch, enabled, nbins, flags);
+// Both return the decoded params for the kernels.
+inline Params check_one_call(const at::Tensor& x, const at::Tensor& fstate, const at::Tensor& istate,
+                             const at::Tensor& scratch, const at::Tensor& enabled, c10::ArrayRef<double> params) {
+  const OpParams a = OpParams::from("hookstats.accumulate_: ", params);
+  check_target(Op{-1}, x, fstate, istate, scratch, enabled, a.nbins, a.flags);
   check_aligned(Op{-1}, x);
   FixedExtents<4> ext;  // on the stack: a heap vector was a tenth of a small tensor's call
   add_extents(ext, -1, {&x, &fstate, &istate, &scratch});
   check_no_overlap("hookstats.accumulate_: ", ext);
+  return a.kernel();
 }
 
-inline void check_many_call(at::TensorList xs, at::TensorList fstates, at::TensorList istates,
-                            at::TensorList scratches, const at::Tensor& enabled, double lo, double inv_w, double eps,
-                            int64_t nbins, int64_t flags) {
+inline Params check_many_call(at::TensorList xs, at::TensorList fstates, at::TensorList istates,
+                              at::TensorList scratches, const at::Tensor& enabled, c10::ArrayRef<double> params) {
   const char* op = "hookstats.accumulate_many_: ";
   TORCH_CHECK(xs.size() == fstates.size() && xs.size() == istates.size() && xs.size() == scratches.size(),
               op, "xs, fstates, istates and scratches must have equal lengths, got ", xs.size(), ", ",
               fstates.size(), ", ", istates.size(), ", ", scratches.size());
-  check_scalars(op, lo, inv_w, eps, nbins, flags);
+  const OpParams a = OpParams::from(op, params);
   std::vector<Extent> ext;
   ext.reserve(4 * xs.size());
   for (size_t k = 0; k < xs.size(); ++k) {
     const auto i = static_cast<int64_t>(k);
-    check_target(Op{i}, xs[k], fstates[k], istates[k], scratches[k], enabled, nbins, flags);
+    check_target(Op{i}, xs[k], fstates[k], istates[k], scratches[k], enabled, a.nbins, a.flags);
     add_extents(ext, i, {&xs[k], &fstates[k], &istates[k], &scratches[k]});
   }
   for (size_t k = 0; k < xs.size(); ++k) check_aligned(Op{static_cast<int64_t>(k)}, xs[k]);
   check_no_overlap(op, ext);
-}
-
-inline Params make_params(double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
-  return Params{static_cast<float>(lo), static_cast<float>(inv_w), static_cast<float>(eps),
-                static_cast<int>(nbins), static_cast<int>(flags), static_cast<int>(flags)};
+  return a.kernel();
 }
 
 }  // namespace hookstats

@@ -9,22 +9,24 @@
 #include <torch/library.h>
 
 #include "accumulator.h"
+#include "check_args.h"
 
 namespace {
 
-using AccumulateFn = void(const at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&, const at::Tensor&, double, double,
-                          double, int64_t, int64_t);
+using AccumulateFn = void(const at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&, const at::Tensor&,
+                          c10::ArrayRef<double>);
 
-// accumulate_eager(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags) -> bool: the eager hooks' entry
-// to hookstats::accumulate_. torch.ops converts each of the ten arguments to an IValue and calls the boxed kernel
+// accumulate_eager(x, fstate, istate, scratch, enabled, params) -> bool: the eager hooks' entry to
+// hookstats::accumulate_. torch.ops converts each argument to an IValue and calls the boxed kernel
 // (~2.5 us a call, 80% of it in that conversion); this calls the same dispatcher entry unboxed, so modes, the
 // profiler and autograd see the same op. It takes only a plain x (torch.Tensor or Parameter, dense layout, one of
-// the op's dtypes, on the state's device) with no __torch_function__ mode active; for anything else it returns
-// False and changes nothing, and the caller takes torch.ops' path.
+// the op's dtypes, on the state's device) and params as a tuple of OpParams::kFields Python floats
+// (StatsConfig.op_params()), with no __torch_function__ mode active; for anything else it returns False and
+// changes nothing, and the caller takes torch.ops' path (which raises the op's error for a bad params).
 PyObject* accumulate_eager(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  if (nargs != 10) {
-    PyErr_Format(PyExc_TypeError, "accumulate_eager takes 10 arguments, got %zd", nargs);
+  if (nargs != 6) {
+    PyErr_Format(PyExc_TypeError, "accumulate_eager takes 6 arguments, got %zd", nargs);
     return nullptr;
   }
   for (int i = 0; i < 5; ++i) {
@@ -38,9 +40,14 @@ PyObject* accumulate_eager(PyObject* /*self*/, PyObject* const* args, Py_ssize_t
       !(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf || t == at::kDouble)) {
     Py_RETURN_FALSE;
   }
-  const double lo = PyFloat_AsDouble(args[5]), inv_w = PyFloat_AsDouble(args[6]), eps = PyFloat_AsDouble(args[7]);
-  const int64_t nbins = PyLong_AsLongLong(args[8]), flags = PyLong_AsLongLong(args[9]);
-  if (PyErr_Occurred()) return nullptr;
+  PyObject* const py_params = args[5];
+  if (!PyTuple_CheckExact(py_params) || PyTuple_GET_SIZE(py_params) != hookstats::OpParams::kFields) Py_RETURN_FALSE;
+  double params[hookstats::OpParams::kFields];
+  for (int k = 0; k < hookstats::OpParams::kFields; ++k) {
+    PyObject* v = PyTuple_GET_ITEM(py_params, k);
+    if (!PyFloat_CheckExact(v)) Py_RETURN_FALSE;
+    params[k] = PyFloat_AS_DOUBLE(v);
+  }
   at::Tensor istate = THPVariable_Unpack(args[2]), scratch = THPVariable_Unpack(args[3]), fs = fstate;
   const at::Tensor& enabled = THPVariable_Unpack(args[4]);
   static const auto op =
@@ -50,9 +57,9 @@ PyObject* accumulate_eager(PyObject* /*self*/, PyObject* const* args, Py_ssize_t
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   if (x.numel() >= (int64_t(1) << 15)) {  // as torch.ops does, other Python threads run meanwhile
     pybind11::gil_scoped_release no_gil;
-    op.call(x, fs, istate, scratch, enabled, lo, inv_w, eps, nbins, flags);
+    op.call(x, fs, istate, scratch, enabled, params);
   } else {  // the GIL's hand-over would cost more than the op
-    op.call(x, fs, istate, scratch, enabled, lo, inv_w, eps, nbins, flags);
+    op.call(x, fs, istate, scratch, enabled, params);
   }
   Py_RETURN_TRUE;
   END_HANDLE_TH_ERRORS
@@ -91,14 +98,16 @@ TORCH_LIBRARY(hookstats, m) {
   // Updates the running state of one target in place with the statistics of x, in one read of x.
   // enabled: a 1-element bool/int tensor on x's device, read there without a host sync (so sampling works inside
   // captured graphs): 0 makes the call a no-op; any other value runs it, and with bit kSkipHist (2) set the
-  // histograms are not counted in this call (accumulator.h). flags: Flags in accumulator.h.
+  // histograms are not counted in this call (accumulator.h). params: the scalars (lo, inv_w, eps, nbins, flags), one
+  // float list built once per configuration (StatsConfig.op_params()), decoded by OpParams::from (check_args.h);
+  // flags: Flags in accumulator.h.
   m.def(
       "accumulate_(Tensor x, Tensor(a!) fstate, Tensor(b!) istate, Tensor(c!) scratch, Tensor enabled, "
-      "float lo, float inv_w, float eps, int nbins, int flags) -> ()");
+      "float[] params) -> ()");
   // The same for a list of tensors, each with its own state, in one launch where the device allows.
   m.def(
       "accumulate_many_(Tensor[] xs, Tensor(a!)[] fstates, Tensor(b!)[] istates, Tensor(c!)[] scratches, "
-      "Tensor enabled, float lo, float inv_w, float eps, int nbins, int flags) -> ()");
+      "Tensor enabled, float[] params) -> ()");
   // Bytes of scratch a state on this CUDA device needs (ticket + one partial per block); its kernel is in
   // cuda/accumulate_cuda.cu, so a build without CUDA has the schema and no kernel.
   m.def("cuda_scratch_bytes(int device_index) -> int");

@@ -47,12 +47,12 @@ _COMPILED = _load_extension()
 if _COMPILED:
     # The fake kernels (also the meta kernels) raise the op's errors: a meta x with CPU state is no silent no-op.
     @torch.library.register_fake("hookstats::accumulate_")
-    def _accumulate_fake(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags):
-        reference.check_args(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags, memory=False)
+    def _accumulate_fake(x, fstate, istate, scratch, enabled, params):
+        reference.check_args(x, fstate, istate, scratch, enabled, params, memory=False)
 
     @torch.library.register_fake("hookstats::accumulate_many_")
-    def _accumulate_many_fake(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags):
-        reference.check_many_args(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags, memory=False)
+    def _accumulate_many_fake(xs, fstates, istates, scratches, enabled, params):
+        reference.check_many_args(xs, fstates, istates, scratches, enabled, params, memory=False)
 
     # The dispatcher routes a sparse, quantized, nested or MKL-DNN tensor to its own backend, where the op has no
     # kernel ("Could not run ... from the 'SparseCPU' backend"): these kernels raise the op's own error instead.

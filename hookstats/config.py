@@ -93,8 +93,13 @@ class StatsConfig:
         """The nbins + 1 edges of the linear bins (as the kernel sees them: float32 lo and inv_w)."""
         return self.lo32 + np.arange(self.nbins + 1, dtype=np.float64) / self.inv_w
 
-    def op_args(self):
-        return (self.lo32, self.inv_w, self.eps32, self.nbins, self.flags)
+    def op_params(self):
+        """The op's params argument for this configuration (built once, then kept)."""
+        p = self.__dict__.get("_op_params")
+        if p is None:
+            p = layout.op_params(self.lo32, self.inv_w, self.eps32, self.nbins, self.flags)
+            object.__setattr__(self, "_op_params", p)  # a cache, not a field: equality and replace() ignore it
+        return p
 
 
 LINEAR_DEFAULTS = {"nbins": 40, "lo": -10.0, "hi": 10.0}  # the linear bins when asked for without a range

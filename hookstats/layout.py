@@ -28,3 +28,13 @@ def offsets(nbins, flags):
 def log2_edges():
     """Lower edges of the log2 slots 1..255 (slot 0 is exact zero): 0, then 2**-126 .. 2**127."""
     return np.concatenate([[0.0], np.exp2(np.arange(LOG_EXP_MIN, LOG_EXP_MIN + LOG_SLOTS - 1, dtype=np.float64))])
+
+
+PARAM_FIELDS = ("lo", "inv_w", "eps", "nbins", "flags")
+
+
+def op_params(lo, inv_w, eps, nbins, flags):
+    """The op's scalars as its one params argument (float[] in the schema): a tuple of floats in PARAM_FIELDS'
+    order. Every field fits a float64 exactly; the op (csrc/check_args.h OpParams::from) checks each one."""
+    return (float(lo), float(inv_w), float(eps), float(nbins), float(flags))
+

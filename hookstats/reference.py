@@ -54,17 +54,27 @@ def _f32(v):
         return float(np.float32(v))
 
 
-def _check_scalars(op, lo, inv_w, eps, nbins, flags):
-    if not 1 <= nbins <= layout.MAX_BINS:
-        raise RuntimeError(f"{op}nbins must be in [1, {layout.MAX_BINS}], got {nbins}")
-    if not 0 <= flags < 16:
-        raise RuntimeError(f"{op}unknown flags {flags}")
+def _params(op, params):
+    """params decoded and checked as the op does (csrc/check_args.h OpParams::from): (lo, inv_w, eps, nbins, flags)."""
+    if len(params) != len(layout.PARAM_FIELDS):
+        raise RuntimeError(f"{op}params must have {len(layout.PARAM_FIELDS)} fields ({', '.join(layout.PARAM_FIELDS)}), got "
+                           f"{len(params)}: build it with StatsConfig.op_params()")
+    lo, inv_w, eps, nbins, flags = params
+    if not (1 <= nbins <= layout.MAX_BINS and float(nbins).is_integer()):
+        raise RuntimeError(f"{op}nbins must be in [1, {layout.MAX_BINS}], got {_g(nbins)}")
+    if not (0 <= flags < 16 and float(flags).is_integer()):
+        raise RuntimeError(f"{op}unknown flags {_g(flags)}")
     if not math.isfinite(_f32(lo)):
         raise RuntimeError(f"{op}lo must be finite in float32, got {lo}")
     if not (math.isfinite(_f32(inv_w)) and _f32(inv_w) > 0):
         raise RuntimeError(f"{op}inv_w (nbins / (hi - lo)) must be finite and > 0 in float32, got {inv_w}")
     if not _f32(eps) >= 0:
         raise RuntimeError(f"{op}eps must be >= 0, got {eps}")
+    return lo, inv_w, eps, int(nbins), int(flags)
+
+
+def _g(v):
+    return f"{v:g}"  # as C++ prints a double: 40, 3.5, nan
 
 
 _SPARSE = {torch.sparse_coo: "COO", torch.sparse_csr: "CSR", torch.sparse_csc: "CSC", torch.sparse_bsr: "BSR",
@@ -171,24 +181,25 @@ def _check_no_overlap(op, extents):
             far_state = e
 
 
-def check_args(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags, memory=True):
-    """The errors of the compiled op (csrc/check_args.h) for accumulate_'s arguments. memory=False leaves out
-    the shared-memory test (fake tensors have no memory)."""
+def check_args(x, fstate, istate, scratch, enabled, params, memory=True):
+    """The errors of the compiled op (csrc/check_args.h) for accumulate_'s arguments; the decoded params.
+    memory=False leaves out the shared-memory test (fake tensors have no memory)."""
     op = "hookstats.accumulate_: "
-    _check_scalars(op, lo, inv_w, eps, nbins, flags)
+    lo, inv_w, eps, nbins, flags = p = _params(op, params)
     _check_target(op, x, fstate, istate, scratch, enabled, nbins, flags)
     if memory and not torch.compiler.is_compiling():
         _check_aligned(op, x)
         _check_no_overlap(op, _extents(-1, (x, fstate, istate, scratch)))
+    return p
 
 
-def check_many_args(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags, memory=True):
+def check_many_args(xs, fstates, istates, scratches, enabled, params, memory=True):
     """check_args for accumulate_many_: every entry, before any state changes."""
     op = "hookstats.accumulate_many_: "
     if not len(xs) == len(fstates) == len(istates) == len(scratches):
         raise RuntimeError(f"{op}xs, fstates, istates and scratches must have equal lengths, got {len(xs)}, "
                            f"{len(fstates)}, {len(istates)}, {len(scratches)}")
-    _check_scalars(op, lo, inv_w, eps, nbins, flags)
+    lo, inv_w, eps, nbins, flags = p = _params(op, params)
     for k, (x, f, i, s) in enumerate(zip(xs, fstates, istates, scratches)):
         _check_target(f"{op}target[{k}]: ", x, f, i, s, enabled, nbins, flags)
     if memory and not torch.compiler.is_compiling():
@@ -196,11 +207,11 @@ def check_many_args(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nb
             _check_aligned(f"{op}target[{k}]: ", x)
         entries = enumerate(zip(xs, fstates, istates, scratches))
         _check_no_overlap(op, [e for k, ts in entries for e in _extents(k, ts)])
+    return p
 
 
-def accumulate_(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags):
-    check_args(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags)
-    _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags)
+def accumulate_(x, fstate, istate, scratch, enabled, params):
+    _accumulate_checked(x, fstate, istate, enabled, *check_args(x, fstate, istate, scratch, enabled, params))
 
 
 def _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags):
@@ -260,7 +271,7 @@ def _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags
         fl.index_add_(0, torch.where(fin, _float_slots(x), 0), fin.long() * hw)
 
 
-def accumulate_many_(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags):
-    check_many_args(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags)
+def accumulate_many_(xs, fstates, istates, scratches, enabled, params):
+    p = check_many_args(xs, fstates, istates, scratches, enabled, params)
     for x, f, i in zip(xs, fstates, istates):
-        _accumulate_checked(x, f, i, enabled, lo, inv_w, eps, nbins, flags)
+        _accumulate_checked(x, f, i, enabled, *p)

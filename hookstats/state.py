@@ -132,7 +132,7 @@ class StateStore:
         self._flags = {}  # (device, phase) -> flag
         self._late = set()  # (phase, *key fields, device) first reached inside compiled code
         self._split_steps = False  # states keep the open step apart (History sets it)
-        self._op_args = cfg.op_args()
+        self._op_params = cfg.op_params()
         self._lock = threading.RLock()  # exclusive(); re-entrant: a step end's listeners may run user code
 
     def __len__(self):
@@ -220,11 +220,11 @@ class StateStore:
 
     def accumulate(self, t, st, flag):
         with self.exclusive():
-            accumulate.accumulate_(t, st.fstate, st.istate, st.scratch, flag, *self._op_args)
+            accumulate.accumulate_(t, st.fstate, st.istate, st.scratch, flag, self._op_params)
 
     def bound(self, st, flag):
         """The op's arguments after x for state st: what an eager hook keeps once it has resolved its state."""
-        return (st.fstate, st.istate, st.scratch, flag, *self._op_args)
+        return (st.fstate, st.istate, st.scratch, flag, self._op_params)
 
     def update(self, x, args):
         """The eager hooks' fast path: the op on x with bound() arguments, through accumulate_eager (no Python
@@ -240,7 +240,7 @@ class StateStore:
     def accumulate_many(self, ts, sts, device, phase="train"):
         with self.exclusive():
             accumulate.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],
-                                        self.flag(device, phase), *self._op_args)
+                                        self.flag(device, phase), self._op_params)
 
     @staticmethod
     def to_host(states):

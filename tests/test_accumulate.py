@@ -1,4 +1,5 @@
 """The op (compiled kernel and reference) against an independent float64 NumPy oracle."""
+import dataclasses
 import math
 
 import numpy as np
@@ -24,7 +25,7 @@ def fresh(cfg=CFG, device="cpu"):
 def run(op, xs, cfg=CFG, enabled=ON):
     f, i, s = fresh(cfg)
     for x in xs:
-        op(x, f, i, s, enabled, *cfg.op_args())
+        op(x, f, i, s, enabled, cfg.op_params())
     return f.numpy(), i.numpy()
 
 
@@ -235,9 +236,9 @@ def test_skip_hist_flag_counts_everything_but_the_histograms(op, cfg, dtype, fla
     count, moments, min/max, near-zero and NaN/Inf all three calls'."""
     x, y = make("nonfinite", 20011, dtype, seed=3), make("outliers", 4097, dtype, seed=4)
     f, i, s = fresh(cfg)
-    op(x, f, i, s, ON, *cfg.op_args())
+    op(x, f, i, s, ON, cfg.op_params())
     for t in (y, x):
-        op(t, f, i, s, SKIP[flag], *cfg.op_args())
+        op(t, f, i, s, SKIP[flag], cfg.op_params())
     fw, _ = oracle(torch.cat([x, y, x]), cfg)
     iw = oracle(x, cfg)[1] + without_histograms(oracle(y, cfg)[1], cfg) + without_histograms(oracle(x, cfg)[1], cfg)
     assert_matches((f.numpy(), i.numpy()), (fw, iw), dtype, exact_floats=op is reference.accumulate_)
@@ -258,7 +259,7 @@ def test_accumulate_many_skips_the_histograms_of_every_target(backend):
     xs = [make("nonfinite", n, torch.bfloat16, seed=n) for n in (1, 4097, 30011)]
     states = [fresh(cfg) for _ in xs]
     for flag in (ON, SKIP["uint8-3"]):
-        op(xs, *([st[k] for st in states] for k in range(3)), flag, *cfg.op_args())
+        op(xs, *([st[k] for st in states] for k in range(3)), flag, cfg.op_params())
     for x, (f, i, _) in zip(xs, states):
         fw, _ = oracle(torch.cat([x, x]), cfg)
         iw = oracle(x, cfg)[1] + without_histograms(oracle(x, cfg)[1], cfg)
@@ -270,23 +271,24 @@ def test_accumulate_many_skips_the_histograms_of_every_target(backend):
 def test_non_float_inputs_are_rejected_with_a_clear_error(op, bad):
     f, i, s = fresh()
     with pytest.raises(RuntimeError, match="float32, float64, float16 or bfloat16"):
-        op(bad, f, i, s, ON, *CFG.op_args())
+        op(bad, f, i, s, ON, CFG.op_params())
 
 
 def test_state_of_the_wrong_size_is_rejected(op):
     f, i, s = fresh(StatsConfig(nbins=10))
     with pytest.raises(RuntimeError, match="istate"):
-        op(torch.ones(3), f, i, s, ON, *CFG.op_args())
+        op(torch.ones(3), f, i, s, ON, CFG.op_params())
 
 
 def _args(**change):
-    """accumulate_'s arguments (x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags), some replaced;
-    a callable replacement gets the fresh arguments."""
+    """accumulate_'s arguments (x, fstate, istate, scratch, enabled, params), some replaced, params' fields
+    (lo, inv_w, eps, nbins, flags) by name; a callable replacement gets the fresh arguments."""
     f, i, s = fresh()
-    args = dict(x=torch.randn(100), fstate=f, istate=i, scratch=s, enabled=ON, **dict(zip(
-        ("lo", "inv_w", "eps", "nbins", "flags"), CFG.op_args())))
+    args = dict(x=torch.randn(100), fstate=f, istate=i, scratch=s, enabled=ON)
+    fields = dict(zip(layout.PARAM_FIELDS, CFG.op_params()))
     for k, v in change.items():
-        args[k] = v(args) if callable(v) else v
+        (fields if k in fields else args)[k] = v(args) if callable(v) else v
+    args["params"] = change.get("params", layout.op_params(**fields))
     return args
 
 
@@ -310,6 +312,13 @@ BAD_ARGS = {  # case: (replacements, the error's words)
     "negative eps": (dict(eps=-1.0), "eps must be >= 0"),
     "nbins 0": (dict(nbins=0), r"nbins must be in \[1, 256\]"),
     "flags 16": (dict(flags=16), "unknown flags 16"),
+    "fractional nbins": (dict(nbins=40.5), r"nbins must be in \[1, 256\], got 40.5"),
+    "NaN nbins": (dict(nbins=math.nan), r"nbins must be in \[1, 256\], got nan"),
+    "fractional flags": (dict(flags=2.5), "unknown flags 2.5"),
+    "params of 4 fields": (dict(params=CFG.op_params()[:4]),
+                           r"params must have 5 fields \(lo, inv_w, eps, nbins, flags\), got 4"),
+    "params of 6 fields": (dict(params=CFG.op_params() + (0.0,)), "params must have 5 fields .*, got 6"),
+    "empty params": (dict(params=()), "params must have 5 fields .*, got 0"),
     "negative flags": (dict(flags=-1), "unknown flags -1"),
     "FLOAT_HIST, istate without its slots": (dict(flags=layout.FLOAT_HIST | 3),
                                              "istate must have 4399 elements for nbins=40, flags=11, got 303"),
@@ -360,7 +369,7 @@ def _many_args(n=3):
 @pytest.mark.parametrize("case", ["lengths", "bad entry", "shared state", "x is another state", "bad inv_w"])
 def test_bad_lists_raise_one_error_and_change_no_state(backend, case):
     xs, fs, is_, ss = _many_args()
-    scalars = list(CFG.op_args())
+    params = list(CFG.op_params())
     words = {"lengths": "xs, fstates, istates and scratches must have equal lengths, got 3, 3, 2, 3",
              "bad entry": r"target\[2\]: istate must have 303 elements for nbins=40, got 302",
              "shared state": r"fstate of target\[\d\] and fstate of target\[\d\] share memory",
@@ -376,10 +385,10 @@ def test_bad_lists_raise_one_error_and_change_no_state(backend, case):
     elif case == "x is another state":
         xs[0] = is_[1].view(torch.float64)
     else:
-        scalars[1] = math.nan
+        params[1] = math.nan
     before = [t.numpy().tobytes() for t in fs + is_]
     with pytest.raises(RuntimeError, match=f"^hookstats.accumulate_many_: {words}"):
-        MANY[backend]()(xs, fs, is_, ss, ON, *scalars)
+        MANY[backend]()(xs, fs, is_, ss, ON, params)
     assert [t.numpy().tobytes() for t in fs + is_] == before, "a rejected list changed a state"
 
 
@@ -387,7 +396,7 @@ def test_bad_lists_raise_one_error_and_change_no_state(backend, case):
 def test_a_list_may_read_one_x_twice(backend):
     xs, fs, is_, ss = _many_args(2)
     xs[1] = xs[0]
-    MANY[backend]()(xs, fs, is_, ss, ON, *CFG.op_args())
+    MANY[backend]()(xs, fs, is_, ss, ON, CFG.op_params())
     assert torch.equal(is_[0], is_[1]) and is_[0][layout.COUNT] == 50
 
 
@@ -403,17 +412,17 @@ def test_opcheck():
     f, i, s = fresh()
     for x in (torch.randn(33, 17), torch.randn(8, 3, 5, 5).to(memory_format=torch.channels_last),
               torch.randn(100, dtype=torch.bfloat16), torch.empty(0)):
-        torch.library.opcheck(torch.ops.hookstats.accumulate_.default, (x, f, i, s, ON, *CFG.op_args()))
+        torch.library.opcheck(torch.ops.hookstats.accumulate_.default, (x, f, i, s, ON, CFG.op_params()))
     torch.library.opcheck(torch.ops.hookstats.accumulate_many_.default,
                           ([torch.randn(5), torch.randn(7)], [f, f.clone()], [i, i.clone()], [s, s],
-                           ON, *CFG.op_args()))
+                           ON, CFG.op_params()))
 
 
 def test_many_equals_one_by_one():
     xs = [make("nonfinite", n, torch.float32, seed=n) for n in (3, 4097, 70000)]
     states = [fresh() for _ in xs]
     torch.ops.hookstats.accumulate_many_([x for x in xs], [s[0] for s in states], [s[1] for s in states],
-                                         [s[2] for s in states], ON, *CFG.op_args())
+                                         [s[2] for s in states], ON, CFG.op_params())
     for x, (f, i, _) in zip(xs, states):
         assert_matches((f.numpy(), i.numpy()), oracle(x, CFG), torch.float32)
 
@@ -449,9 +458,9 @@ def test_x_not_element_aligned_is_refused_by_both_ops(op, dtype, byte_offset):
     f, i, s = fresh()
     with pytest.raises(RuntimeError, match=r"^hookstats.accumulate_: x's data pointer is not a multiple of its "
                                            rf"{x.element_size()}-byte element size .*x.clone\(\)"):
-        op(x, f, i, s, ON, *CFG.op_args())
+        op(x, f, i, s, ON, CFG.op_params())
     assert i[layout.COUNT] == 0 and f[layout.N_FINITE] == 0, "a refused call changed the state"
-    op(x.clone(), f, i, s, ON, *CFG.op_args())
+    op(x.clone(), f, i, s, ON, CFG.op_params())
     assert i[layout.COUNT] == 100
 
 
@@ -462,5 +471,16 @@ def test_many_refuses_an_x_not_element_aligned_before_any_state_changes(backend)
     xs[2] = x
     with pytest.raises(RuntimeError, match=r"^hookstats.accumulate_many_: target\[2\]: x's data pointer is not a "
                                            r"multiple of its 2-byte element size"):
-        MANY[backend]()(xs, fs, is_, ss, ON, *CFG.op_args())
+        MANY[backend]()(xs, fs, is_, ss, ON, CFG.op_params())
     assert all(int(i[layout.COUNT]) == 0 for i in is_), "a refused list changed a state"
+
+
+def test_op_params_are_the_configs_float32_scalars_built_once():
+    cfg = StatsConfig(linear_hist=True, nbins=7, lo=-0.1, hi=0.3, eps=1e-3, near_zero="le")
+    p = cfg.op_params()
+    assert p is cfg.op_params() and all(type(v) is float for v in p)
+    assert p == (float(np.float32(-0.1)), float(np.float32(7 / 0.4)), float(np.float32(1e-3)), 7.0,
+                 float(layout.LINEAR_HIST | layout.SIGNED_NEAR_ZERO | layout.FLOAT_HIST))
+    other = dataclasses.replace(cfg, nbins=9)
+    assert other.op_params()[3] == 9.0 and cfg.op_params() is p
+    assert cfg == dataclasses.replace(cfg) and "_op_params" not in repr(cfg)

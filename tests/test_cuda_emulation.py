@@ -139,7 +139,7 @@ def cpu_state(x, launches, cfg=CFG):
     f, i = rawstate.empty(cfg.istate_size)
     for _ in range(launches):
         torch.ops.hookstats.accumulate_(x, f, i, torch.empty(0, dtype=torch.uint8), torch.tensor([True]),
-                                        *cfg.op_args())
+                                        cfg.op_params())
     return f.numpy(), i.numpy()
 
 
@@ -314,8 +314,8 @@ class FloatCfg:
     def istate_size(self):
         return layout.istate_size(self.nbins, self.flags)
 
-    def op_args(self):
-        return (*self.base.op_args()[:-1], self.flags)
+    def op_params(self):
+        return layout.op_params(*self.base.op_params()[:-1], self.flags)
 
 
 @functools.cache

@@ -29,7 +29,7 @@ def test_float64_moments_over_the_whole_range(backend, case):
     v = case_values(case)
     op = OPS[backend]
     f, i, s = fresh()
-    op(torch.from_numpy(v), f, i, s, ON, *CFG.op_args())
+    op(torch.from_numpy(v), f, i, s, ON, CFG.op_params())
     assert_moments(f.tolist(), v.tolist())
     # the same values over three calls (a merge across calls), one of them non-contiguous
     f, i, s = fresh()
@@ -38,7 +38,7 @@ def test_float64_moments_over_the_whole_range(backend, case):
         t = torch.from_numpy(p)
         if k == 1 and len(p) > 1:
             t = torch.from_numpy(np.repeat(p, 2))[::2]
-        op(t, f, i, s, ON, *CFG.op_args())
+        op(t, f, i, s, ON, CFG.op_params())
     assert_moments(f.tolist(), v.tolist())
 
 
@@ -46,7 +46,7 @@ def test_float64_moments_over_the_whole_range(backend, case):
 def test_the_pair_reads_as_spread_not_constant(backend):
     """[1e200, -1e200]: M2 = 2e400 passes float64's range, so std and var read inf (they once read 0)."""
     f, i, s = fresh()
-    OPS[backend](torch.tensor([1e200, -1e200], dtype=torch.float64), f, i, s, ON, *CFG.op_args())
+    OPS[backend](torch.tensor([1e200, -1e200], dtype=torch.float64), f, i, s, ON, CFG.op_params())
     rec = finalize(f.numpy(), i.numpy(), CFG)
     assert rec["std"] == math.inf and rec["var"] == math.inf
     assert (rec["mean"], rec["min"], rec["max"]) == (0.0, -1e200, 1e200)
@@ -59,7 +59,7 @@ def test_huge_spread_with_a_fitting_m2_is_exact(backend, offset):
     mean to the exact oracle's."""
     v = offset + 1e150 * np.random.default_rng(5).standard_normal(2000)
     f, i, s = fresh()
-    OPS[backend](torch.from_numpy(v), f, i, s, ON, *CFG.op_args())
+    OPS[backend](torch.from_numpy(v), f, i, s, ON, CFG.op_params())
     n, mean, m2, _ = exact(v.tolist())
     rec = finalize(f.numpy(), i.numpy(), CFG)
     assert rec["std"] == pytest.approx(math.sqrt(m2 / (n - 1)), rel=1e-9)
@@ -72,8 +72,8 @@ def test_a_far_value_merged_into_many(backend):
     """One value 1e153 away from 2000 earlier ones: d * d * n_a overflows float64 where the merged M2 fits."""
     v = np.random.default_rng(1).standard_normal(2000)
     f, i, s = fresh()
-    OPS[backend](torch.from_numpy(v), f, i, s, ON, *CFG.op_args())
-    OPS[backend](torch.tensor([1.3e153], dtype=torch.float64), f, i, s, ON, *CFG.op_args())
+    OPS[backend](torch.from_numpy(v), f, i, s, ON, CFG.op_params())
+    OPS[backend](torch.tensor([1.3e153], dtype=torch.float64), f, i, s, ON, CFG.op_params())
     assert_moments(f.tolist(), v.tolist() + [1.3e153])
 
 
@@ -84,6 +84,6 @@ def test_both_backends_agree_bit_for_bit_where_no_scaling_is_needed():
     out = []
     for op in OPS.values():
         f, i, s = fresh()
-        op(v, f, i, s, ON, *CFG.op_args())
+        op(v, f, i, s, ON, CFG.op_params())
         out.append(f)
     assert out[0][layout.M2] == pytest.approx(out[1][layout.M2].item(), rel=1e-12)

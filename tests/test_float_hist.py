@@ -36,13 +36,13 @@ def state(cfg=FLOAT_ONLY, flags=None):
     flags = cfg.flags | layout.FLOAT_HIST if flags is None else flags
     f = rawstate.empty()
     i = torch.zeros(layout.istate_size(cfg.nbins, flags), dtype=torch.int64)
-    return f, i, torch.zeros(0, dtype=torch.uint8), (cfg.lo32, cfg.inv_w, cfg.eps32, cfg.nbins, flags)
+    return f, i, torch.zeros(0, dtype=torch.uint8), layout.op_params(cfg.lo32, cfg.inv_w, cfg.eps32, cfg.nbins, flags)
 
 
 def run(op, xs, cfg=FLOAT_ONLY, enabled=ON):
     f, i, s, args = state(cfg)
     for x in xs:
-        op(x, f, i, s, enabled, *args)
+        op(x, f, i, s, enabled, args)
     return f.numpy(), i.numpy()
 
 
@@ -169,7 +169,7 @@ def test_accumulate_many(many):
     xs = [make("wide", n, dt, seed=n) for n, dt in [(3, torch.float32), (4097, torch.bfloat16), (70000, torch.float64),
                                                     (0, torch.float16), (999, torch.float16)]]
     states = [state() for _ in xs]
-    fn(xs, [s[0] for s in states], [s[1] for s in states], [s[2] for s in states], ON, *states[0][3])
+    fn(xs, [s[0] for s in states], [s[1] for s in states], [s[2] for s in states], ON, states[0][3])
     for x, (f, i, _, _) in zip(xs, states):
         assert_state((f.numpy(), i.numpy()), x, exact_floats=many == "reference")
 
@@ -188,7 +188,7 @@ def test_reference_counts_on_the_device_without_a_host_sync(dtype):
     x = make("special", 3000, dtype)
     f, i, s, args = state()
     with no_host_sync() as ops:
-        reference.accumulate_(x, f, i, s, ON, *args)
+        reference.accumulate_(x, f, i, s, ON, args)
     assert not any("bincount" in o or "histc" in o for o in ops)
     assert_state((f.numpy(), i.numpy()), x, exact_floats=True)
 
@@ -197,9 +197,9 @@ def test_opcheck_with_float_buckets():
     f, i, s, args = state(StatsConfig())
     for x in (torch.randn(33, 17), torch.randn(8, 3, 5, 5).to(memory_format=torch.channels_last),
               torch.randn(100, dtype=torch.bfloat16), torch.randn(70, dtype=torch.float64), torch.empty(0)):
-        torch.library.opcheck(torch.ops.hookstats.accumulate_.default, (x, f, i, s, ON, *args))
+        torch.library.opcheck(torch.ops.hookstats.accumulate_.default, (x, f, i, s, ON, args))
     torch.library.opcheck(torch.ops.hookstats.accumulate_many_.default,
-                          ([torch.randn(5), torch.randn(7)], [f, f.clone()], [i, i.clone()], [s, s], ON, *args))
+                          ([torch.randn(5), torch.randn(7)], [f, f.clone()], [i, i.clone()], [s, s], ON, args))
 
 
 @pytest.mark.slow  # this file's tests again per kernel, in a new process

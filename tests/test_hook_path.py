@@ -78,8 +78,26 @@ def test_eager_entry_raises_the_ops_errors():
     args[1] = torch.zeros(7, dtype=torch.int64)  # istate of the wrong size
     with pytest.raises(RuntimeError, match="istate must have"):
         accumulate.accumulate_eager_(torch.randn(3), *args)
-    with pytest.raises(TypeError, match="10 arguments"):
+    with pytest.raises(TypeError, match="6 arguments"):
         accumulate.accumulate_eager_(torch.randn(3))
+
+
+@needs_entry
+def test_eager_entry_leaves_a_malformed_params_to_the_op():
+    """A params that is not a tuple of 5 floats is declined (False, no change), so torch.ops raises the op's
+    error naming it."""
+    store, st, flag = fresh()
+    args = list(store.bound(st, flag))
+    good = args[4]
+    before = st.fstate.clone(), st.istate.clone()
+    for bad in (good[:4], good + (0.0,), list(good), (*good[:3], 40, good[4])):
+        args[4] = bad
+        assert accumulate.accumulate_eager_(torch.randn(3), *args) is False, bad
+    torch.testing.assert_close(st.fstate, before[0], rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(st.istate, before[1])
+    args[4] = good[:4]
+    with pytest.raises(RuntimeError, match="params must have 5 fields"):
+        accumulate.accumulate_(torch.randn(3), *args)
 
 
 class Count(TorchDispatchMode):

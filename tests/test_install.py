@@ -48,7 +48,7 @@ x = torch.randn(3000, generator=torch.Generator().manual_seed(0)) * 3
 fs = torch.tensor([0, 0, 0, float("nan"), float("nan")], dtype=torch.float64)
 cfg = hookstats.StatsConfig()
 ist = torch.zeros(cfg.istate_size, dtype=torch.int64)
-accumulate.accumulate_(x, fs, ist, torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), *cfg.op_args())
+accumulate.accumulate_(x, fs, ist, torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), cfg.op_params())
 kernel = torch.ops.hookstats.cpu_kernel() if hookstats.backend() == "compiled" else None
 print(json.dumps({{"backend": hookstats.backend(), "kernel": kernel, "file": hookstats.__file__,
                   "fstate": fs.tolist(), "x": x.double().tolist()}}))

@@ -32,15 +32,15 @@ def test_istate_size_of_every_flag_combination(flags, nbins, sizes):
     want = sizes[flags & ~SNZ]
     assert layout.istate_size(nbins, flags) == want
     assert torch.ops.hookstats.istate_offsets(nbins, flags)[-1] == want
-    cfg = (0.0, 1.0, 0.0, nbins, flags)
+    params = layout.op_params(0.0, 1.0, 0.0, nbins, flags)
     x = torch.tensor([1.0, math.nan, -math.inf, 0.0])
     for op in (torch.ops.hookstats.accumulate_.default, reference.accumulate_):
         f = rawstate.empty()
-        op(x, f, torch.zeros(want, dtype=torch.int64), torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), *cfg)
+        op(x, f, torch.zeros(want, dtype=torch.int64), torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), params)
         for wrong in (want - 1, want + 1):
             with pytest.raises(RuntimeError, match=f"istate must have {want} elements"):
                 op(x, f, torch.zeros(wrong, dtype=torch.int64), torch.zeros(0, dtype=torch.uint8),
-                   torch.tensor([True]), *cfg)
+                   torch.tensor([True]), params)
 
 
 @pytest.mark.parametrize("kwargs,size", [({}, 4101), ({"linear_hist": True}, 4143), ({"float_hist": False}, 261),
@@ -84,8 +84,8 @@ def test_every_field_of_the_table_is_where_the_compiled_op_writes_it(flags, nbin
                      dtype=torch.float32)
     lo, hi, eps = -2.0, 3.0, 1e-3
     f, i = rawstate.empty(layout.istate_size(nbins, flags))
-    torch.ops.hookstats.accumulate_.default(x, f, i, torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), lo,
-                                            nbins / (hi - lo), eps, nbins, flags)
+    torch.ops.hookstats.accumulate_.default(x, f, i, torch.zeros(0, dtype=torch.uint8), torch.tensor([True]),
+                                            layout.op_params(lo, nbins / (hi - lo), eps, nbins, flags))
     want = field_oracle(x, nbins, flags, lo, hi, eps)
     covered = {rawstate.FSTATE: [], rawstate.ISTATE: []}
     for fd in rawstate.FIELDS:
@@ -109,7 +109,7 @@ def test_nonfinite_counters_where_the_layout_says():
         i = torch.zeros(SIZES_40[flags], dtype=torch.int64)
         f = rawstate.empty()
         torch.ops.hookstats.accumulate_.default(x, f, i, torch.zeros(0, dtype=torch.uint8), torch.tensor([True]),
-                                                -10.0, 2.0, 0.0, 40, flags)
+                                                layout.op_params(-10.0, 2.0, 0.0, 40, flags))
         assert i[at: at + 3].tolist() == [2, 1, 3], flags
 
 
@@ -241,8 +241,9 @@ def test_ring_slot_holds_only_the_measured_fields_exact_across_flushes(config, b
                          ids=["compiled", "reference"])
 def test_a_state_sized_for_other_flags_is_an_error_naming_the_flags(op):
     f = rawstate.empty()
-    args = (torch.zeros(0, dtype=torch.uint8), torch.tensor([True]), -10.0, 2.0, 0.0, 40)
+    args = (torch.zeros(0, dtype=torch.uint8), torch.tensor([True]))
     with pytest.raises(RuntimeError, match="istate must have 47 elements for nbins=40, flags=1, got 303$"):
-        op(torch.ones(3), f, torch.zeros(SIZES_40[LIN | LOG], dtype=torch.int64), *args, LIN)
+        op(torch.ones(3), f, torch.zeros(SIZES_40[LIN | LOG], dtype=torch.int64), *args,
+           layout.op_params(-10.0, 2.0, 0.0, 40, LIN))
     with pytest.raises(RuntimeError, match="istate must have 5 elements for nbins=40, got 6$"):
-        op(torch.ones(3), f, torch.zeros(6, dtype=torch.int64), *args, 0)
+        op(torch.ones(3), f, torch.zeros(6, dtype=torch.int64), *args, layout.op_params(-10.0, 2.0, 0.0, 40, 0))

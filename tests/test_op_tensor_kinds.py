@@ -54,11 +54,11 @@ def test_x_of_an_unread_kind_is_one_clear_error(backend, kind):
     f, i, s = fresh()
     before = f.clone(), i.clone()
     with pytest.raises(RuntimeError) as e:
-        one(x, f, i, s, ON, *CFG.op_args())
+        one(x, f, i, s, ON, CFG.op_params())
     assert_clear(e.value, "x", word)
     dense = torch.randn(8)
     with pytest.raises(RuntimeError) as e:
-        many([dense, x], [f, f.clone()], [i, i.clone()], [s, s.clone()], ON, *CFG.op_args())
+        many([dense, x], [f, f.clone()], [i, i.clone()], [s, s.clone()], ON, CFG.op_params())
     assert_clear(e.value, "target[1]: x", word)
     assert torch.equal(f[:3], before[0][:3]) and torch.equal(i, before[1])  # nothing measured
 
@@ -71,7 +71,7 @@ def test_a_sparse_state_is_one_clear_error(backend, state):
     args = {"fstate": f, "istate": i}
     args[state] = args[state].to_sparse()
     with pytest.raises(RuntimeError) as e:
-        one(torch.randn(5), args["fstate"], args["istate"], s, ON, *CFG.op_args())
+        one(torch.randn(5), args["fstate"], args["istate"], s, ON, CFG.op_params())
     assert_clear(e.value, state, "sparse")
 
 
@@ -83,5 +83,5 @@ def test_dense_views_of_those_kinds_are_read(backend):
         dense = (x.dequantize() if x.is_quantized else x.values() if x.is_nested
                  else x.to_dense())
         f, i, s = fresh()
-        one(dense, f, i, s, ON, *CFG.op_args())
+        one(dense, f, i, s, ON, CFG.op_params())
         assert i[0].item() == dense.numel() or f[0].item() == dense.numel() or i.sum().item() >= dense.numel()

@@ -485,17 +485,14 @@ void accumulate_checked(const at::Tensor& x, at::Tensor& fstate, at::Tensor& ist
 }
 
 void accumulate_cpu(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::Tensor& scratch,
-                    const at::Tensor& enabled, double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
-  check_one_call(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags);
-  accumulate_checked(x, fstate, istate, enabled, make_params(lo, inv_w, eps, nbins, flags));
+                    const at::Tensor& enabled, c10::ArrayRef<double> params) {
+  accumulate_checked(x, fstate, istate, enabled, check_one_call(x, fstate, istate, scratch, enabled, params));
 }
 
 // Every entry is checked before the first update, so a bad list changes no state.
 void accumulate_many_cpu(at::TensorList xs, at::TensorList fstates, at::TensorList istates,
-                         at::TensorList scratches, const at::Tensor& enabled, double lo, double inv_w,
-                         double eps, int64_t nbins, int64_t flags) {
-  check_many_call(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags);
-  const Params p = make_params(lo, inv_w, eps, nbins, flags);
+                         at::TensorList scratches, const at::Tensor& enabled, c10::ArrayRef<double> params) {
+  const Params p = check_many_call(xs, fstates, istates, scratches, enabled, params);
   for (size_t k = 0; k < xs.size(); ++k) {
     at::Tensor f = fstates[k], i = istates[k];
     accumulate_checked(xs[k], f, i, enabled, p);

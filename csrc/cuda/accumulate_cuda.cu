@@ -187,12 +187,11 @@ void run(const std::vector<Work>& work, const Params& p, const LaunchConfig& c, 
 }
 
 void accumulate_cuda(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::Tensor& scratch,
-                     const at::Tensor& enabled, double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
-  check_one_call(x, fstate, istate, scratch, enabled, lo, inv_w, eps, nbins, flags);
+                     const at::Tensor& enabled, c10::ArrayRef<double> params) {
+  const Params p = check_one_call(x, fstate, istate, scratch, enabled, params);
   check_scratch_alignment(Op{-1}, scratch);
   if (x.numel() == 0) return;
   const c10::cuda::CUDAGuard guard(x.device());
-  const Params p = make_params(lo, inv_w, eps, nbins, flags);
   std::vector<Work> work;
   std::vector<at::Tensor> copies;
   if (!plan_view(x, fstate, istate, scratch, p, work, copies)) {
@@ -211,11 +210,10 @@ void accumulate_cuda(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate
 // Every argument is checked and every launch planned and prepared before the first launch, so a bad list
 // changes no state. No two entries share a state (check_args.h): blocks of one launch would share its ticket.
 void accumulate_many_cuda(at::TensorList xs, at::TensorList fstates, at::TensorList istates, at::TensorList scratches,
-                          const at::Tensor& enabled, double lo, double inv_w, double eps, int64_t nbins, int64_t flags) {
-  check_many_call(xs, fstates, istates, scratches, enabled, lo, inv_w, eps, nbins, flags);
+                          const at::Tensor& enabled, c10::ArrayRef<double> params) {
+  const Params p = check_many_call(xs, fstates, istates, scratches, enabled, params);
   std::vector<int> blocks(xs.size(), 0);
   const c10::cuda::CUDAGuard guard(enabled.device());
-  const Params p = make_params(lo, inv_w, eps, nbins, flags);
   for (size_t k = 0; k < xs.size(); ++k) {
     check_scratch_alignment(Op{static_cast<int64_t>(k)}, scratches[k]);
     if (xs[k].numel() && xs[k].is_non_overlapping_and_dense()) blocks[k] = plan_blocks(xs[k], scratches[k], p);

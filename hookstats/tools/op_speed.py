@@ -87,7 +87,7 @@ class MeasuredSpeed:
         istate = torch.zeros(self.cfg.istate_size, dtype=torch.int64, device=self.device)
         scratch = torch.zeros(scratch_bytes(self.device), dtype=torch.uint8, device=self.device)
         flag = torch.tensor([mode], dtype=torch.uint8, device=self.device)
-        args = (fstate, istate, scratch, flag, *self.cfg.op_args())
+        args = (fstate, istate, scratch, flag, self.cfg.op_params())
         xs = list(buf[: buf.numel() // n * n].view(-1, n).unbind(0))
         calls = max(2, min(200, (1 << 22) // n))
         accumulate.accumulate_(xs[-1], *args)  # warm-up
