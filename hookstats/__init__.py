@@ -1,7 +1,8 @@
 """hookstats: activation and gradient statistics for PyTorch training, fused into one op, no host sync."""
 from .accumulate import accumulate_, accumulate_many_, backend
 from .config import StatsConfig
-from .monitor import Monitor, attach
+from .entry import attach
+from .monitor import Monitor
 from .state import Kind, TargetKey
 from .alerts import AlertRules
 from .tools.summary import summary

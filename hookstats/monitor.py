@@ -276,11 +276,6 @@ def attached_monitor(model):
     return mon if mon is not None and mon.attached else None
 
 
-def from_paddle(obj):
-    """Whether obj's class, or a class it derives from, is PaddlePaddle's (read without importing paddle)."""
-    return any(c.__module__.split(".")[0] == "paddle" for c in type(obj).__mro__)
-
-
 def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
            steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
            params=False, separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True,
@@ -304,22 +299,13 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     history=True (or an int: the device ring's capacity in steps) keeps per-step statistics, drained
     every log_every steps to mon.history() (the last `keep` steps) and to `sinks` (every step); alerts (True,
     False or hookstats.AlertRules).
-    A paddle.nn.Layer is measured through Paddle's hooks with the same keywords (hookstats/paddle/,
-    docs/howto/paddle.md); param_grads=True then takes optimizer=, the Paddle optimizer whose step() measures them.
+    A paddle.nn.Layer is measured through Paddle's hooks with the same keywords (hookstats.attach routes it:
+    hookstats/entry.py, docs/howto/paddle.md); param_grads=True then takes optimizer=, the Paddle optimizer whose
+    step() measures them.
     Under torch.distributed the sinks write on rank 0 only (each rank's own statistics; mon.reduce() merges
     ranks); rank_zero_only=False lets every rank write (rank r > 0 writes <stem>.rank<r><suffix>).
     start_step=N: the first step is step N (a resumed run; mon.load_state_dict() also sets it, with the totals).
     """
-    if not isinstance(model, nn.Module) and from_paddle(model):
-        from .paddle import attach as attach_paddle  # Paddle is imported only for a Paddle model
-        for name, value in (("params", params), ("start_step", start_step)):
-            if value:
-                raise ValueError(f"attach: {name}= is not supported for a paddle.nn.Layer yet")
-        kwargs = dict(modules=modules, types=types, exclude=exclude, include_paramless=include_paramless, every=every,
-                      eval=eval, steps=steps, inputs=inputs, outputs=outputs, grads=grads, input_grads=input_grads,
-                      param_grads=param_grads, separate_calls=separate_calls, history=history, log_every=log_every,
-                      keep=keep, sinks=sinks, alerts=alerts, rank_zero_only=rank_zero_only, config=config)
-        return attach_paddle(model, **kwargs, **config_kwargs)
     if not isinstance(model, nn.Module):
         raise ValueError(f"attach: model must be an nn.Module (or a paddle.nn.Layer), got "
                          f"{type(model).__module__}.{type(model).__name__} {model!r:.80}")
