@@ -149,3 +149,21 @@ def check_arg(name, value, rule, lo=None, hi=None, lo_open=False):
 def check_count(name, value, optional=False):
     """A count of steps, slots or rows: an int >= 1 (check_arg), or None where `optional`."""
     return None if optional and value is None else check_arg(name, value, int, lo=1)
+
+
+def attach_config(config, config_kwargs, log_every=None, every=1):
+    """attach()'s StatsConfig: `config` or its fields as keywords (one clear error each). Without hist_every, a
+    history (log_every given) gets hist_every_for(log_every, every): each logging window holds a histogram step."""
+    if config is not None and not isinstance(config, StatsConfig):
+        raise ValueError(f"config must be a hookstats.StatsConfig (or pass its fields as keywords: "
+                         f"attach(model, nbins=..., lo=...)), got {type(config).__name__}")
+    if config is not None and config_kwargs:
+        raise ValueError("pass either config= or its fields as keywords, not both")
+    if config is not None:
+        return config
+    unknown = set(config_kwargs) - {f.name for f in dataclasses.fields(StatsConfig)}
+    if unknown:
+        raise ValueError(f"unknown argument(s) to attach: {sorted(unknown)}")
+    if log_every is not None and config_kwargs.get("hist_every") is None:
+        config_kwargs = {**config_kwargs, "hist_every": hist_every_for(log_every, check_count("every", every))}
+    return StatsConfig(**config_kwargs)

@@ -352,3 +352,15 @@ def history_options(history=True, log_every=10, keep=1000, sinks=None, alerts=Tr
     rules = AlertRules() if alerts is True else alerts or AlertRules(enabled=False)
     return {"log_every": log_every, "capacity": capacity or log_every, "sinks": check_sinks(sinks), "rules": rules,
             "keep": keep}
+
+
+def attach_history(monitor, options):
+    """A History for `monitor` from history_options()' keywords (None: no history); a monitor whose history
+    cannot start is removed before the error reaches the user."""
+    if options is None:
+        return None
+    try:
+        return History(monitor, **options)
+    except Exception:
+        monitor.remove()
+        raise

@@ -10,7 +10,6 @@ nbins+3 +Inf, nbins+4 -Inf, nbins+5+k log2 slot k), starting at kept_first(nbins
 log2 slots: 0 exact zero | 1 nonzero below 2**-126 | 2 + k for |x| in [2**(k-126), 2**(k-125)).
 Float buckets: slot = float32 bits >> 20 (what each slot holds: csrc/accumulator.h, float_slot).
 """
-import numpy as np
 
 from .rawstate import (  # noqa: F401  (the slots of the fstate and the istate: rawstate.py owns them)
     FSTATE_SIZE, M2, MAX, MEAN, MIN, N_FINITE, COUNT, NEAR_ZERO, LIN_BASE, LIN_EXTRA, LOG_SLOTS, LOG_EXP_MIN, MAX_BINS,
@@ -24,10 +23,6 @@ def offsets(nbins, flags):
     return (kept_first(nbins, flags), nonfinite_base(nbins, flags), log_base(nbins, flags), float_base(nbins, flags),
             istate_size(nbins, flags))
 
-
-def log2_edges():
-    """Lower edges of the log2 slots 1..255 (slot 0 is exact zero): 0, then 2**-126 .. 2**127."""
-    return np.concatenate([[0.0], np.exp2(np.arange(LOG_EXP_MIN, LOG_EXP_MIN + LOG_SLOTS - 1, dtype=np.float64))])
 
 
 PARAM_FIELDS = ("lo", "inv_w", "eps", "nbins", "flags")

@@ -1,7 +1,6 @@
 """attach() and Monitor, the facade users hold: it wires the state owner (state.py), the step clock (clock.py),
 the hooks (hooks/), the per-step history (history.py, delivery.py) and merging across ranks (distributed.py). The
 host reads the device state only in stats(), flushes and reduce()."""
-import dataclasses
 import weakref
 
 import torch
@@ -9,7 +8,7 @@ from torch import nn
 
 from . import accumulate, rawstate
 from .clock import StepClock
-from .config import StatsConfig, check_arg, check_count
+from .config import attach_config, check_arg
 from .hooks import Hooks, Port
 from .hooks.watch import watch
 from .selection import select_modules
@@ -315,23 +314,9 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     for name, v in flags.items():
         check_arg(name, v, bool)
     start_step = check_arg("start_step", start_step, int, lo=0)
-    from .history import history_options
-    from .history import History
+    from .history import attach_history, history_options
     history = history_options(history, log_every, keep, sinks, alerts)  # History's keywords, or None
-    if config is not None and not isinstance(config, StatsConfig):
-        raise ValueError(f"config must be a hookstats.StatsConfig (or pass its fields as keywords: "
-                         f"attach(model, nbins=..., lo=...)), got {type(config).__name__}")
-    if config is not None and config_kwargs:
-        raise ValueError("pass either config= or its fields as keywords, not both")
-    if config is None:
-        unknown = set(config_kwargs) - {f.name for f in dataclasses.fields(StatsConfig)}
-        if unknown:
-            raise ValueError(f"unknown argument(s) to attach: {sorted(unknown)}")
-        if history is not None and config_kwargs.get("hist_every") is None:
-            from .config import hist_every_for
-            every = check_count("every", every)
-            config_kwargs["hist_every"] = hist_every_for(history["log_every"], every)  # each window holds one
-        config = StatsConfig(**config_kwargs)
+    config = attach_config(config, config_kwargs, None if history is None else history["log_every"], every)
     if history is not None and rank_zero_only:
         from .distributed import rank_zero_sinks
         history["sinks"] = rank_zero_sinks(history["sinks"])
@@ -340,11 +325,6 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
                   grads=grads, input_grads=input_grads, param_grads=param_grads, params=params,
                   separate_calls=separate_calls)
     mon.clock.start_at(start_step)
-    if history is not None:
-        try:
-            mon.step_history = History(mon, **history)
-        except Exception:
-            mon.remove()
-            raise
+    mon.step_history = attach_history(mon, history)
     _attached_to[model] = weakref.ref(mon)
     return mon

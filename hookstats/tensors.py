@@ -51,16 +51,17 @@ def unread_reason(t):
     return f"a {type(t).__name__}, a tensor subclass whose data hookstats cannot read"
 
 
-def tensor_leaves(obj, path=""):
-    """(path, tensor) for every tensor inside tuples, lists, dicts and dataclasses (HF ModelOutput too)."""
-    if isinstance(obj, torch.Tensor):
+def tensor_leaves(obj, path="", kind=torch.Tensor):
+    """(path, tensor) for every tensor inside tuples, lists, dicts and dataclasses (HF ModelOutput too); kind: the
+    tensor class (paddle.Tensor for a Paddle model's outputs)."""
+    if isinstance(obj, kind):
         yield path, obj
     elif isinstance(obj, dict):  # ModelOutput is an OrderedDict
         for k, v in obj.items():
-            yield from tensor_leaves(v, f"{path}[{k!r}]")
+            yield from tensor_leaves(v, f"{path}[{k!r}]", kind)
     elif isinstance(obj, (tuple, list)):
         for k, v in enumerate(obj):
-            yield from tensor_leaves(v, f"{path}[{k}]")
+            yield from tensor_leaves(v, f"{path}[{k}]", kind)
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for fld in dataclasses.fields(obj):
-            yield from tensor_leaves(getattr(obj, fld.name), f"{path}.{fld.name}")
+            yield from tensor_leaves(getattr(obj, fld.name), f"{path}.{fld.name}", kind)

@@ -352,3 +352,15 @@ def test_watch_and_context_manager():
     assert not mon.attached
     model(x)
     assert mon.stats()["z:watch"]["count"] == 12  # removed: nothing more measured
+
+
+@pytest.mark.parametrize("log_every,every,want", [(4, 1, 4), (30, 1, 10), (6, 2, 3), (3, 5, 1)])
+def test_a_history_gives_each_logging_window_a_histogram_step_as_for_torch(log_every, every, want):
+    """Without hist_every, a history's windows each hold a histogram step: hist_every = min(10, log_every // every),
+    at least 1 (the rule worked out by hand), for a Paddle layer as for a torch module."""
+    layer, module = paddle.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    for model in (layer, module):
+        with hookstats.attach(model, history=True, log_every=log_every, every=every) as mon:
+            assert mon.cfg.hist_every == want, type(model)
+    with hookstats.attach(layer, history=True, log_every=4, hist_every=7) as mon:
+        assert mon.cfg.hist_every == 7  # given: kept

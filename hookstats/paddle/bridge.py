@@ -1,6 +1,5 @@
 """The tensor bridge: a Paddle tensor reaches the fused op as a torch tensor sharing its memory (DLPack, no
 copy), on the device where the op has a kernel, ordered with Paddle's current CUDA stream on a GPU."""
-import dataclasses
 import functools
 
 import paddle
@@ -9,6 +8,7 @@ from paddle.utils.dlpack import to_dlpack
 from torch.utils.dlpack import from_dlpack
 
 from .. import accumulate
+from ..tensors import tensor_leaves
 
 MEASURED_DTYPES = (paddle.float32, paddle.float64, paddle.float16, paddle.bfloat16)
 CPU = torch.device("cpu")
@@ -86,16 +86,5 @@ class StreamOrder:
 
 
 def paddle_leaves(obj, path=""):
-    """(path, tensor) for every Paddle tensor inside tuples, lists, dicts and dataclasses, named as
-    hookstats.tensors.tensor_leaves names torch tensors."""
-    if isinstance(obj, paddle.Tensor):
-        yield path, obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from paddle_leaves(v, f"{path}[{k!r}]")
-    elif isinstance(obj, (tuple, list)):
-        for k, v in enumerate(obj):
-            yield from paddle_leaves(v, f"{path}[{k}]")
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for fld in dataclasses.fields(obj):
-            yield from paddle_leaves(getattr(obj, fld.name), f"{path}.{fld.name}")
+    """(path, tensor) for every Paddle tensor inside tuples, lists, dicts and dataclasses, named as torch's."""
+    return tensor_leaves(obj, path, kind=paddle.Tensor)

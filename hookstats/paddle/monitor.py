@@ -1,12 +1,11 @@
 """attach() for a paddle.nn.Layer: the torch Monitor's engine (state store, step clock, history, sinks, alerts,
 reports) behind Paddle's hooks. PaddleMonitor changes only what touches the model: its hooks, watch() and the
 rank the sinks write on."""
-import dataclasses
 
 import paddle
 
 from ..clock import StepClock
-from ..config import StatsConfig, check_arg
+from ..config import attach_config, check_arg
 from ..distributed import MutedSink
 from ..hooks import Port
 from ..monitor import HistSteps, Monitor
@@ -114,20 +113,10 @@ def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=F
     if optimizer is not None and not param_grads:
         raise ValueError("attach: optimizer= is used by param_grads=True only (its step() measures the parameter "
                          "gradients); pass param_grads=True or leave optimizer out")
-    from ..history import history_options
+    from ..history import attach_history, history_options
     from ..sinks.base import check_sinks
-    from ..history import History
     history = history_options(history, log_every, keep, sinks, alerts)
-    if config is not None and not isinstance(config, StatsConfig):
-        raise ValueError(f"config must be a hookstats.StatsConfig (or pass its fields as keywords: "
-                         f"attach(model, nbins=..., lo=...)), got {type(config).__name__}")
-    if config is not None and config_kwargs:
-        raise ValueError("pass either config= or its fields as keywords, not both")
-    if config is None:
-        unknown = set(config_kwargs) - {f.name for f in dataclasses.fields(StatsConfig)}
-        if unknown:
-            raise ValueError(f"unknown argument(s) to attach: {sorted(unknown)}")
-        config = StatsConfig(**config_kwargs)
+    config = attach_config(config, config_kwargs, None if history is None else history["log_every"], every)
     if history is not None and rank_zero_only and paddle.distributed.get_rank() != 0:
         history["sinks"] = [MutedSink(s) for s in check_sinks(history["sinks"])]
     layers = select_layers(layer, modules, types, exclude, include_paramless)
@@ -135,10 +124,5 @@ def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=F
     mon = PaddleMonitor(layer, config, layers, every=every, eval=eval, inputs=inputs, outputs=outputs,
                         steps=steps, grads=grads, param_grads=param_grads, separate_calls=separate_calls,
                         optimizer=optimizer)
-    if history is not None:
-        try:
-            mon.step_history = History(mon, **history)
-        except Exception:
-            mon.remove()
-            raise
+    mon.step_history = attach_history(mon, history)
     return mon
