@@ -4,20 +4,15 @@ target ids and phases, and summarize them in NumPy."""
 import numpy as np
 import paddle
 import torch
+import zoo_oracle
 from float_oracle import float_buckets
 
 FLOATS = (paddle.float32, paddle.float64, paddle.float16, paddle.bfloat16)
 
 
 def leaves(obj, path=""):
-    if isinstance(obj, paddle.Tensor):
-        yield path, obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from leaves(v, f"{path}[{k!r}]")
-    elif isinstance(obj, (tuple, list)):
-        for k, v in enumerate(obj):
-            yield from leaves(v, f"{path}[{k}]")
+    """Every Paddle tensor inside tuples, lists, dicts and dataclasses, named as the torch oracle names them."""
+    return zoo_oracle.leaves(obj, path, take=lambda t: isinstance(t, paddle.Tensor))
 
 
 def host(t):

@@ -13,20 +13,24 @@ from helpers import oracle_parts as op_oracle_parts
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def leaves(obj, path=""):
-    """README: each floating-point leaf of tuples, lists, dicts (HF ModelOutput) and dataclasses is a target."""
-    if isinstance(obj, torch.Tensor):
-        if obj.dtype in FLOATS:
-            yield path, obj
+def is_float_tensor(obj):
+    return isinstance(obj, torch.Tensor) and obj.dtype in FLOATS
+
+
+def leaves(obj, path="", take=is_float_tensor):
+    """README: each floating-point leaf of tuples, lists, dicts (HF ModelOutput) and dataclasses is a target;
+    take(obj): whether obj is such a leaf (a Paddle tensor for the Paddle oracle)."""
+    if take(obj):
+        yield path, obj
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            yield from leaves(v, f"{path}[{k!r}]")
+            yield from leaves(v, f"{path}[{k!r}]", take)
     elif isinstance(obj, (tuple, list)):
         for k, v in enumerate(obj):
-            yield from leaves(v, f"{path}[{k}]")
+            yield from leaves(v, f"{path}[{k}]", take)
     elif hasattr(obj, "__dataclass_fields__") and not isinstance(obj, type):
         for name in obj.__dataclass_fields__:
-            yield from leaves(getattr(obj, name), f"{path}.{name}")
+            yield from leaves(getattr(obj, name), f"{path}.{name}", take)
 
 
 def slot_names(module):
