@@ -190,8 +190,9 @@ class StateStore:
         flag = self._flags.get((device, phase))
         if st is None or flag is None:
             if torch.compiler.is_compiling():
-                # plain values: Dynamo cannot rebuild a TargetKey made in compiled code outside the graph
-                self._late.add((phase, key.module, key.kind, key.leaf, key.call, device))
+                # plain values: Dynamo cannot rebuild a TargetKey made in compiled code outside the graph, and
+                # before torch 2.13 it cannot hash a Kind (a str enum whose __hash__ is str's)
+                self._late.add((phase, key.module, key.kind.value, key.leaf, key.call, device))
                 return None
             st = self.state(key, device, phase)
             self.flags(device)

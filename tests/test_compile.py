@@ -9,7 +9,17 @@ from torch import nn
 from torch._dynamo.utils import counters
 
 import hookstats
+from hookstats.hooks.grad_taps import COMPILED_GRAD_TAPS
 from hookstats.sinks import MemorySink
+
+# torch < 2.13 cannot compile the gradient taps: compiled code leaves these kinds out and says so once
+# (test_torch_without_compilable_gradient_hooks_skips_taps_in_compiled_code_and_says_so); eager code measures them
+TAPPED_KINDS = () if COMPILED_GRAD_TAPS else ("grad_output", "grad_input", "watch_grad")
+
+
+def compiled_measures(records):
+    """records less the kinds this torch's compiled code leaves out."""
+    return {tid: rec for tid, rec in records.items() if rec["kind"] not in TAPPED_KINDS}
 
 
 class Net(nn.Module):
@@ -63,10 +73,10 @@ def test_compiled_model_matches_eager_with_no_graph_break_and_no_recompile(fresh
     train(ref, eager, xs)
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 1  # the step changed 5 times: no recompilation
-    got, want = mon.stats(), eager.stats()
+    got, want = mon.stats(), compiled_measures(eager.stats())
     params = dict(ref.named_parameters())
-    assert set(got) == set(want) == ({f"{m}:{k}" for m in ("fc1", "fc2", "norm") for k in ("output", "grad_output")}
-                                     | {f"{p}:param_grad" for p in params})
+    assert set(got) == set(want) == ({f"{m}:{k}" for m in ("fc1", "fc2", "norm") for k in ("output", "grad_output")
+                                      if k not in TAPPED_KINDS} | {f"{p}:param_grad" for p in params})
     for tid, rec in want.items():
         per_step = params[rec["module"]].numel() if rec["kind"] == "param_grad" else \
             xs[0].shape[0] * {"fc1": 32, "fc2": 16, "norm": 16}[rec["module"]]
@@ -81,8 +91,10 @@ def test_compiled_model_matches_eager_with_no_graph_break_and_no_recompile(fresh
             assert g["mean"] == pytest.approx(rec["mean"], rel=1e-12, abs=1e-12 * rec["std"])
             assert g["std"] == pytest.approx(rec["std"], rel=1e-12)
         else:
-            for h in ("hist", "log2_hist"):  # inductor rounds differently: values move to a neighbouring bin
-                assert np.abs(g[h] - rec[h]).sum() <= 0.01 * rec["count"], (tid, h)
+            # inductor sums in another order: gradients near zero (cancellation) differ by up to ~20% relative and
+            # move to a neighbouring bin (8 of 768 of fc1.weight's with torch 2.11)
+            for h in ("hist", "log2_hist"):
+                assert np.abs(g[h] - rec[h]).sum() <= 0.02 * rec["count"], (tid, h)
             assert g["mean"] == pytest.approx(rec["mean"], abs=1e-4 * rec["std"]), tid
             assert g["std"] == pytest.approx(rec["std"], rel=1e-4), tid
     # the in-place ReLU after fc1 did not change what fc1's output and gradient hooks saw
@@ -108,7 +120,8 @@ def test_targets_first_reached_inside_compile_are_allocated_late_and_said_once(f
     got = mon.stats()
     assert dict(counters["graph_break"]) == {}
     assert counters["stats"]["unique_graphs"] == 2  # one recompile once the late states exist
-    assert got["hidden:watch"]["count"] == got["hidden:watch_grad"]["count"] == 2 * 4 * 32
+    assert got["hidden:watch"]["count"] == 2 * 4 * 32
+    assert got.get("hidden:watch_grad", {"count": 0})["count"] == (0 if TAPPED_KINDS else 2 * 4 * 32)
     assert got["fc1:output"]["count"] == 3 * 4 * 32
     mon.remove()
 
@@ -125,14 +138,17 @@ def test_input_grads_compile_without_graph_breaks_and_give_eager_statistics(fres
     train(model, mon, xs[:1])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        if TAPPED_KINDS:  # this torch leaves the taps out of compiled code, and says so: the compiled steps add nothing
+            warnings.filterwarnings("ignore", "hookstats: torch .* cannot compile hooks on gradients")
         train(torch.compile(model, backend="eager"), mon, xs[1:])
-    train(ref, eager, xs[1:])
+    train(ref, eager, [] if TAPPED_KINDS else xs[1:])
     assert not counters["graph_break"]
     got, want = mon.stats(kind="grad_input"), eager.stats(kind="grad_input")
     call = "@0" if separate_calls else ""
     assert set(got) == set(want) == {f"{n}:grad_input{call}" for n in ("fc1", "fc2", "norm")}
+    steps = 1 if TAPPED_KINDS else 3
     for tid, rec in want.items():
-        assert got[tid]["count"] == rec["count"] == 3 * rec["count"] // 3
+        assert got[tid]["count"] == rec["count"] == steps * (4 * {"fc1": 8, "fc2": 32, "norm": 16}[rec["module"]])
         np.testing.assert_array_equal(got[tid]["float_hist"], rec["float_hist"])
         assert got[tid]["mean"] == pytest.approx(rec["mean"], rel=1e-6, abs=1e-9)
 
@@ -158,6 +174,8 @@ def test_without_step_calls_a_compiled_model_counts_optimizer_steps(fresh_dynamo
     (got, steps), (want, eager_steps) = results
     assert steps == 5 and eager_steps == 4  # eager: the 5th step ends at the next forward
     assert counters["stats"]["unique_graphs"] == 1 and dict(counters["graph_break"]) == {}
+    want = compiled_measures(want)
+    assert set(compiled_measures(got)) == set(want)
     for tid, rec in want.items():
         assert got[tid]["count"] == rec["count"] == 3 * 4 * {"fc1": 32, "fc2": 16, "norm": 16}[rec["module"]]
         np.testing.assert_array_equal(got[tid]["hist"], rec["hist"])
@@ -252,7 +270,6 @@ def test_torch_without_compilable_gradient_hooks_skips_taps_in_compiled_code_and
 def test_cuda_graphs_reduce_overhead_measure_what_eager_measures(fresh_dynamo):
     # The state tensors are static (mark_static_address), so CUDA graph trees replay the op instead of
     # skipping the graph: after the same steps, counts equal eager's and moments agree to compile's rounding.
-    from hookstats.hooks import grad_taps
     torch.manual_seed(0)
     model, ref = (nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 8)).cuda() for _ in range(2))
     ref.load_state_dict(model.state_dict())
@@ -262,8 +279,7 @@ def test_cuda_graphs_reduce_overhead_measure_what_eager_measures(fresh_dynamo):
     train(torch.compile(model, mode="reduce-overhead"), mon, xs)
     train(ref, eager, xs)
     got, want = mon.stats(), eager.stats()
-    if not grad_taps.COMPILED_GRAD_TAPS:  # torch < 2.13: gradient taps are left out of compiled code
-        want = {t: r for t, r in want.items() if r["kind"] != "grad_output"}
+    want = compiled_measures(want)
     assert set(got) == set(want)
     for tid, rec in want.items():
         assert got[tid]["count"] == rec["count"] > 0, tid
@@ -306,7 +322,7 @@ def test_tuple_output_targets_of_a_compiled_optimizer_loop_are_measured_from_the
     rec = got["attn:output[0]"]
     assert rec["count"] == measured.size == 4 * 2 * 5 * 8
     assert rec["mean"] == pytest.approx(measured.mean(), rel=1e-5, abs=1e-7)
-    assert got["attn:grad_output[0]"]["count"] == 4 * 2 * 5 * 8
+    assert got.get("attn:grad_output[0]", {"count": 0})["count"] == (0 if TAPPED_KINDS else 4 * 2 * 5 * 8)
 
 
 def test_compiled_validation_in_unsampled_steps_is_measured(fresh_dynamo):
