@@ -101,6 +101,13 @@ class TargetState:
                    if t is not None)
 
 
+def compiled_key(phase, key, device):
+    """(phase, key, device) as plain strings and ints, for compiled code: Dynamo cannot rebuild a TargetKey made in
+    compiled code outside the graph, and before torch 2.11 it cannot hash a dataclass, a device or a Kind (a str
+    enum with str's __hash__) at all."""
+    return phase, key.module, key.kind.value, key.leaf, key.call, str(device)
+
+
 def scratch_bytes(device):
     """Per-state scratch of the CUDA kernel (ticket + one partial per block of its grid), as the kernel
     computes it (csrc/cuda/accumulate_cuda.cu); the CPU kernel and the reference path need none."""
@@ -130,7 +137,9 @@ class StateStore:
         self.modes = (1,) * len(PHASES)  # what the flags hold, per phase (the step clock sets it)
         self._states = {}  # (phase, TargetKey, device) -> TargetState
         self._flags = {}  # (device, phase) -> flag
-        self._late = set()  # (phase, *key fields, device) first reached inside compiled code
+        self._compiled = {}  # compiled_key(phase, key, device) -> (state, flag): what compiled code looks up
+        self._late = {}  # compiled_key()s first reached inside compiled code (a dict: torch 2.4 cannot set.add)
+        self._late_rounds = 0  # how often allocate_late() allocated something
         self._split_steps = False  # states keep the open step apart (History sets it)
         self._op_params = cfg.op_params()
         self._lock = threading.RLock()  # exclusive(); re-entrant: a step end's listeners may run user code
@@ -166,6 +175,8 @@ class StateStore:
             st = self._states[k] = TargetState(key, phase, device, self.cfg)
             if self._split_steps:
                 st.split_steps()
+            self.flags(device)
+            self._compiled[compiled_key(phase, key, device)] = (st, self._flags[(device, phase)])
         return st
 
     def states(self, phase=None, reached_only=True):
@@ -185,17 +196,17 @@ class StateStore:
         """(state, flag) of key, or None inside compiled code when they do not exist yet: compiled code
         cannot allocate them, so they are allocated at the next eager point (one recompile, then measured).
         reach=False leaves marking the state as reached (listed by stats()) to the caller."""
-        k = (phase, key, device)
-        st = self._states.get(k)
-        flag = self._flags.get((device, phase))
-        if st is None or flag is None:
-            if torch.compiler.is_compiling():
-                # plain values: Dynamo cannot rebuild a TargetKey made in compiled code outside the graph, and
-                # before torch 2.13 it cannot hash a Kind (a str enum whose __hash__ is str's)
-                self._late.add((phase, key.module, key.kind.value, key.leaf, key.call, device))
+        if torch.compiler.is_compiling():
+            plain = compiled_key(phase, key, device)
+            target = self._compiled.get(plain)
+            # the graph is guarded on _late_rounds: torch 2.8 guards no key missing from a dict, and would reuse a
+            # graph that found no state after allocate_late() made it
+            if target is None and self._late_rounds >= 0:
+                self._late[plain] = None
                 return None
+            st, flag = target
+        else:
             st = self.state(key, device, phase)
-            self.flags(device)
             flag = self._flags[(device, phase)]
         if reach:
             st.reached = True
@@ -205,12 +216,12 @@ class StateStore:
         """Allocates what compiled code reached first (eager code only); returns [(phase, TargetKey, device)]."""
         if not self._late:
             return []
-        late = sorted(((phase, TargetKey(module, Kind(kind), *rest), dev) for phase, module, kind, *rest, dev
-                       in self._late), key=lambda t: (t[0], t[1].id, str(t[2])))
-        self._late = set()
+        late = sorted(((phase, TargetKey(module, Kind(kind), *rest), torch.device(dev))
+                       for phase, module, kind, *rest, dev in self._late), key=lambda t: (t[0], t[1].id, str(t[2])))
+        self._late = {}
+        self._late_rounds += 1
         for phase, key, device in late:
             self.state(key, device, phase)
-            self.flags(device)
         return late
 
     def exclusive(self):

@@ -299,14 +299,22 @@ class Attn(nn.Module):
         return self.head(h)
 
 
+class Seen(list):
+    """A forward hook keeping the first output of each call: an object, not a closure (torch 2.4's Dynamo fails on
+    a hook closing over a list with an internal error)."""
+
+    def __call__(self, module, args, out):
+        self.append(out[0].detach().clone())
+
+
 def test_tuple_output_targets_of_a_compiled_optimizer_loop_are_measured_from_the_second_step(fresh_dynamo):
     """MultiheadAttention's (out, weights) leaves are first reached inside the compiled forward; the optimizer
     step that follows allocates them, so steps 2.. are measured with no stats() or mon.step() in the loop."""
     torch.manual_seed(0)
     model = Attn()
     xs = [torch.randn(2, 5, 8) for _ in range(5)]
-    seen = []  # the test's own hook: attn's first output at each step
-    model.attn.register_forward_hook(lambda m, a, out: seen.append(out[0].detach().clone()))
+    seen = Seen()  # the test's own hook: attn's first output at each step
+    model.attn.register_forward_hook(seen)
     mon = hookstats.attach(model)
     cm = torch.compile(model, fullgraph=True, backend="aot_eager")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

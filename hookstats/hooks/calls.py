@@ -15,7 +15,11 @@ class CallStacks:
         self.stacks = {}  # thread id -> [item of each open call, innermost last]
 
     def push(self, item):
-        self.stacks.setdefault(thread_id(), []).append(item)
+        tid = thread_id()
+        stack = self.stacks.get(tid)
+        if stack is None:  # not setdefault: torch 2.4's Dynamo breaks the graph on it
+            stack = self.stacks[tid] = []
+        stack.append(item)
 
     def pop(self):
         stack = self.stacks.get(thread_id())
