@@ -83,8 +83,12 @@ def cuda_include_dirs():
 
 
 def ahead_of_time_cuda(torch, cuda_home):
-    """xformers' rule: CUDA when torch has CUDA and nvcc is found, or HOOKSTATS_FORCE_CUDA=1."""
-    return os.environ.get("HOOKSTATS_FORCE_CUDA") == "1" or bool(torch.version.cuda and cuda_home)
+    """xformers' rule: CUDA when torch has CUDA and nvcc is found, or HOOKSTATS_FORCE_CUDA=1; HOOKSTATS_FORCE_CUDA=0
+    builds the CPU kernel alone (a CUDA torch whose CUDA version differs from nvcc's)."""
+    force = os.environ.get("HOOKSTATS_FORCE_CUDA")
+    if force in ("0", "1"):
+        return force == "1"
+    return bool(torch.version.cuda and cuda_home)
 
 
 def first_use_cuda_arch(torch, cuda_home):

@@ -105,7 +105,8 @@ def compiled_key(phase, key, device):
     """(phase, key, device) as plain strings and ints, for compiled code: Dynamo cannot rebuild a TargetKey made in
     compiled code outside the graph, and before torch 2.11 it cannot hash a dataclass, a device or a Kind (a str
     enum with str's __hash__) at all."""
-    return phase, key.module, key.kind.value, key.leaf, key.call, str(device)
+    kind = key.kind.value if isinstance(key.kind, Kind) else key.kind  # a key may be made with a plain "output"
+    return phase, key.module, kind, key.leaf, key.call, str(device)
 
 
 def scratch_bytes(device):

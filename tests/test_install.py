@@ -198,3 +198,24 @@ def test_the_installed_ecosystem_imports():
     if importlib.util.find_spec("torchvision") is not None:
         code += "import torchvision\nfrom fastai.vision.all import *\n"
     run([sys.executable, "-c", code], timeout=300)
+
+
+@pytest.mark.parametrize("force, torch_cuda, cuda_home, want", [
+    (None, "13.0", "/usr/local/cuda", True), (None, "13.0", None, False), (None, None, "/usr/local/cuda", False),
+    ("1", None, None, True), ("0", "12.1", "/usr/local/cuda", False)])
+def test_the_ahead_of_time_build_takes_cuda_when_torch_and_nvcc_have_it_or_as_forced(monkeypatch, force, torch_cuda,
+                                                                                   cuda_home, want):
+    # HOOKSTATS_FORCE_CUDA=0: a CUDA torch whose CUDA differs from nvcc's still builds its CPU kernel. The recipe is
+    # loaded from its file, as setup.py loads it.
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("hookstats_build", os.path.join(ROOT, "hookstats", "_build.py"))
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    if force is None:
+        monkeypatch.delenv("HOOKSTATS_FORCE_CUDA", raising=False)
+    else:
+        monkeypatch.setenv("HOOKSTATS_FORCE_CUDA", force)
+    fake_torch = SimpleNamespace(version=SimpleNamespace(cuda=torch_cuda))
+    assert recipe.ahead_of_time_cuda(fake_torch, cuda_home) is want
