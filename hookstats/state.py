@@ -193,11 +193,12 @@ class StateStore:
         for st in self._states.values():
             st.split_steps()
 
-    def resolve(self, key, device, phase, reach=True):
+    def resolve(self, key, device, phase, reach=True, compiling=None):
         """(state, flag) of key, or None inside compiled code when they do not exist yet: compiled code
         cannot allocate them, so they are allocated at the next eager point (one recompile, then measured).
-        reach=False leaves marking the state as reached (listed by stats()) to the caller."""
-        if torch.compiler.is_compiling():
+        reach=False leaves marking the state as reached (listed by stats()) to the caller. compiling: what
+        torch.compiler.is_compiling() says, from a caller that asked already (asked here when None)."""
+        if torch.compiler.is_compiling() if compiling is None else compiling:
             plain = compiled_key(phase, key, device)
             target = self._compiled.get(plain)
             # the graph is guarded on _late_rounds: torch 2.8 guards no key missing from a dict, and would reuse a
@@ -207,7 +208,9 @@ class StateStore:
                 return None
             st, flag = target
         else:
-            st = self.state(key, device, phase)
+            st = self._states.get((phase, key, device))
+            if st is None:
+                st = self.state(key, device, phase)
             flag = self._flags[(device, phase)]
         if reach:
             st.reached = True

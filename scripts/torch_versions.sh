@@ -13,10 +13,7 @@ while [ $# -gt 0 ]; do
   versions+=("$1"); shift
 done
 [ ${#versions[@]} -gt 0 ] || { sed -n '2,7p' "$0"; exit 2; }
-# The op's tests run in a process of their own: torch 2.4's inductor leaves its process flushing subnormals to zero
-# (a library built with -ffast-math), which the op's subnormal tests would then see.
-runs=("tests/test_compile.py" "tests/test_state.py tests/test_accumulate.py")
-[ ${#tests[@]} -eq 0 ] || runs=("${tests[*]@Q}")
+run_tests() { (cd "$tree" && OMP_NUM_THREADS=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@") || failed=1; }
 cache=${HOOKSTATS_CACHE:-$HOME/.cache/hookstats}
 failed=0
 for v in "${versions[@]}"; do
@@ -31,9 +28,13 @@ for v in "${versions[@]}"; do
         > build.log 2>&1); then
     tail -20 "$tree/build.log"; echo "torch $v: build failed"; failed=1; rm -rf "$tree"; continue
   fi
-  for run in "${runs[@]}"; do
-    (cd "$tree" && eval "OMP_NUM_THREADS=1 \"$venv/bin/python\" -m pytest -q -p no:cacheprovider $run") || failed=1
-  done
+  if [ ${#tests[@]} -gt 0 ]; then
+    run_tests "${tests[@]}"
+  else  # the op's tests in a process of their own: torch 2.4's inductor leaves its process flushing subnormals
+    # to zero (a library built with -ffast-math), which the op's subnormal tests would then see
+    run_tests tests/test_compile.py
+    run_tests tests/test_state.py tests/test_accumulate.py
+  fi
   rm -rf "$tree"
 done
 exit $failed

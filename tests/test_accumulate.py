@@ -415,9 +415,8 @@ def test_opcheck():
         torch.library.opcheck(torch.ops.hookstats.accumulate_.default, (x, f, i, s, ON, CFG.op_params()))
     # torch 2.4 and 2.5 cannot functionalize lists of mutated tensors (docs/howto/compile.md): the multi-tensor op
     # is eager-only there, and the rest of opcheck still runs
-    old_torch = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 6)
-    utils = [u for u in ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
-             if not (old_torch and u == "test_aot_dispatch_dynamic")]
+    utils = ("test_schema", "test_autograd_registration", "test_faketensor") + \
+        (() if torch.__version__ < (2, 6) else ("test_aot_dispatch_dynamic",))
     torch.library.opcheck(torch.ops.hookstats.accumulate_many_.default,
                           ([torch.randn(5), torch.randn(7)], [f, f.clone()], [i, i.clone()], [s, s],
                            ON, CFG.op_params()), test_utils=utils)

@@ -71,7 +71,7 @@ def tap_grad(port, key, t, phase):
         return
     # eager: listed once a gradient arrives; compiled: once tapped (a backward hook cannot mutate Python state)
     store, clock = port.store, port.clock
-    target = store.resolve(key, t.device, phase, reach=compiling)
+    target = store.resolve(key, t.device, phase, reach=compiling, compiling=compiling)
     if target is None:
         return
     st, flag = target

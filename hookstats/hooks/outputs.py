@@ -40,7 +40,8 @@ def output_hook(port, name, values=True, grads=True):
             if values and not recompute:
                 bound = None if compiling else outputs.get(where)
                 if bound is None or not store.update(t, bound):
-                    bound = port.measure_in(TargetKey(name, Kind.OUTPUT, leaf, call), t, phase, keep=not compiling)
+                    bound = port.measure_in(TargetKey(name, Kind.OUTPUT, leaf, call), t, phase, keep=not compiling,
+                                            compiling=compiling)
                     if bound is not None:
                         outputs[where] = bound
             if grads and compiling:  # compiled code keeps no Python objects between calls
@@ -85,12 +86,13 @@ def input_hook(port, name, module):
     clock, calls = port.clock, port.calls
 
     def hook(module, args, kwargs):
-        phase = None if recomputing() else clock.hook_phase()
+        compiling = torch.compiler.is_compiling()
+        phase = None if recomputing(compiling) else clock.hook_phase(compiling=compiling)
         if phase is None:
             return None
         calls.saw(name)
         call = calls.call_of(name)
         for leaf, t in (*positional_leaves(args, names), *tensor_leaves(kwargs)):
-            port.measure_in(TargetKey(name, Kind.INPUT, leaf, call), t, phase)
+            port.measure_in(TargetKey(name, Kind.INPUT, leaf, call), t, phase, compiling=compiling)
         return None
     return hook

@@ -1,4 +1,6 @@
 """Parameter gradients (param_grads=True): marked fresh when accumulated, measured once per optimizer step."""
+import torch
+
 from ..state import Kind, TargetKey
 from ..tensors import measured
 from .handles import weakly
@@ -54,12 +56,13 @@ class ParamGrads:
                    "mon.step() after each optimizer step, or pick an every that the forwards per step do not divide."))
         elif self.clock.sampling:
             self.unsampled = -1
+        compiling = torch.compiler.is_compiling()
         for i in ids:
             p = self.fresh.pop(i)
             g = measured(p.grad)  # a DTensor (FSDP2): this rank's shard
             if g is None or not self.clock.sampling:
                 continue
-            target = self.store.resolve(self.params[i][0], g.device, "train")
+            target = self.store.resolve(self.params[i][0], g.device, "train", compiling=compiling)
             if target is not None:
                 by_dev.setdefault(g.device, []).append((g, target[0]))
         for dev, items in by_dev.items():

@@ -1,5 +1,7 @@
 """Parameter values (params=True): each parameter's weights measured right after the optimizer step that made
 them, once per optimizer step, with one multi-tensor op per device and no host read."""
+import torch
+
 from ..state import Kind, TargetKey
 from ..tensors import measured
 
@@ -48,13 +50,14 @@ class ParamValues:
         step = self.clock.step_count
         self.measured_any = True
         by_dev = {}
+        compiling = torch.compiler.is_compiling()
         for i in ids:
             self.measured_in[i] = step
             key, p = self.params[i]
             x = measured(p.detach())  # a DTensor (FSDP2): this rank's shard
             if x is None or not self.clock.sampling:
                 continue
-            target = self.store.resolve(key, x.device, "train")
+            target = self.store.resolve(key, x.device, "train", compiling=compiling)
             if target is not None:
                 by_dev.setdefault(x.device, []).append((x, target[0]))
         for dev, items in by_dev.items():

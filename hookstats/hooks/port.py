@@ -16,12 +16,13 @@ class Port:
         self.view_taps = ViewTaps()  # gradient taps on view outputs, checked for in-place ops
         self.untapped = False  # a gradient tap was left out of compiled code (grad_taps.COMPILED_GRAD_TAPS)
 
-    def measure_in(self, key, t, phase, keep=False):
+    def measure_in(self, key, t, phase, keep=False, compiling=None):
         """Measures t into key's state. keep (eager code only): returns the op's bound arguments (StateStore.bound)
-        when t itself was measured, for the hook to keep and pass to StateStore.update next time; else None."""
+        when t itself was measured, for the hook to keep and pass to StateStore.update next time; else None.
+        compiling: as StateStore.resolve takes it."""
         x = measured(t)
         if x is not None:
-            target = self.store.resolve(key, x.device, phase)
+            target = self.store.resolve(key, x.device, phase, compiling=compiling)
             if target is not None:
                 self.store.accumulate(x, *target)
                 if keep and x is t:

@@ -16,8 +16,9 @@ def watch(port, name, t):
         raise ValueError(f"watch({name!r}, ...): expected a float32/float64/float16/bfloat16 tensor, got "
                          f"{t.dtype if isinstance(t, torch.Tensor) else type(t).__name__}")
     clock, calls = port.clock, port.calls
-    recompute = recomputing()
-    phase = clock.hook_phase(recompute=recompute) if clock.attached else None
+    compiling = torch.compiler.is_compiling()
+    recompute = recomputing(compiling)
+    phase = clock.hook_phase(recompute, compiling) if clock.attached else None
     if phase is None:
         return t
     if calls.separate and calls.skip_recomputed(name, recompute, port.tell):
@@ -25,6 +26,6 @@ def watch(port, name, t):
     calls.saw(name)
     call = calls.next_watch_call(name)
     if not recompute:
-        port.measure_in(TargetKey(name, Kind.WATCH, "", call), t, phase)
+        port.measure_in(TargetKey(name, Kind.WATCH, "", call), t, phase, compiling=compiling)
     tap_grad(port, TargetKey(name, Kind.WATCH_GRAD, "", call), t, phase)
     return t

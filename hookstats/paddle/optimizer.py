@@ -43,7 +43,7 @@ class OptimizerGrads:
         for items in by_place.values():
             place = items[0][1].place
             device = bridge.torch_device(place)
-            sts = [self.store.resolve(key, device, "train")[0] for key, _ in items]
+            sts = [self.store.resolve(key, device, "train", compiling=False)[0] for key, _ in items]
             self.order.run(place, device, lambda: self.store.accumulate_many(
                 [bridge.as_torch(g) for _, g in items], sts, device))
 

@@ -29,7 +29,8 @@ class Taps:
     def measure(self, key, t, phase):
         device = self.readable(key, t)
         if device is not None:
-            self.order.run(t.place, device, lambda: self.port.measure_in(key, bridge.as_torch(t), phase))
+            self.order.run(t.place, device, lambda: self.port.measure_in(key, bridge.as_torch(t), phase,
+                                                                          compiling=False))
 
     def tap_grad(self, key, t, phase):
         """Measures the gradient of the loss w.r.t. t when it arrives in backward."""
@@ -39,7 +40,7 @@ class Taps:
         if device is None:
             return
         store, clock, order, tell = self.store, self.clock, self.order, self.port.tell
-        st, flag = store.resolve(key, device, phase, reach=False)
+        st, flag = store.resolve(key, device, phase, reach=False, compiling=False)
         step = clock.step_count
 
         def on_grad(g):
