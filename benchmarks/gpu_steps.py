@@ -536,16 +536,63 @@ def ncu_target(step, device, dry):
 
 # ---------------------------------------------------------------- step 7
 def detach_hooks(model):
-    """The detach-to-CPU baseline: every hooked module's output copied to the host each step."""
-    kept = []
-    hs = [m.register_forward_hook(lambda m, i, o: kept.append(o.detach().to("cpu", non_blocking=False)))
-          for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
+    """The detach-to-CPU baseline: every hooked module's output copied to the host each step (the last kept)."""
+    kept = {}
+
+    def keep(m, i, o):
+        if isinstance(o, torch.Tensor):
+            kept[id(m)] = o.detach().to("cpu", non_blocking=False)
+    hs = [m.register_forward_hook(keep) for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
     return hs, kept
+
+
+def rss_mb():
+    """This process's resident host memory, MB (Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def build_model(name, m, device):
+    """GPT-2 small as Hugging Face builds it (no download) when transformers is here, else the bench transformer.
+    Returns (model, forward: ids -> logits)."""
+    if name.startswith("gpt2"):
+        try:
+            from transformers import GPT2Config, GPT2LMHeadModel
+            cfg = GPT2Config(n_layer=m["blocks"], n_embd=m["d"], n_head=m["heads"], vocab_size=m["vocab"],
+                             n_positions=m["seq"])
+            model = GPT2LMHeadModel(cfg).to(device)
+            return model, (lambda ids: model(ids, use_cache=False).logits), "transformers GPT2LMHeadModel"
+        except Exception as e:  # noqa: BLE001  (no transformers, or one that cannot build it: the bench model)
+            print(f"  GPT-2 from transformers unavailable ({type(e).__name__}: {e}): the bench transformer")
+    from hookstats.tools.bench.models import SmallTransformer
+    model = SmallTransformer(m["blocks"], m["d"], m["heads"], m["vocab"], m["seq"]).to(device)
+    return model, model, "hookstats SmallTransformer"
+
+
+def syncs_in_step(one_step, device):
+    """None when one training step runs with torch.cuda.set_sync_debug_mode('error'), else what synced."""
+    if device != "cuda":
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        one_step()
+    except RuntimeError as e:
+        return str(e).splitlines()[0][:200]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    return None
 
 
 def train(step, device, dry):
     import hookstats
-    from hookstats.tools.bench.models import SmallTransformer
     from hookstats.tools.planner import plan
     models = {"gpt2-small": dict(blocks=12, d=768, heads=12, vocab=50257, seq=1024, batch=8),
               "transformer": dict(blocks=4, d=256, heads=4, vocab=1000, seq=128, batch=16)}
@@ -554,13 +601,14 @@ def train(step, device, dry):
     rounds, steps = (1, 2) if dry else (3, 10)  # any 10 consecutive steps hold one histogram step (hist_every=10)
     for name, m in models.items():
         torch.manual_seed(0)
-        model = SmallTransformer(m["blocks"], m["d"], m["heads"], m["vocab"], m["seq"]).to(device)
+        model, forward, built = build_model(name, m, device)
+        step.figure(f"{name}/model", built)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         ids = torch.randint(0, m["vocab"], (m["batch"], m["seq"]), device=device)
 
         def one_step():
             with torch.autocast(device_type=device, dtype=torch.bfloat16):
-                loss = torch.nn.functional.cross_entropy(model(ids).flatten(0, 1).float(), ids.flatten())
+                loss = torch.nn.functional.cross_entropy(forward(ids).flatten(0, 1).float(), ids.flatten())
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -570,16 +618,21 @@ def train(step, device, dry):
                 torch.cuda.synchronize()
 
         times = {v: [] for v in ("none", "hookstats defaults", "detach-to-CPU")}
-        peak = {}
+        peak, host = {}, {}
         for r in range(rounds):
             for v in times:
                 mon, hs = None, []
+                rss0 = rss_mb()
                 if v == "hookstats defaults":
                     mon = hookstats.attach(model)
                 elif v == "detach-to-CPU":
                     hs, kept = detach_hooks(model)
                 one_step()  # warm-up (allocations, first launches)
                 sync()
+                if r == 0 and v != "detach-to-CPU":
+                    synced = syncs_in_step(one_step, device)
+                    step.check(synced is None, f"{name}: a training step with {v} makes no host sync"
+                               + ("" if synced is None else f" ({synced})"))
                 if device == "cuda":
                     torch.cuda.reset_peak_memory_stats()
                 t = time.perf_counter()
@@ -589,7 +642,11 @@ def train(step, device, dry):
                 times[v].append((time.perf_counter() - t) / steps)
                 if device == "cuda":
                     peak[v] = max(peak.get(v, 0), torch.cuda.max_memory_allocated())
+                if rss0 is not None:
+                    host[v] = max(host.get(v, 0), rss_mb() - rss0)
                 if mon is not None:
+                    if r == 0:
+                        step.figure(f"{name}/hookstats targets", len(mon.stats()))
                     mon.remove()
                 for h in hs:
                     h.remove()
@@ -603,8 +660,16 @@ def train(step, device, dry):
             step.figure(f"{name}/overhead/{v}", round(statistics.median(ratios) - 1, 4))
             if v in peak:
                 step.figure(f"{name}/peak MB/{v}", round(peak[v] / 2 ** 20, 1))
-        p = plan(model, ids, loss_fn=lambda out: out.float().logsumexp(-1).mean(), speed="cuda")
-        pred = p.predict(step_time=base)
+            if v in host:
+                step.figure(f"{name}/host MB added/{v}", round(host[v], 1), "resident host memory over the step's")
+        try:
+            p = plan(model, ids, loss_fn=lambda out: getattr(out, "logits", out).float().logsumexp(-1).mean(),
+                     speed="cuda")
+            pred = p.predict(step_time=base)
+        except Exception as e:  # noqa: BLE001  (the planner's failure is a finding, the figures above stand)
+            step.check(False, f"{name}: plan() raised {type(e).__name__}: {str(e)[:160]}")
+            traceback.print_exc()
+            continue
         step.figure(f"{name}/plan/op us per step", None if p.op_seconds is None else round(p.op_seconds * 1e6, 1))
         step.figure(f"{name}/plan/overhead", None if pred.get("overhead") is None else round(pred["overhead"], 4),
                     "predicted from the H100 table and the measured step time")
