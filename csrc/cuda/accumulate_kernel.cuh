@@ -312,21 +312,27 @@ __device__ __noinline__ ChunkMoments<A> slow_chunk(Chunk<M, A> ch, Params p, boo
 // of squares, non-finite, so the one test on c2 sends it (and fp32 overflow, and underflowed squares) to
 // slow_chunk, which redoes the moments and moves the non-finite values to their slots. float64: a chunk with a
 // finite |v| >= kHuge, and every chunk after it in this thread, goes there too, scaled (ThreadStats::huge).
-template <int M, bool kUnderflow, typename A>
+// hists false (a kSkipHist call, uniform over the launch; p then has no histogram flags): the dense kernels
+// (kSkippable) skip the histograms with one branch per chunk. The strided kernel counts them beside the moments, as
+// its p says (a separate pass there made ptxas spill the float64 kernel).
+template <int M, bool kUnderflow, bool kSkippable, typename A>
 __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], const Params& p, Hists h,
-                                       unsigned* warp) {
+                                       unsigned* warp, bool hists) {
   const bool signed_nz = p.flags & kSignedNearZero;
+  const auto count = [&](int i) {
+    const float f = bin_value(v[i]);
+    if (h.lin) shared_inc(&warp[lin_slot_fast(f, p)]);
+    if (h.lg) shared_inc(&warp[lin_slots(p.nbins) + log_slot(f)]);  // exponent 255 (NaN, Inf): the dummy slot
+    if (h.flt) shared_inc(&float_hist()[float_index(v[i])]);
+  };
   A s = v[0], cmn = nan_acc(A(0)), cmx = cmn;
 #pragma unroll
   for (int i = 0; i < M; ++i) {
     if (i > 0) s += v[i];
     cmn = min_acc(cmn, v[i]);
     cmx = max_acc(cmx, v[i]);
-    const float f = bin_value(v[i]);
-    t.nz += near_zero_one(f, p.eps, signed_nz);
-    if (h.lin) shared_inc(&warp[lin_slot_fast(f, p)]);
-    if (h.lg) shared_inc(&warp[lin_slots(p.nbins) + log_slot(f)]);  // exponent 255 (NaN, Inf): the dummy slot
-    if (h.flt) shared_inc(&float_hist()[float_index(v[i])]);
+    t.nz += near_zero_one(bin_value(v[i]), p.eps, signed_nz);
+    if constexpr (!kSkippable) count(i);
   }
   const A Kc = s * (A(1) / A(M));  // exact: M is a power of two
   A c1 = v[0] - Kc, c2 = c1 * c1;
@@ -335,6 +341,12 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
     const A d = v[i] - Kc;
     c1 += d;
     c2 += d * d;
+  }
+  if constexpr (kSkippable) {
+    if ((h.lin || h.lg || h.flt) && hists) {
+#pragma unroll
+      for (int i = 0; i < M; ++i) count(i);
+    }
   }
   ChunkMoments<A> m{static_cast<double>(Kc), static_cast<double>(c1), static_cast<double>(c2), cmn, cmx, M, false};
   // cmx > cmn is false for a chunk of equal values (exact fp32 sums: never redone)
@@ -399,19 +411,16 @@ __device__ __forceinline__ unsigned* zero_hists(const Params& p) {
 }
 
 // Adds the block's shared counters to istate: the warps' histograms summed per slot, the float buckets; only
-// nonzero counts take a global atomic (exact, order-free). hists false (a kSkipHist call of the dense kernel, which
-// counts as with the flag clear: a second loop beside the counting one made ptxas spill): NaN/Inf only.
-__device__ __forceinline__ void flush_hists(const Target& tg, const Params& p, bool hists) {
+// nonzero counts take a global atomic (exact, order-free).
+__device__ __forceinline__ void flush_hists(const Target& tg, const Params& p) {
   const unsigned* hist_all = float_hist();
   const int nwarps = blockDim.x / kWarp, stride = hist_stride(p), fw = float_words(p);
   const int kept = static_cast<int>(kept_first(p.nbins, p.layout));  // istate keeps slots [kept, hist_used)
-  const int first = hists ? kept : p.nbins + 2, used = hists ? hist_used(p) : p.nbins + kLinExtra;
-  for (int s = first + threadIdx.x; s < used; s += blockDim.x) {
+  for (int s = kept + threadIdx.x; s < hist_used(p); s += blockDim.x) {
     unsigned long long sum = 0;
     for (int w = 0; w < nwarps; ++w) sum += hist_all[fw + w * stride + s];
     if (sum) atomicAdd(&tg.is[kLinBase + s - kept], sum);
   }
-  if (!hists) return;
   unsigned long long* fis = tg.is + float_base(p.nbins, p.layout);
   for (int s = threadIdx.x; s < fw; s += blockDim.x) {
     if (hist_all[s]) atomicAdd(&fis[s], static_cast<unsigned long long>(hist_all[s]));
@@ -423,7 +432,7 @@ __device__ __forceinline__ void flush_hists(const Target& tg, const Params& p, b
 // partials in block order and re-arms the ticket, so nothing needs zeroing before the next launch.
 template <typename A>
 __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid, int nblk, const Params& prm,
-                             BlockShared& sm, bool hists) {
+                             BlockShared& sm) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
   Partial p;
   shifted_to_partial(p, t.n, t.K, t.s1, t.s2);
@@ -444,7 +453,7 @@ __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid,
     sm.nz[warp] = nz;
   }
   __syncthreads();
-  flush_hists(tg, prm, hists);
+  flush_hists(tg, prm);
   if (warp == 0) {
     Partial b;
     unsigned bz = 0;
@@ -507,16 +516,16 @@ __device__ __forceinline__ int flag_value(const unsigned char* enabled, int byte
   for (int k = 0; k < bytes; ++k) any |= enabled[k];
   return any ? (enabled[0] | 0x100) : 0;
 }
-// The strided kernel's Params for a call whose flag has kSkipHist: no histogram (the same state layout; its shared
-// histograms shrink to the linear part, which keeps counting NaN/Inf). The dense kernel counts as ever and flushes
-// NaN/Inf only (flush_hists).
+// The Params of a call whose flag has kSkipHist: no histogram (the same state layout; its shared histograms shrink
+// to the linear part, which keeps counting NaN/Inf). The dense kernel then runs its body without histograms.
 HS_HD Params call_params(Params p, int on) {
   p.flags = call_flags(p.flags, on);
   return p;
 }
 
 template <typename T, bool kLin, bool kLog, bool kFloat>
-__device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, const Params& p, bool hists) {
+__device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, const Params& p, BlockShared& sm,
+                                           bool hists) {
   using A = typename Acc<T>::type;
   constexpr int V = 16 / sizeof(T);
   constexpr int U = V == 2 ? 1 : kUnroll;            // fp64: one load in flight (else it spills at 64 registers)
@@ -524,7 +533,6 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
   constexpr bool kU = kUnderflowCheck<T>;
   constexpr Hists h{kLin, kLog, kFloat};
   static_assert(U % kChunkVecs == 0, "chunks must tile the unrolled loads");
-  HS_SHARED(BlockShared, sm);
   unsigned* const warp = zero_hists(p);
   ThreadStats<A> t;
   t.mn = t.mx = nan_acc(A(0));
@@ -534,7 +542,7 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
   const int64_t gstride = static_cast<int64_t>(nblk) * blockDim.x;
   for (int64_t i = gtid; i < tg.head; i += gstride) {
     const A v[1] = {to_acc(x[i])};
-    consume<1, kU>(t, v, p, h, warp);
+    consume<1, kU, true>(t, v, p, h, warp, hists);
   }
   const uint4* xv = reinterpret_cast<const uint4*>(x + tg.head);
   int64_t j = gtid;
@@ -547,20 +555,20 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
       A v[kChunkVecs * V];
 #pragma unroll
       for (int u = 0; u < kChunkVecs; ++u) unpack<T>(r[g + u], v + u * V);
-      consume<kChunkVecs * V, kU>(t, v, p, h, warp);
+      consume<kChunkVecs * V, kU, true>(t, v, p, h, warp, hists);
     }
   }
   for (; j < tg.nvec; j += gstride) {
     A v[V];
     unpack<T>(HS_LDG16(xv + j), v);
-    consume<V, kU>(t, v, p, h, warp);
+    consume<V, kU, true>(t, v, p, h, warp, hists);
   }
   for (int64_t i = tg.head + tg.nvec * V + gtid; i < tg.n; i += gstride) {
     const A v[1] = {to_acc(x[i])};
-    consume<1, kU>(t, v, p, h, warp);
+    consume<1, kU, true>(t, v, p, h, warp, hists);
   }
   __syncthreads();
-  finish_block(t, tg, bid, nblk, p, sm, hists);
+  finish_block(t, tg, bid, nblk, p, sm);
 }
 
 // Dense tensors (contiguous, channels_last, permuted: read as flat memory), one or many per launch; one
@@ -570,10 +578,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     dense_kernel(const Batch b, const Params p, const unsigned char* enabled, int enabled_bytes) {
   const int on = flag_value(enabled, enabled_bytes);
   if (!on) return;
+  HS_SHARED(BlockShared, sm);
   int ti = 0;
   while (ti + 1 < b.count && static_cast<int>(blockIdx.x) >= b.block_start[ti + 1]) ++ti;
   const int bid = static_cast<int>(blockIdx.x) - b.block_start[ti];
-  dense_body<T, kLin, kLog, kFloat>(b.t[ti], bid, b.block_start[ti + 1] - b.block_start[ti], p, !(on & kSkipHist));
+  const int nblk = b.block_start[ti + 1] - b.block_start[ti];
+  dense_body<T, kLin, kLog, kFloat>(b.t[ti], bid, nblk, call_params(p, on), sm, !(on & kSkipHist));
 }
 
 using DenseKernel = void (*)(const Batch, const Params, const unsigned char*, int);
@@ -620,14 +630,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
     A v[kStridedChunk];
 #pragma unroll
     for (int k = 0; k < kStridedChunk; ++k) v[k] = to_acc(x[offset(c * kStridedChunk + k)]);
-    consume<kStridedChunk, kUnderflowCheck<T>>(t, v, p, h, warp);
+    consume<kStridedChunk, kUnderflowCheck<T>, false>(t, v, p, h, warp, true);
   }
   for (int64_t i = nchunks * kStridedChunk + gtid; i < tg.n; i += gstride) {
     const A v[1] = {to_acc(x[offset(i)])};
-    consume<1, kUnderflowCheck<T>>(t, v, p, h, warp);
+    consume<1, kUnderflowCheck<T>, false>(t, v, p, h, warp, true);
   }
   __syncthreads();
-  finish_block(t, tg, bid, nblk, p, sm, true);
+  finish_block(t, tg, bid, nblk, p, sm);
 }
 
 }  // namespace cuda_kernel
