@@ -23,6 +23,7 @@ step cut by its timeout leaves what it did. --dry-run (no GPU): the CPU-possible
 """
 import argparse
 import contextlib
+import faulthandler
 import json
 import math
 import os
@@ -464,7 +465,13 @@ def per_call_ms(fn, calls, device, reps=5):
     return timed(graph.replay, reps, device) / calls
 
 
+def skip_flag(device):
+    """The flag of a step without histograms (hist_every): enabled, kSkipHist set."""
+    return torch.tensor([1 | layout.SKIP_HIST], dtype=torch.uint8, device=device)
+
+
 VARIANTS = {"float buckets": StatsConfig(),
+            "float buckets, skip step": StatsConfig(),
             "all histograms": StatsConfig(nbins=64, lo=-4.0, hi=4.0, linear_hist=True, log_hist=True),
             "none": StatsConfig(linear_hist=False, log_hist=False, float_hist=False)}
 
@@ -487,7 +494,8 @@ def bandwidth(step, device, dry):
                 step.figure(f"sum/{str(dtype)[6:]}/{mb}MB/{data}", round(sum_gbs, 1), "GB/s (x.sum(): the read limit)")
                 for vname, cfg in VARIANTS.items():
                     st = new_state(cfg, device)
-                    ms = per_call_ms(lambda: call(x, cfg, st), calls, device)
+                    flag = skip_flag(device) if vname == "float buckets, skip step" else None
+                    ms = per_call_ms(lambda: call(x, cfg, st, flag), calls, device)
                     gbs = mb * 2 ** 20 / ms / 1e6
                     step.figure(f"op/{str(dtype)[6:]}/{mb}MB/{data}/{vname}", round(gbs, 1),
                                 f"GB/s = {gbs / sum_gbs:.0%} of x.sum()")
@@ -584,11 +592,39 @@ def syncs_in_step(one_step, device):
     try:
         one_step()
     except RuntimeError as e:
-        return str(e).splitlines()[0][:200]
+        where = [f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in traceback.extract_tb(e.__traceback__)]
+        return str(e).splitlines()[0][:120] + " at " + " <- ".join(reversed(where[-3:]))
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
     return None
+
+
+def op_kernel_time(step, name, one_step, device, steps=2):
+    """The op's own GPU time per training step (its kernels in torch.profiler), and how many it launched: the
+    step's overhead beyond it is host time or waiting."""
+    if device != "cuda":
+        return
+    from torch.profiler import ProfilerActivity, profile
+    sync = torch.cuda.synchronize
+    sync()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            one_step()
+        sync()
+    avg = prof.key_averages()
+    dev_t = lambda e: getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)  # noqa: E731
+    ours = [e for e in avg if "dense_kernel" in e.key or "strided_kernel" in e.key]
+    calls = sum(e.count for e in ours)
+    step.figure(f"{name}/op kernels per step", calls / steps)
+    step.figure(f"{name}/op kernel ms per step", round(sum(dev_t(e) for e in ours) / steps / 1e3, 3),
+                "the op's GPU time (torch.profiler)")
+    if calls:
+        step.figure(f"{name}/op kernel us per launch", round(sum(dev_t(e) for e in ours) / calls, 2))
+    host = [e for e in avg if e.key == "hookstats::accumulate_"]
+    if host and host[0].count:
+        step.figure(f"{name}/op host us per call", round(host[0].cpu_time_total / host[0].count, 2),
+                    "CPU time of hookstats::accumulate_ (dispatch, checks, launch)")
 
 
 def train(step, device, dry):
@@ -647,6 +683,7 @@ def train(step, device, dry):
                 if mon is not None:
                     if r == 0:
                         step.figure(f"{name}/hookstats targets", len(mon.stats()))
+                        op_kernel_time(step, name, one_step, device)
                     mon.remove()
                 for h in hs:
                     h.remove()
@@ -687,6 +724,7 @@ def main(argv=None):
     ap.add_argument("--dry-run", action="store_true", help="no GPU: small sizes on the CPU op")
     ap.add_argument("--name", help="the step's name in the report (default: STEP)")
     a = ap.parse_args(argv)
+    faulthandler.enable()  # a crash in native code prints the Python line that made it
     device = "cpu" if a.dry_run else "cuda"
     if not a.dry_run and not torch.cuda.is_available():
         ap.error("no CUDA device: use --dry-run")
