@@ -111,6 +111,9 @@ TORCH_LIBRARY(hookstats, m) {
   // Bytes of scratch a state on this CUDA device needs (ticket + one partial per block); its kernel is in
   // cuda/accumulate_cuda.cu, so a build without CUDA has the schema and no kernel.
   m.def("cuda_scratch_bytes(int device_index) -> int");
+  // Orders torch's own work on these states (the current stream) after the op's launches on them from any other
+  // stream; a no-op on the CPU. fstates: the states' fstate tensors, one device.
+  m.def("order_states(Tensor[] fstates) -> ()");
   m.def("layout() -> int[]", &layout);
   m.def("istate_offsets(int nbins, int flags) -> int[]", &istate_offsets);
   m.def("cpu_kernel() -> str", &cpu_kernel);

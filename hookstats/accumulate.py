@@ -54,6 +54,10 @@ if _COMPILED:
     def _accumulate_many_fake(xs, fstates, istates, scratches, enabled, params):
         reference.check_many_args(xs, fstates, istates, scratches, enabled, params, memory=False)
 
+    @torch.library.register_fake("hookstats::order_states")
+    def _order_states_fake(fstates):
+        pass
+
     # The dispatcher routes a sparse, quantized, nested or MKL-DNN tensor to its own backend, where the op has no
     # kernel ("Could not run ... from the 'SparseCPU' backend"): these kernels raise the op's own error instead.
     _other_kinds = torch.library.Library("hookstats", "IMPL")
@@ -82,3 +86,16 @@ def backend():
 
 def has_cuda_kernel():
     return _COMPILED and torch._C._dispatch_has_kernel_for_dispatch_key("hookstats::accumulate_", "CUDA")
+
+
+def order_states(fstates):
+    """Orders torch's work on these states, queued next on the current stream, after the op's launches on them
+    from any other stream (csrc/cuda/stream_order.h): call it before reading or writing states outside the op.
+    Only CUDA states of a build with the CUDA kernel take part; anything else needs no order."""
+    by_device = {}
+    for f in fstates:
+        if f.is_cuda:
+            by_device.setdefault(f.device, []).append(f)
+    if by_device and _COMPILED and torch._C._dispatch_has_kernel_for_dispatch_key("hookstats::order_states", "CUDA"):
+        for fs in by_device.values():
+            torch.ops.hookstats.order_states(fs)

@@ -6,7 +6,7 @@ import dataclasses
 import torch
 
 from . import layout
-from .state import Kind, TargetKey
+from .state import Kind, TargetKey, order
 
 FORMAT = 1
 
@@ -18,6 +18,7 @@ def state_dict(mon):
     mon.clock.end_forward_step()
     mon.flush()
     with mon.store.exclusive():
+        order([st for _, _, st in mon.states()])
         states = [{"phase": st.phase, "module": key.module, "kind": str(key.kind), "leaf": key.leaf, "call": key.call,
                    "fstate": st.total_fstate().detach().clone(), "istate": st.istate.detach().clone()}
                   for key, _, st in mon.states()]

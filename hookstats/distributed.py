@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from . import rawstate
 from .records import stats_records
+from .state import order
 
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _layouts = weakref.WeakKeyDictionary()  # monitor -> (group, world size, [(phase, TargetKey)]) agreed at its last reduce()
@@ -98,6 +99,7 @@ def _local_rows(monitor, device):
     Preallocated states no hook ever reached are left out, as in Monitor.stats()."""
     rows = {}
     with monitor.store.exclusive():  # copies taken while no thread updates a state or ends a step
+        order([st for _, _, st in monitor.states()])
         for key, _, st in sorted(monitor.states(), key=lambda s: (s[2].phase, s[0].id, str(s[1]))):
             phase = st.phase
             f, i = st.total_fstate().to(device, copy=True), st.istate.to(device, copy=True)

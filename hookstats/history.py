@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from . import layout, rawstate
+from .state import order
 from .alerts import ROW_WIDTH, AlertRules, step_order
 from .config import check_count
 from .delivery import Delivery, HistoryWarning
@@ -94,6 +95,7 @@ class Ring:
     def _gather(self):
         """The states' open-step moments into cur_f (exact, whatever came before) and running counts into
         cur_i; returns the fstates."""
+        order(self.states)
         fs = [s.fstate for s in self.states]
         torch.cat(fs, out=self.cur_f.view(-1))
         torch.stack([s.istate[: self.cur_i.shape[1]] for s in self.states], out=self.cur_i)
@@ -101,6 +103,7 @@ class Ring:
 
     def _buckets(self):
         """The states' running float buckets [T, FLOAT_SLOTS] (a new tensor: only at flushes and resets)."""
+        order(self.states)
         return torch.stack([s.istate[self.fbase:] for s in self.states])
 
     def before_reset(self):

@@ -82,6 +82,7 @@ class TargetState:
 
     def load(self, total_f, istate):
         """Makes the running totals those of a checkpoint (checkpoint.py), with no open step."""
+        order([self])
         if self.closed_f is None:
             self.fstate.copy_(total_f)
         else:
@@ -99,6 +100,12 @@ class TargetState:
     def nbytes(self):
         return sum(t.numel() * t.element_size() for t in (self.fstate, self.istate, self.scratch, self.closed_f)
                    if t is not None)
+
+
+def order(states):
+    """Before torch ops read or write these TargetStates on the current stream: they wait for the op's launches on
+    them from other streams (accumulate.order_states)."""
+    accumulate.order_states([st.fstate for st in states])
 
 
 def compiled_key(phase, key, device):
@@ -190,6 +197,7 @@ class StateStore:
         """From now on states keep the open step (eval: the open validation pass) apart from the steps before it
         (History needs it)."""
         self._split_steps = True
+        order(self._states.values())
         for st in self._states.values():
             st.split_steps()
 
@@ -261,6 +269,7 @@ class StateStore:
     @staticmethod
     def to_host(states):
         """{id(state): (fstate, istate)} as NumPy rows: one packed device-to-host transfer per device."""
+        order(states)
         by_dev = {}
         for st in states:
             by_dev.setdefault(st.fstate.device, []).append(st)
@@ -273,6 +282,7 @@ class StateStore:
         return host
 
     def reset(self):
+        order(self._states.values())
         for st in self._states.values():
             st.reset()
 

@@ -96,3 +96,31 @@ def test_an_unsampled_flag_leaves_the_state_untouched():
     store.set_modes((1, 1))
     store.accumulate(torch.ones(10), st, flag)
     assert st.istate[0].item() == 10 and st.fstate[:2].tolist() == [10.0, 1.0]
+
+
+def test_every_read_and_write_of_the_states_outside_the_op_is_ordered_first(monkeypatch):
+    """Torch ops on the states (step ends, host reads, resets, checkpoints, reduce) run on the current stream; on
+    CUDA the op may have updated a state from another stream, so each of those first orders the states
+    (accumulate.order_states, csrc/cuda/stream_order.h). Recorded here on CPU, where ordering itself is a no-op."""
+    import torch.nn as nn
+    import hookstats
+    from hookstats import accumulate
+    ordered = []
+    real = accumulate.order_states
+
+    def record(fstates):
+        fstates = list(fstates)
+        ordered.append({id(f) for f in fstates})
+        real(fstates)
+    monkeypatch.setattr(accumulate, "order_states", record)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    mon = hookstats.attach(model, history=True, log_every=2)
+    for _ in range(3):
+        model(torch.randn(3, 4)).sum().backward()
+    every = {id(st.fstate) for _, _, st in mon.states()}
+    assert every and any(every <= o for o in ordered), "the step ends (history) order every state"
+    for action in (mon.stats, mon.state_dict, mon.reset):
+        ordered.clear()
+        action()
+        assert any(every <= o for o in ordered), f"{action.__name__} reads or writes the states unordered"
+    mon.remove()

@@ -49,11 +49,15 @@ int device_max_smem(int device) {
 struct CudaApi {
   using Stream = cudaStream_t;
   using Event = cudaEvent_t;
+  using Owner = c10::weak_intrusive_ptr<c10::StorageImpl>;  // weak: the registry keeps no state's memory alive
   Event create_event() {
     cudaEvent_t e;
     C10_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     return e;
   }
+  void destroy_event(Event e) { C10_CUDA_CHECK_WARN(cudaEventDestroy(e)); }
+  bool same(const Owner& a, const Owner& b) { return a._unsafe_get_target() == b._unsafe_get_target(); }
+  bool alive(const Owner& o) { return !o.expired(); }
   void record(Event e, Stream s) { C10_CUDA_CHECK(cudaEventRecord(e, s)); }
   void wait(Stream s, Event e) { C10_CUDA_CHECK(cudaStreamWaitEvent(s, e, 0)); }
   unsigned long long capture_id(Stream s) {
@@ -73,6 +77,10 @@ struct CudaApi {
 StreamOrder<CudaApi>& stream_order() {
   static auto* order = new StreamOrder<CudaApi>();  // never destroyed: launches may come during exit
   return *order;
+}
+
+CudaApi::Owner owner_of(const at::Tensor& fstate) {
+  return fstate.storage().getWeakStorageImpl();
 }
 
 int64_t cuda_scratch_bytes(int64_t device) { return scratch_bytes_for(device_max_blocks(static_cast<int>(device))); }
@@ -136,6 +144,7 @@ struct Work {
   Target target;       // strided
   Strided strided;     // strided
   int blocks;          // strided
+  std::vector<CudaApi::Owner> owners;  // of the fstates, in batch order (one for a strided view)
 };
 
 // The launch's shared memory must fit the device; its >48 KB attribute is set (prepare_*): both before the
@@ -150,10 +159,10 @@ void prepare(const Work& w, const Params& p, int device) {
 
 void launch(const Work& w, const Params& p, const LaunchConfig& c) {
   if (w.dense) {
-    for (int k = 0; k < w.batch.count; ++k) stream_order().before_launch(w.batch.t[k].fs, c.stream);
+    for (int k = 0; k < w.batch.count; ++k) stream_order().before_launch(w.batch.t[k].fs, w.owners[k], c.stream);
     C10_CUDA_CHECK(launch_dense(w.dtype, w.batch, p, c));
   } else {
-    stream_order().before_launch(w.target.fs, c.stream);
+    stream_order().before_launch(w.target.fs, w.owners[0], c.stream);
     C10_CUDA_CHECK(launch_strided(w.dtype, w.target, w.strided, w.blocks, p, c));
   }
 }
@@ -165,6 +174,7 @@ bool plan_view(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate, at::
   if (x.is_non_overlapping_and_dense()) return false;
   Work w{};
   w.dtype = dtype_of(x);
+  w.owners.push_back(owner_of(fstate));
   if (make_strided(x, w.strided)) {
     w.target = target_of(x, fstate, istate, scratch);
     w.blocks = plan_blocks(x, scratch, p);
@@ -201,6 +211,7 @@ void accumulate_cuda(const at::Tensor& x, at::Tensor& fstate, at::Tensor& istate
     w.batch.count = 1;
     w.batch.block_start[1] = plan_blocks(x, scratch, p);
     w.batch.t[0] = target_of(x, fstate, istate, scratch);
+    w.owners.push_back(owner_of(fstate));
     work.push_back(w);
   }
   run(work, p, config_of(x, enabled), x.get_device());
@@ -230,9 +241,11 @@ void accumulate_many_cuda(at::TensorList xs, at::TensorList fstates, at::TensorL
       Batch& b = w.batch;
       b.t[b.count] = target_of(x, f, i, s);
       b.block_start[b.count + 1] = b.block_start[b.count] + blocks[k];
+      w.owners.push_back(owner_of(f));
       if (++b.count == kMaxTargets) {
         work.push_back(w);
         w.batch = Batch{};
+        w.owners.clear();
       }
     }
     if (w.batch.count) work.push_back(w);
@@ -247,6 +260,23 @@ void accumulate_many_cuda(at::TensorList xs, at::TensorList fstates, at::TensorL
   if (!work.empty()) run(work, p, config_of(enabled, enabled), enabled.get_device());
 }
 
+// Torch ops on these states (reads, resets, step ends) are about to run on the current stream: it waits for each
+// state's last stream, and becomes the stream later launches on them order against (stream_order.h).
+void order_states_cuda(at::TensorList fstates) {
+  if (fstates.empty()) return;
+  const c10::cuda::CUDAGuard guard(fstates[0].device());
+  const auto held = stream_order().lock();
+  for (const at::Tensor& f : fstates) {
+    TORCH_CHECK(f.is_cuda() && f.scalar_type() == at::kDouble && f.numel() == kFState, "hookstats.order_states: "
+                "each state must be a CUDA float64 fstate of ", kFState, " elements, got ", f.scalar_type(), " ",
+                f.device(), " of ", f.numel());
+    TORCH_CHECK(f.device() == fstates[0].device(), "hookstats.order_states: every state must be on ",
+                fstates[0].device(), ", got ", f.device());
+    stream_order().before_launch(f.const_data_ptr(), owner_of(f),
+                                 c10::cuda::getCurrentCUDAStream(f.get_device()).stream());
+  }
+}
+
 }  // namespace
 }  // namespace cuda_kernel
 
@@ -258,6 +288,7 @@ TORCH_LIBRARY_FRAGMENT(hookstats, m) {
 TORCH_LIBRARY_IMPL(hookstats, CUDA, m) {
   m.impl("accumulate_", &cuda_kernel::accumulate_cuda);
   m.impl("accumulate_many_", &cuda_kernel::accumulate_many_cuda);
+  m.impl("order_states", &cuda_kernel::order_states_cuda);
 }
 
 }  // namespace hookstats

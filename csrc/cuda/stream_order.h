@@ -10,12 +10,23 @@
 // recorded outside its capture, nor the reverse); such launches are ordered by the capture itself (torch.cuda.graph
 // synchronises before capturing), and a graph's replays are ordered by the stream they run on.
 //
+// Torch ops that read or write a state on the host's side (step ends, resets, checkpoints, host reads) go through
+// the same registry (the order_states op): their stream waits for the state's last one and becomes its stream.
+//
+// States are keyed by their fstate's address, which a freed state's memory may give to a new one: each entry keeps
+// an owner (the fstate's storage, held weakly: its identity cannot be reused while the entry lives), and a state
+// at a known address with another owner starts afresh. Entries of freed states are dropped (their events
+// destroyed) whenever the registry has doubled since the last sweep.
+//
 // Api is a policy (CudaApi in accumulate_cuda.cu; a fake in tests/cuda_emu/stream_order_test.cpp):
-//   Stream, Event                      handle types
+//   Stream, Event, Owner               handle types (Owner: what identifies a state's memory)
 //   Event create_event()               one event, no timing
+//   void destroy_event(Event)
 //   void record(Event, Stream)         the event after the work queued on the stream so far
 //   void wait(Stream, Event)           the stream waits for the event
 //   unsigned long long capture_id(Stream)   0 when the stream is not capturing, else its capture's id
+//   bool same(const Owner&, const Owner&)   one state's memory
+//   bool alive(const Owner&)           the state's memory is still in use
 #pragma once
 #include <mutex>
 #include <unordered_map>
@@ -28,6 +39,7 @@ class StreamOrder {
  public:
   using Stream = typename Api::Stream;
   using Event = typename Api::Event;
+  using Owner = typename Api::Owner;
 
   explicit StreamOrder(Api api = Api()) : api_(api) {}
 
@@ -35,9 +47,18 @@ class StreamOrder {
   // another stream records must come after this launch, not before it.
   std::unique_lock<std::mutex> lock() { return std::unique_lock<std::mutex>(mutex_); }
 
-  // Before a launch on `stream` that updates the state whose fstate is at `state`; with lock() held.
-  void before_launch(const void* state, Stream stream) {
-    Entry& e = entries_[state];
+  // Before work on `stream` that reads or updates the state whose fstate is at `state` (owned by `owner`); with
+  // lock() held.
+  void before_launch(const void* state, const Owner& owner, Stream stream) {
+    auto it = entries_.find(state);
+    if (it == entries_.end()) {
+      if (entries_.size() >= sweep_at_) sweep();
+      it = entries_.emplace(state, Entry{owner}).first;
+    } else if (!api_.same(it->second.owner, owner)) {  // a new state in a freed one's memory: no order to keep
+      it->second.owner = owner;
+      it->second.seen = false;
+    }
+    Entry& e = it->second;
     if (e.seen && !(e.stream == stream)) {
       const unsigned long long was = api_.capture_id(e.stream), now = api_.capture_id(stream);
       if (was == now) {  // both outside any capture, or both in the same one
@@ -53,15 +74,33 @@ class StreamOrder {
     e.stream = stream;
   }
 
+  size_t size() const { return entries_.size(); }
+
  private:
   struct Entry {
+    Owner owner;
     bool seen = false, has_event = false;
     Stream stream{};
     Event event{};
   };
+
+  void sweep() {  // drops the entries of freed states; the next sweep when the registry has doubled
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (api_.alive(it->second.owner)) {
+        ++it;
+        continue;
+      }
+      if (it->second.has_event) api_.destroy_event(it->second.event);
+      it = entries_.erase(it);
+    }
+    sweep_at_ = entries_.size() * 2 > kFirstSweep ? entries_.size() * 2 : kFirstSweep;
+  }
+
+  static constexpr size_t kFirstSweep = 256;
   Api api_;
   std::mutex mutex_;
-  std::unordered_map<const void*, Entry> entries_;  // one per state ever launched on (a few hundred bytes each)
+  std::unordered_map<const void*, Entry> entries_;  // one per live state (a few hundred bytes each)
+  size_t sweep_at_ = kFirstSweep;
 };
 
 }  // namespace cuda_kernel
