@@ -16,7 +16,7 @@
 #                                                              ... and the build for sm_90, in a copy of the tree
 # Options: --out DIR (default $OUT, else benchmarks/results/gpu_run), --budget SECONDS (480), --arch X.Y (default:
 # nvidia-smi's compute_cap), --skip-build (use the op already built here), --python PY (default $PYTHON or python3),
-# --only STEP,STEP (these steps alone, e.g. --only 0-env,5-bandwidth), --build-timeout SECONDS (150: 16 cores).
+# --only STEP,STEP (these steps alone, e.g. --only 0-env,5-bandwidth), --build-timeout SECONDS (120: 16 cores).
 set -uo pipefail
 self=$(readlink -f "$0")
 repo=$(dirname "$(dirname "$self")")
@@ -46,9 +46,29 @@ if [ "${1:-}" = "--step" ]; then
       nvcc --version 2>/dev/null | tail -2 || echo "nvcc: not found"
       tools=""
       for t in compute-sanitizer ncu; do found=$(find_tool $t || echo "not found"); echo "$t: $found"; tools+="$t ${found##*/}; "; done
+      # what the build and the steps need beyond torch: said here, before the build fails on it
+      missing=$("$py" - <<'PY'
+import importlib.metadata as md, importlib.util, os, shutil, sys, sysconfig
+need = []
+for mod in ("numpy", "setuptools", "ninja"):
+    if importlib.util.find_spec(mod) is None:
+        need.append(mod)
+try:
+    if int(md.version("setuptools").split(".")[0]) < 77:
+        need.append(f"setuptools>=77 (has {md.version('setuptools')}: the build on first use is taken)")
+except md.PackageNotFoundError:
+    pass
+if not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
+    need.append("Python.h (the Python headers)")
+if shutil.which("ninja") is None and not os.path.exists(os.path.join(sysconfig.get_path("scripts"), "ninja")):
+    need.append("the ninja program")
+print("; ".join(need) or "none")
+PY
+)
+      echo "missing: $missing"
       report 0-env --figure "kernel=$(uname -r)" --figure "gvisor=$GPU_RUN_GVISOR" --figure "arch=$GPU_RUN_ARCH" \
         --figure "gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" \
-        --figure "torch=$torch_line" --figure "cores=$(nproc)" --figure "tools=$tools"
+        --figure "torch=$torch_line" --figure "cores=$(nproc)" --figure "tools=$tools" --figure "missing=$missing"
       ;;
     1-build)
       if [ -n "$dry" ] && [ -z "$GPU_RUN_BUILD" ]; then report 1-build --status skipped --reason "dry run (--build builds)"; exit 0; fi
@@ -61,6 +81,7 @@ if [ "${1:-}" = "--step" ]; then
         echo "setup.py build_ext failed: the build on first import instead"
         TORCH_CUDA_ARCH_LIST="$GPU_RUN_ARCH" MAX_JOBS="${MAX_JOBS:-$(nproc)}" PYTHONPATH="$tree" \
           "$py" -c "import hookstats; print('first-use build:', hookstats.backend())" || exit 1
+        : > "$out/first_use_build"  # the steps take that build (gpu_steps.py: never a build of their own)
         report 1-build --figure "build=first use (setup.py failed)"
       fi
       secs=$(( $(date +%s) - start ))
@@ -137,7 +158,7 @@ print('build: CPU+CUDA kernels registered; torch', torch.__version__)" || exit 1
 fi
 
 # ---------------------------------------------------------------- the run
-only="" build_cap=150 out=${OUT:-$repo/benchmarks/results/gpu_run} budget=480 arch="" dry="" build="" skip_build="" py=${PYTHON:-python3}
+only="" build_cap=120 out=${OUT:-$repo/benchmarks/results/gpu_run} budget=480 arch="" dry="" build="" skip_build="" py=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift ;;
@@ -179,7 +200,7 @@ export GPU_RUN_PY=$py GPU_RUN_OUT=$out GPU_RUN_TREE=$tree GPU_RUN_DRY=$dry GPU_R
   GPU_RUN_SKIP_BUILD=$skip_build GPU_RUN_GVISOR=$gvisor GPU_RUN_ARCH=$arch
 
 run_step() {  # NAME CAP: the step under its own timeout (CAP, or what the budget has left)
-  local name=$1 cap=$2 left t s0 rc
+  local name=$1 cap=$2 left t s0 rc pid dog
   if [ -n "$only" ] && [[ "$only" != *",$name,"* ]]; then return; fi
   left=$(( deadline - $(date +%s) ))
   t=$(( cap < left ? cap : left ))
@@ -189,8 +210,15 @@ run_step() {  # NAME CAP: the step under its own timeout (CAP, or what the budge
   fi
   echo "== $name (timeout ${t} s, $(( $(date +%s) - start )) s into the run)" | tee -a "$log"
   s0=$(date +%s)
-  timeout -k 5 "$t" bash "$self" --step "$name" 2>&1 | tee -a "$log"
-  rc=${PIPESTATUS[0]}
+  # its own process group, so that a timeout ends what it started too (ninja, nvcc, ptxas, a sanitizer's target)
+  rm -f "$out/.timed_out"
+  setsid bash "$self" --step "$name" > >(tee -a "$log") 2>&1 &
+  pid=$!
+  ( sleep "$t"; : > "$out/.timed_out"; kill -TERM -- "-$pid" 2>/dev/null; sleep 5; kill -KILL -- "-$pid" 2>/dev/null ) &
+  dog=$!
+  wait "$pid"; rc=$?
+  kill "$dog" 2>/dev/null; wait "$dog" 2>/dev/null
+  [ -e "$out/.timed_out" ] && rc=124 && rm -f "$out/.timed_out"
   python3 "$repo/benchmarks/gpu_report.py" record "$out" "$name" --rc "$rc" --wall $(( $(date +%s) - s0 )) --timeout "$t" \
     | tee -a "$log"
 }
@@ -198,16 +226,17 @@ run_step() {  # NAME CAP: the step under its own timeout (CAP, or what the budge
 echo "gpu_run: out=$out budget=${budget}s arch=$arch gvisor=$gvisor python=$py tree=$tree${dry:+ (dry run)}" | tee -a "$log"
 # By value: what no CPU can show first (build, correctness, bandwidth and latency, the training step), then
 # graphs, the profile and the sanitizers, which a short budget may skip.
-run_step 0-env 30
+# The caps add up to the default budget's deadline (465 s); an H200 took about 200 s for all of them.
+run_step 0-env 25
 run_step 1-build "$build_cap"
-run_step 2-correctness 100
-run_step 5-bandwidth 75
-run_step 7-train 120
-run_step 7-bench 45
-run_step 3-graphs 40
-run_step 6-ncu 60
-run_step 4-memcheck 60
-run_step 4-racecheck 60
+run_step 2-correctness 50
+run_step 5-bandwidth 45
+run_step 7-train 90
+run_step 7-bench 35
+run_step 3-graphs 20
+run_step 6-ncu 25
+run_step 4-memcheck 25
+run_step 4-racecheck 30
 python3 "$repo/benchmarks/gpu_report.py" write "$out" ${dry:+--dry-run} --command "benchmarks/gpu_run.sh${dry:+ --dry-run}${build:+ --build} --arch $arch --budget $budget" \
   2>&1 | tee -a "$log"
 echo "gpu_run: done in $(( $(date +%s) - start )) s" | tee -a "$log"

@@ -24,6 +24,7 @@ step cut by its timeout leaves what it did. --dry-run (no GPU): the CPU-possible
 import argparse
 import contextlib
 import faulthandler
+import glob
 import json
 import math
 import os
@@ -34,7 +35,8 @@ import traceback
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The tree gpu_run.sh built the op in (its rehearsal builds in a copy), else this checkout.
+ROOT = os.environ.get("GPU_RUN_TREE") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from hookstats import StatsConfig, layout, rawstate  # noqa: E402
@@ -728,8 +730,13 @@ def main(argv=None):
     device = "cpu" if a.dry_run else "cuda"
     if not a.dry_run and not torch.cuda.is_available():
         ap.error("no CUDA device: use --dry-run")
-    import hookstats
     step = Step(a.name or a.step, a.out)
+    built = glob.glob(os.path.join(ROOT, "hookstats", "_C*.so")) or \
+        [m for m in [os.path.join(a.out, "first_use_build")] if os.path.exists(m)]
+    if not built:  # importing hookstats would compile the op on first use, inside this step's timeout
+        step.check(False, f"the op is not built in {ROOT} (step 1-build builds it; a step never compiles it)")
+        return 1
+    import hookstats
     if hookstats.backend() != "compiled" or (device == "cuda" and not hookstats.accumulate.has_cuda_kernel()):
         step.check(False, f"the compiled op with its {device} kernel is not loaded (backend {hookstats.backend()})")
         return 1

@@ -133,3 +133,13 @@ def test_the_command_line_says_the_missing_extra_in_one_line_and_fails(monkeypat
     one_line_with_install(err, module)
     assert err.startswith(f"hookstats {argv[0]}: error: ")
     assert not (tmp_path / "demo").exists() or not any((tmp_path / "demo").iterdir())  # said before training
+
+
+def test_a_disabled_progress_bar_needs_no_tqdm(monkeypatch):
+    """`bench --no-progress` and `report --no-progress` run where tqdm is missing (a bare GPU machine)."""
+    from hookstats.tools.progress import progress
+    hide(monkeypatch, "tqdm")
+    assert list(progress(range(3), enabled=False)) == [0, 1, 2]
+    with progress(total=4, enabled=False) as bar:
+        bar.update()
+        bar.set_postfix_str("done: 1", refresh=False)

@@ -112,3 +112,55 @@ def test_ncu_figures_from_the_csv():
     assert f["zeros/shared-atomic bank conflicts"] == 98765
     assert f["N(0,1)/stall 1"] == "long_scoreboard 3.10" and f["zeros/stall 1"] == "mio_throttle 4.50"
     assert gpu_report.ncu_figures("==ERROR== profiling is not supported\n") == {}
+
+
+def test_the_step_caps_fit_the_default_budget():
+    """Every step gets its whole cap in a default run: the caps add up to no more than the deadline (budget - 15 s
+    for the report), so no step is skipped or cut short for the time an earlier one was allowed."""
+    import re
+    text = open(RUN).read()
+    budget = int(re.search(r"\bbudget=(\d+)", text).group(1))
+    build = int(re.search(r"\bbuild_cap=(\d+)", text).group(1))
+    caps = [build if cap == '"$build_cap"' else int(cap) for cap in re.findall(r"^run_step \S+ (\S+)$", text, re.M)]
+    assert len(caps) == 10 and sum(caps) <= budget - 15, (caps, sum(caps), budget)
+
+
+def test_a_timed_out_step_ends_everything_it_started(tmp_path):
+    """A step's timeout ends its whole process group (a build's compilers, a sanitizer's target), not only the
+    shell that runs it: here a stand-in python that leaves a grandchild behind."""
+    marker = f"hookstats-orphan-{os.getpid()}"
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/bash\n(exec -a {marker} sleep 300) &\nsleep 300\n")
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHON=str(fake))
+    r = subprocess.run(["bash", RUN, "--dry-run", "--out", str(out), "--only", "2-correctness", "--budget", "25"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    step = json.loads((out / "steps" / "2-correctness.json").read_text())
+    assert step["status"] == "failed" and "timed out" in step["reason"], step
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    for pid in left:  # clean up before asserting
+        subprocess.run(["kill", "-9", pid])
+    assert not left, f"the step's grandchild outlived its timeout: {left}"
+
+
+def test_a_sanitizer_that_timed_out_is_not_run_not_unclean(tmp_path):
+    out = str(tmp_path)
+    gpu_report.save(out, "4-memcheck", {"step": "4-memcheck", "checks": [], "figures": {}})
+    gpu_report.record(out, "4-memcheck", rc=124, wall=30, timeout=30)
+    met = {t["target"]: t["met"] for t in gpu_report.write(out, "test")["targets"]}
+    assert met[gpu_report.TARGETS[6]] is None
+
+
+def test_a_step_never_compiles_the_op(tmp_path):
+    """The steps take the op step 1-build built; without one they fail at once, never compiling it inside their
+    timeout."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    env = dict(os.environ, GPU_RUN_TREE=str(tree))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_steps.py"), "correctness", "--dry-run",
+                        "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 1
+    step = json.loads((tmp_path / "steps" / "correctness.json").read_text())
+    assert "not built" in step["checks"][0]["what"], step

@@ -1,9 +1,36 @@
 """Progress bars of the command line (tqdm, on stderr): off with enabled=False and whenever stderr is not a
-terminal, so piped output, logs and tests stay clean."""
+terminal, so piped output, logs and tests stay clean. Off, they need no tqdm (a bare GPU machine may lack it)."""
 import sys
 
 
+class _Off:
+    """What a disabled bar offers the commands: iteration, a context, update and postfix doing nothing."""
+
+    def __init__(self, iterable=None):
+        self.iterable = iterable
+
+    def __iter__(self):
+        return iter(self.iterable if self.iterable is not None else ())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n=1):
+        pass
+
+    def set_postfix_str(self, s="", refresh=True):
+        pass
+
+    def close(self):
+        pass
+
+
 def progress(iterable=None, total=None, desc=None, enabled=True, unit="it"):
+    if not enabled:
+        return _Off(iterable)
     from ..extras import require
-    return require("tqdm", "hookstats' progress bars").tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True,
-                disable=None if enabled else True)  # None: tqdm's own "off unless a terminal"
+    return require("tqdm", "hookstats' progress bars").tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr,
+                                                             dynamic_ncols=True, disable=None)  # None: off unless a terminal
