@@ -51,7 +51,7 @@ constexpr int kUnroll = HS_UNROLL;              // 16-byte loads in flight per t
 constexpr int kMinIters = HS_MIN_ITERS;         // a block gets >= kMinIters full iterations per thread, else fewer blocks
 constexpr int kMaxTargets = 32;     // tensors per multi-tensor launch (a table in the kernel arguments)
 constexpr int kMaxDims = 8;         // strided path: dims after coalescing
-constexpr int kStridedChunk = 4;    // strided path: logical elements a thread consumes together
+constexpr int kStridedChunk = 8;    // strided path: logical elements a thread consumes together (fp64: 4)
 
 // scratch (uint8, zeroed once at creation): ticket | BlockPartial per block of the grid.
 struct BlockPartial {
@@ -614,8 +614,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
   ThreadStats<A> t;
   t.mn = t.mx = nan_acc(A(0));
   const T* x = static_cast<const T*>(tg.x);
-  const auto offset = [&](int64_t i) {
+  // Element i's offset, and its index along the innermost dim: one div/mod per dim, once per chunk; the chunk's
+  // next elements step along the innermost dim (a carry into the outer dims recomputes).
+  const int64_t inner = st.ndim ? st.sizes[st.ndim - 1] : 1, inner_stride = st.ndim ? st.strides[st.ndim - 1] : 0;
+  const auto offset = [&](int64_t i, int64_t& r) {
     int64_t off = 0;
+    r = st.ndim ? i % inner : 0;
     for (int d = st.ndim - 1; d >= 0; --d) {
       off += (i % st.sizes[d]) * st.strides[d];
       i /= st.sizes[d];
@@ -625,15 +629,28 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
   const int bid = blockIdx.x, nblk = gridDim.x;
   const int64_t gtid = static_cast<int64_t>(bid) * blockDim.x + threadIdx.x;
   const int64_t gstride = static_cast<int64_t>(nblk) * blockDim.x;
-  const int64_t nchunks = tg.n / kStridedChunk;
+  constexpr int C = sizeof(T) == 8 ? kStridedChunk / 2 : kStridedChunk;  // fp64: fewer, or it spills
+  const int64_t nchunks = tg.n / C;
   for (int64_t c = gtid; c < nchunks; c += gstride) {
-    A v[kStridedChunk];
+    A v[C];
+    int64_t r;
+    int64_t off = offset(c * C, r);
 #pragma unroll
-    for (int k = 0; k < kStridedChunk; ++k) v[k] = to_acc(x[offset(c * kStridedChunk + k)]);
-    consume<kStridedChunk, kUnderflowCheck<T>, false>(t, v, p, h, warp, true);
+    for (int k = 0; k < C; ++k) {
+      v[k] = to_acc(x[off]);
+      if (k + 1 < C) {
+        if (++r < inner) {
+          off += inner_stride;
+        } else {
+          off = offset(c * C + k + 1, r);
+        }
+      }
+    }
+    consume<C, kUnderflowCheck<T>, false>(t, v, p, h, warp, true);
   }
-  for (int64_t i = nchunks * kStridedChunk + gtid; i < tg.n; i += gstride) {
-    const A v[1] = {to_acc(x[offset(i)])};
+  for (int64_t i = nchunks * C + gtid; i < tg.n; i += gstride) {
+    int64_t r;
+    const A v[1] = {to_acc(x[offset(i, r)])};
     consume<1, kUnderflowCheck<T>, false>(t, v, p, h, warp, true);
   }
   __syncthreads();
