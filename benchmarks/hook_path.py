@@ -6,6 +6,7 @@ torch ops (a dispatch mode) of one hooked step, which noise cannot move.
 
   git archive <base> hookstats | tar -x -C /tmp/base && cp hookstats/_C*.so /tmp/base/hookstats/
   PYTHONPATH=. python benchmarks/hook_path.py --old /tmp/base --new . [--processes 6 --rounds 4 --steps 5]
+      [--attach '{"param_grads": true}']   (attach's keyword arguments, JSON; default: its defaults)
 """
 import argparse
 import json
@@ -16,7 +17,7 @@ import sys
 import time
 
 
-def worker(path, workload, hooked):
+def worker(path, workload, hooked, attach_kwargs):
     """Reads commands from stdin ("run K", "calls"), answers one JSON line each."""
     sys.path.insert(0, os.path.abspath(path))
     import torch
@@ -26,7 +27,7 @@ def worker(path, workload, hooked):
     assert os.path.abspath(hookstats.__file__).startswith(os.path.abspath(path)), hookstats.__file__
     torch.set_num_threads(1)
     model, step = make_workload(workload)
-    mon = hookstats.attach(model) if hooked else None
+    mon = hookstats.attach(model, **json.loads(attach_kwargs)) if hooked else None
     for _ in range(3):
         step()
     print(json.dumps({"ready": hookstats.__file__, "backend": hookstats.backend()}), flush=True)
@@ -66,9 +67,10 @@ def worker(path, workload, hooked):
 
 
 class Worker:
-    def __init__(self, path, workload, hooked):
+    def __init__(self, path, workload, hooked, attach_kwargs="{}"):
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", path, workload, str(int(hooked))],
+        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", path, workload, str(int(hooked)),
+                                      attach_kwargs],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self.info = self.ask(None)
 
@@ -90,14 +92,14 @@ def spread(xs):
     return {"median": round(statistics.median(xs), 4), "min": round(min(xs), 4), "max": round(max(xs), 4)}
 
 
-def compare(workload, old, new, rounds, steps, processes):
+def compare(workload, old, new, rounds, steps, processes, attach_kwargs="{}"):
     """`processes` fresh sets of workers (a process's own layout biases its times by several %, so ratios are
     taken over several), each running `rounds` interleaved rounds of `steps` steps per worker."""
     names = ["old", "new", "no hooks"]
     ratio, hook, per_set, ms = [], [], [], {n: [] for n in names}
     for p in range(processes):
         spawn = names[p % 3:] + names[:p % 3]
-        workers = {n: Worker(old if n == "old" else new, workload, n != "no hooks") for n in spawn}
+        workers = {n: Worker(old if n == "old" else new, workload, n != "no hooks", attach_kwargs) for n in spawn}
         calls = {n: {**workers[n].ask("calls"), "torch_ops": workers[n].ask("ops")} for n in ("old", "new")}
         per_round = {n: [] for n in names}
         for r in range(rounds):
@@ -120,7 +122,7 @@ def compare(workload, old, new, rounds, steps, processes):
 
 def main():
     if sys.argv[1:2] == ["--worker"]:
-        return worker(sys.argv[2], sys.argv[3], sys.argv[4] == "1")
+        return worker(sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5] if len(sys.argv) > 5 else "{}")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--old", required=True, help="directory holding the old hookstats package (with _C.so)")
     ap.add_argument("--new", default=".", help="directory holding the new hookstats package")
@@ -128,10 +130,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--steps", type=int, default=10, help="steps per worker per round (their median is taken)")
     ap.add_argument("--processes", type=int, default=1, help="fresh sets of worker processes, one after another")
+    ap.add_argument("--attach", default="{}", help="attach()'s keyword arguments as JSON (default: none)")
     a = ap.parse_args()
-    out = {"load_before": os.getloadavg()}
+    out = {"load_before": os.getloadavg(), "attach": json.loads(a.attach)}
     for w in a.workloads:
-        out[w] = compare(w, a.old, a.new, a.rounds, a.steps, a.processes)
+        out[w] = compare(w, a.old, a.new, a.rounds, a.steps, a.processes, a.attach)
         print(w, json.dumps(out[w]), flush=True)
     out["load_after"] = os.getloadavg()
     print(json.dumps(out))

@@ -15,6 +15,8 @@ F = layout.FSTATE_SIZE
 NONFINITE, DEAD_RUN, DEAD, EXPLODE, VANISH, EMA, EMA_N, EXPLODE_STD, EXPLODE_REF, VANISH_STD, VANISH_REF = range(11)
 ROW_WIDTH = VANISH_REF + 1
 FIRST_STEP_COLS = (NONFINITE, DEAD, EXPLODE, VANISH)
+KIND_COLUMNS = ((NONFINITE, "nonfinite"), (DEAD, "dead"), (EXPLODE, "exploding_std"), (VANISH, "vanishing_std"))
+ALERT_KINDS = tuple(kind for _, kind in KIND_COLUMNS)  # an alert's `kind`, in saved files too
 
 
 class AlertWarning(UserWarning):
@@ -88,8 +90,7 @@ class AlertRules:
         nonfinite_before = any(kind == "nonfinite" for _, kind in reported)
         out = []
         for t, key in enumerate(keys):
-            for col, kind in ((NONFINITE, "nonfinite"), (DEAD, "dead"), (EXPLODE, "exploding_std"),
-                              (VANISH, "vanishing_std")):
+            for col, kind in KIND_COLUMNS:
                 step = int(row[t, col])
                 if step < 0 or (key.id, kind) in reported:
                     continue

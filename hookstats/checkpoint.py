@@ -5,10 +5,13 @@ import dataclasses
 
 import torch
 
-from . import layout
-from .state import Kind, TargetKey, order
+from . import layout, rawstate
+from .state import KINDS, PHASES, Kind, TargetKey, order
 
 FORMAT = 1
+INT64_MAX = 2 ** 63 - 1
+MAX_CALL = 2 ** 31 - 1
+NAME_MAX = 1_000_000  # characters of a module, parameter, watch or leaf name
 
 
 def state_dict(mon):
@@ -42,10 +45,28 @@ def load_state_dict(mon, sd):
     if diff:
         raise ValueError("load_state_dict: the state dict is of a monitor attached differently; " + "; ".join(diff))
     step, manual = sd.get("step"), sd.get("manual")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0 or not isinstance(manual, bool):
-        raise ValueError(f"load_state_dict: step must be an int >= 0 and manual a bool, got {step!r}, {manual!r}")
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= INT64_MAX:
+        raise ValueError(f"load_state_dict: field 'step' must be an int in 0..2^63-1, got {step!r:.40}")
+    if not isinstance(manual, bool):
+        raise ValueError(f"load_state_dict: field 'manual' must be a bool, got {manual!r:.40}")
+    if not isinstance(sd["states"], (list, tuple)):
+        raise ValueError(f"load_state_dict: states must be a list, got {type(sd['states']).__name__}")
     device = _device(mon.model)
-    loaded = [(_key(s), s["phase"], *_tensors(mon, s, device)) for s in sd["states"]]
+    loaded, seen, allowed = [], set(), _targets(mon)
+    for k, s in enumerate(sd["states"]):
+        key = _key(s)
+        where = f"load_state_dict: states[{k}] ({key.id:.200})"
+        if (key, s["phase"]) in seen:
+            raise ValueError(f"{where}: a second state of this target and phase {s['phase']!r}")
+        seen.add((key, s["phase"]))
+        why = allowed(key)
+        if why:
+            raise ValueError(f"{where}: {why}")
+        f, i = _tensors(mon, s)
+        why = rawstate.invalid(f.numpy(), i.numpy(), mon.cfg.nbins, mon.cfg.flags)
+        if why:
+            raise ValueError(f"{where}: {why}")
+        loaded.append((key, s["phase"], f.to(device), i.to(device)))
     mon.eager_point()
     with mon.store.exclusive():
         mon.store.reset()
@@ -67,24 +88,64 @@ def _differ(theirs, mine):
 
 
 def _key(s):
-    try:
-        key = TargetKey(s["module"], Kind(s["kind"]), s["leaf"], s["call"])
-        if s["phase"] not in ("train", "eval"):
-            raise ValueError(f"phase {s['phase']!r}")
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"load_state_dict: a malformed target state ({type(e).__name__}: {e})") from None
-    return key
+    """The TargetKey of a state entry, its fields' types and ranges checked; the first bad one is named."""
+    if not isinstance(s, dict):
+        raise ValueError(f"load_state_dict: a target state must be a dict, got {type(s).__name__}")
+    for name in ("module", "kind", "leaf", "phase", "call"):
+        if name not in s:
+            raise ValueError(f"load_state_dict: a target state without field {name!r}")
+        v = s[name]
+        if name == "call":
+            ok = v is None or isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_CALL
+            want = f"None or an int in 0..{MAX_CALL}"
+        elif name == "kind":
+            ok, want = v in KINDS, "one of " + ", ".join(KINDS)
+        elif name == "phase":
+            ok, want = v in PHASES, "'train' or 'eval'"
+        else:
+            ok = isinstance(v, str) and len(v) <= NAME_MAX and (name != "leaf" or v[:1] in ("", "[", "."))
+            want = f"a string of at most {NAME_MAX} characters" + (", empty or a path starting with [ or ."
+                                                                   if name == "leaf" else "")
+        if not ok:
+            raise ValueError(f"load_state_dict: a target state's field {name!r} must be {want}, got {v!r:.80}")
+    return TargetKey(s["module"], Kind(s["kind"]), s["leaf"], s["call"])
 
 
-def _tensors(mon, s, device):
+def _targets(mon):
+    """allowed(key) -> None, or why this monitor has no such target: a kind it does not measure, a module it is
+    not attached to, a parameter it does not hold, a call index without separate_calls."""
+    opts, modules = mon.options, set(mon.modules)
+    params = {name for name, _ in mon.model.named_parameters()}
+    switch = {Kind.OUTPUT: opts["outputs"], Kind.GRAD_OUTPUT: opts["grads"], Kind.INPUT: opts["inputs"],
+              Kind.GRAD_INPUT: opts["input_grads"], Kind.PARAM_GRAD: opts["param_grads"],
+              Kind.PARAM: mon.hooks.params is not None, Kind.WATCH: True, Kind.WATCH_GRAD: True}
+
+    def allowed(key):
+        if not switch[key.kind]:
+            return f"field 'kind': this monitor does not measure {key.kind}"
+        if key.kind in (Kind.PARAM_GRAD, Kind.PARAM) and key.module not in params:
+            return f"field 'module': {key.module!r:.80} is no parameter of the model"
+        if key.kind not in (Kind.PARAM_GRAD, Kind.PARAM, Kind.WATCH, Kind.WATCH_GRAD) and key.module not in modules:
+            return f"field 'module': {key.module!r:.80} is not a module this monitor is attached to"
+        if key.call is not None and not opts["separate_calls"]:
+            return "field 'call': a call index, but this monitor was attached without separate_calls"
+        return None
+    return allowed
+
+
+def _tensors(mon, s):
+    """The state's (fstate, istate) on the CPU, of the dtypes and sizes of this monitor's config."""
     f, i = s.get("fstate"), s.get("istate")
     want = {"fstate": (torch.float64, layout.FSTATE_SIZE), "istate": (torch.int64, mon.cfg.istate_size)}
     for name, t in (("fstate", f), ("istate", i)):
         dtype, size = want[name]
         if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.dim() != 1 or size is not None and len(t) != size:
-            raise ValueError(f"load_state_dict: {s.get('module')!r} {name} must be a 1-d {dtype} tensor"
+            raise ValueError(f"load_state_dict: {s.get('module')!r:.80} {name} must be a 1-d {dtype} tensor"
                              + (f" of {size}" if size else "") + f", got {t!r:.80}")
-    return f.to(device), i.to(device)
+        if t.device.type == "meta" or type(t) is not torch.Tensor:
+            raise ValueError(f"load_state_dict: {s.get('module')!r:.80} {name} holds no values (a "
+                             f"{t.device.type} {type(t).__name__}): load the checkpoint with map_location='cpu'")
+    return f.detach().cpu(), i.detach().cpu()
 
 
 def _device(model):

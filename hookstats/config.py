@@ -115,6 +115,7 @@ def hist_every_for(window, every=1):
     the figures of the histograms."""
     return max(1, min(HIST_EVERY, int(window) // max(1, int(every))))
 F32_MAX = float(np.finfo(np.float32).max)
+INT64_MAX = 2 ** 63 - 1
 
 
 def check_arg(name, value, rule, lo=None, hi=None, lo_open=False):
@@ -134,6 +135,8 @@ def check_arg(name, value, rule, lo=None, hi=None, lo_open=False):
     if not isinstance(value, numbers) or rule is not bool and isinstance(value, bool):
         what = {bool: "True or False", int: "an int", float: "a number"}[rule]
         raise ValueError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+    if rule is int and hi is None and value > INT64_MAX:  # the device counters and the files' fields are int64
+        raise ValueError(f"{name} must be an int <= 2^63-1 (int64), got {value if value < 10 ** 30 else 'a larger one'}")
     positive = rule is float and lo == 0 and lo_open and hi is None
     if rule is float and not (math.isfinite(value) and abs(value) <= F32_MAX):
         what = "a positive number, finite and" if positive else "a finite number"

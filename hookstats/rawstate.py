@@ -114,6 +114,32 @@ _EMPTY_F = tuple(fd.empty for fd in FSTATE_FIELDS)
 _RUNNING = tuple(fd.step == RUNNING for fd in FSTATE_FIELDS)
 
 
+def invalid(fstate, istate, nbins, flags):
+    """The first field of a state (fstate, istate: 1-d NumPy arrays of a config's sizes) that breaks its
+    invariant, as "field 'name': why", or None. SUM fields are counts: non-negative, none but `count` itself above
+    `count` (each value is counted once at most); the moments: n_finite a whole number in 0..count, a finite mean,
+    M2 >= 0; min <= max."""
+    count = int(istate[COUNT])
+    n = float(fstate[N_FINITE])
+    for fd in sorted(FIELDS, key=lambda fd: fd.name != "count"):  # count first: it bounds the others
+        start, size = fd.slots(nbins, flags)
+        v = (fstate if fd.part == FSTATE else istate)[start:start + size]
+        if fd.merge == SUM:
+            if (v < 0).any():
+                return f"field {fd.name!r}: a negative count ({int(v.min())})"
+            if fd.name != "count" and int(v.sum()) > count:
+                return f"field {fd.name!r}: counts {int(v.sum())} values, more than count ({count})"
+        elif fd.name == "n_finite" and not (0 <= n <= count and n == math.floor(n)):
+            return f"field 'n_finite': {n!r} is not a whole number in 0..count ({count})"
+        elif fd.name == "mean" and not math.isfinite(v[0]):
+            return f"field 'mean': {float(v[0])!r} is not finite"
+        elif fd.name == "m2" and v[0] < 0:
+            return f"field 'm2': {float(v[0])!r} is negative"
+        elif fd.name == "max" and fstate[MIN] > fstate[MAX]:
+            return f"field 'max': {float(fstate[MAX])!r} is below min ({float(fstate[MIN])!r})"
+    return None
+
+
 def slots(name, nbins, flags):
     """The slice of field `name` in its part for a state of (nbins, flags)."""
     start, size = BY_NAME[name].slots(nbins, flags)

@@ -89,3 +89,19 @@ def test_a_history_ring_larger_than_the_device_memory_is_refused_at_attach():
 def test_history_that_is_not_a_bool_or_a_positive_int_is_one_error(bad):
     with pytest.raises(ValueError, match="history"):
         hookstats.attach(model(), history=bad)
+
+
+@pytest.mark.parametrize("kwargs, name", [({"start_step": 2 ** 63}, "start_step"), ({"start_step": 2 ** 64}, "start_step"),
+                                          ({"keep": 2 ** 64}, "keep"), ({"log_every": 2 ** 63}, "log_every"),
+                                          ({"every": 2 ** 70}, "every")])
+def test_integer_arguments_past_int64_are_one_error_naming_them(kwargs, name):
+    with pytest.raises(ValueError) as e:
+        hookstats.attach(model(), **kwargs)
+    assert str(e.value).startswith(f"{name} must be an int <= 2^63-1 (int64), got "), e.value
+    hookstats.attach(model(), start_step=2 ** 63 - 1).remove()  # the largest int64 is a step
+
+
+def test_a_sink_class_instead_of_a_sink_is_refused_at_attach():
+    from hookstats.sinks import CSVSink
+    with pytest.raises(ValueError, match="got the class CSVSink: pass one made of it"):
+        hookstats.attach(model(), sinks=[CSVSink])

@@ -68,6 +68,13 @@ HOSTILE = {  # id: (line, the field the warning names)
     "target-a-number": (json.dumps({**GOOD, "target": 5}), "target"),
     "no-target": (json.dumps({k: v for k, v in GOOD.items() if k != "target"}), "target"),
     "type-unknown": (json.dumps({**GOOD, "type": "x"}), "type"),
+    "kind-a-path": (json.dumps({**GOOD, "kind": "x/../../../../tmp/EVIL"}), "kind"),
+    "target-a-terminal-escape": (json.dumps({**GOOD, "target": "0:output\x1b[2J"}), "target"),
+    "kind-unknown": (json.dumps({**GOOD, "kind": "weights"}), "kind"),
+    "phase-unknown": (json.dumps({**GOOD, "phase": "test"}), "phase"),
+    "phase-a-path": (json.dumps({**GOOD, "phase": "../x"}), "phase"),
+    "alert-kind-unknown": (json.dumps({"type": "alert", "step": 1, "target": "0:output", "kind": "../x",
+                                       "message": "x"}), "kind"),
     "a-json-list": ("[1, 2]", "type"),
 }
 
@@ -96,6 +103,8 @@ CSV_HOSTILE = {
     "fractional-count": ("1,0:output,0,output,,train,nan,0.5", "nan"),
     "count-1e400": ("1,0:output,0,output,,train,finite,1e400", "finite"),
     "stat-named-target": ("1,0:output,0,output,,train,target,1", "stat"),
+    "kind-a-path": ("1,0:output,0,x/../../../../tmp/EVIL,,train,count,24", "kind"),
+    "phase-unknown": ("1,0:output,0,output,,test,count,24", "phase"),
 }
 
 
@@ -234,3 +243,41 @@ def test_report_out_empty_is_an_error(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["hookstats report: error: --out is empty: give a folder, or leave --out out to write to "
                    "RUN_DIR/<run>/charts"]
+
+
+def test_report_writes_no_file_outside_its_folder_whatever_the_file_says(tmp_path, capsys):
+    # the crafted kind of the issue: a folder named like the kind's first part makes the joined path resolve
+    run, charts, evil = tmp_path / "run", tmp_path / "charts", tmp_path / "EVIL.png"
+    saved_run(run)
+    path = run / "history.jsonl"
+    kind = "x/" + "../" * 2 + "EVIL"
+    path.write_text(path.read_text() + json.dumps({**GOOD, "target": "t:output", "kind": kind}) + "\n")
+    (charts / "layer_stats_x").mkdir(parents=True)
+    code, out, err = report(capsys, run, tmp_path)
+    assert code == 0 and len(err) == 1 and "field 'kind'" in err[0], err
+    assert not evil.exists() and not list(tmp_path.glob("**/*EVIL*"))
+    assert all(p.resolve().parent == charts.resolve() for p in charts.glob("**/*.png"))
+
+
+def test_save_all_names_files_by_kind_only_when_it_is_a_kind(tmp_path):
+    from hookstats.tools import plots
+    items = [(s, {"target": f"t{i}", "module": "t", "kind": kind, "leaf": "", "count": 4, "finite": 4,
+                  "mean": 0.5, "std": 1.0}) for s in range(2) for i, kind in enumerate(("output", "../../EVIL"))]
+    paths = plots.save_all(plots.collect(items), tmp_path / "charts")
+    assert all(p.parent == tmp_path / "charts" and ".." not in p.name and "EVIL" not in p.name for p in paths)
+    assert (tmp_path / "charts" / "layer_stats_output.png") in paths and not list(tmp_path.glob("**/*EVIL*"))
+
+
+MATH_NAMES = ["$\\frac{a}{b}^{^{^{^}}}$", "$" + "{" * 200 + "x" + "}" * 200 + "$", "$a$ and $", "50$ \\$x$"]
+
+
+@pytest.mark.parametrize("name", MATH_NAMES)
+def test_target_names_are_drawn_literally_not_as_mathtext(tmp_path, capsys, name):
+    run = tmp_path / "run"
+    sink = JSONLSink(run / "history.jsonl")
+    for step in range(2):
+        sink.write(step, [{"target": f"{name}:output", "module": name, "kind": "output", "leaf": "", "count": 4,
+                           "finite": 4, "mean": 0.5, "std": 1.0, "log2_hist": np.full(256, 1, dtype=np.int64)}])
+    sink.close()
+    code, out, err = report(capsys, run, tmp_path)
+    assert code == 0 and err == [], err

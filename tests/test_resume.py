@@ -280,3 +280,65 @@ def test_each_rank_writes_its_own_file(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h.csv", "h.jsonl", "h.rank2.csv", "h.rank2.jsonl"]
     assert [s for s, _ in read_jsonl(tmp_path / "h.rank2.jsonl")[0]] == [2]
 
+
+
+def _state(sd, target):
+    return next(s for s in sd["states"] if f"{s['module']}:{s['kind']}" == target)
+
+
+def _changed(sd, target, **fields):
+    """sd with the state of `target` changed: fields replaced, or istate/fstate slots set by `<part>@<slot>`."""
+    states = []
+    for s in sd["states"]:
+        s = {**s, "fstate": s["fstate"].clone(), "istate": s["istate"].clone()}
+        if f"{s['module']}:{s['kind']}" == target:
+            for k, v in fields.items():
+                part, _, slot = k.partition("@")
+                if slot:
+                    s[part][int(slot)] = v
+                else:
+                    s[k] = v
+        states.append(s)
+    return {**sd, "states": states}
+
+
+CHECKPOINT_DEFECTS = {  # id: (change of the state dict, the field the error names)
+    "module-not-attached": (lambda sd: _changed(sd, "2:output", module="9"), "module"),
+    "param-not-in-model": (lambda sd: {**sd, "states": sd["states"] + [{**_state(sd, "2:output"), "kind": "param"}]},
+                           "kind"),
+    "leaf-an-int": (lambda sd: _changed(sd, "2:output", leaf=5), "leaf"),
+    "call-negative": (lambda sd: _changed(sd, "2:output", call=-3), "call"),
+    "call-without-separate-calls": (lambda sd: _changed(sd, "2:output", call=2), "call"),
+    "kind-unknown": (lambda sd: _changed(sd, "2:output", kind="weights"), "kind"),
+    "phase-unknown": (lambda sd: _changed(sd, "2:output", phase="test"), "phase"),
+    "negative-count": (lambda sd: _changed(sd, "2:output", **{"istate@0": -4}), "count"),
+    "n-finite-above-count": (lambda sd: _changed(sd, "2:output", **{"fstate@0": 10 ** 6}), "n_finite"),
+    "n-finite-fractional": (lambda sd: _changed(sd, "2:output", **{"fstate@0": 1.5}), "n_finite"),
+    "near-zero-above-count": (lambda sd: _changed(sd, "2:output", **{"istate@1": 10 ** 6}), "near_zero"),
+    "mean-nan": (lambda sd: _changed(sd, "2:output", **{"fstate@1": float("nan")}), "mean"),
+    "m2-negative": (lambda sd: _changed(sd, "2:output", **{"fstate@2": -1.0}), "m2"),
+    "min-above-max": (lambda sd: _changed(sd, "2:output", **{"fstate@3": 1e9}), "max"),
+    "negative-bucket": (lambda sd: _changed(sd, "2:output", **{"istate@-1": -1}), "float_buckets"),
+    "duplicate-state": (lambda sd: {**sd, "states": sd["states"] + [_state(sd, "2:output")]}, "a second state"),
+    "step-past-int64": (lambda sd: {**sd, "step": 2 ** 64}, "step"),
+    "meta-tensors": (lambda sd: _changed(sd, "2:output", fstate=torch.empty(5, dtype=torch.float64, device="meta")),
+                     "holds no values"),
+}
+
+
+@pytest.mark.parametrize("case", list(CHECKPOINT_DEFECTS), ids=list(CHECKPOINT_DEFECTS))
+def test_load_state_dict_refuses_a_state_that_breaks_an_invariant_naming_the_field(case):
+    change, field = CHECKPOINT_DEFECTS[case]
+    model, _ = loop()["make"]()
+    with hookstats.attach(model) as mon:
+        model(torch.ones(2, 5)).sum().backward()
+        sd = mon.state_dict()
+        before = mon.stats()
+    with hookstats.attach(model) as other:
+        other.load_state_dict(sd)  # the state dict as written loads
+        assert other.stats().keys() == before.keys()
+        with pytest.raises(ValueError) as e:
+            other.load_state_dict(change(sd))
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("load_state_dict: ") and (
+        f"'{field}'" in msg if field.isidentifier() else field in msg), msg

@@ -526,6 +526,70 @@ def test_param_grads_without_an_optimizer_are_measured_at_step():
     assert_matches(mon.stats()["Linear.weight:param_grad"], want, mon.cfg)
 
 
+@pytest.mark.parametrize("micro_batches", [1, 3])
+def test_param_grads_of_a_hand_written_update_that_drops_them_before_mon_step(micro_batches):
+    # p -= lr * p.grad; p.grad = None, then mon.step(): the gradients were gone when mon.step() came to read them
+    model, ref = twins(mlp)
+    xs = [torch.randn(8, 8) for _ in range(micro_batches)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mon = hookstats.attach(model, param_grads=True, steps="manual")
+        for _ in range(2):
+            for x in xs:
+                model(x).square().mean().backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.1 * p.grad
+                    p.grad = None
+            mon.step()
+        got = mon.stats(kind="param_grad")
+        mon.remove()
+    want = {}
+    for _ in range(2):
+        for x in xs:
+            ref(x).square().mean().backward()
+        with torch.no_grad():
+            for n, p in ref.named_parameters():
+                want.setdefault(n, []).append(p.grad.clone())
+                p -= 0.1 * p.grad
+                p.grad = None
+    assert set(got) == {f"{n}:param_grad" for n in want}
+    for n, gs in want.items():
+        assert_matches(got[f"{n}:param_grad"], cat(gs), mon.cfg)
+
+
+def test_param_grads_zeroed_in_place_before_mon_step_are_said_once():
+    model = nn.Linear(4, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        mon = hookstats.attach(model, param_grads=True, steps="manual")
+        for _ in range(3):
+            model(torch.randn(3, 4)).sum().backward()
+            model.zero_grad(set_to_none=False)
+            mon.step()
+        mon.remove()
+    said = [w for w in caught if "changed in place between their backward and mon.step()" in str(w.message)]
+    assert len(said) == 1 and said[0].filename == __file__, [str(w.message) for w in caught]
+
+
+def test_param_grads_clipped_before_an_optimizer_step_are_measured_clipped_in_silence():
+    model, ref = twins(mlp)
+    x = torch.randn(8, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mon = hookstats.attach(model, param_grads=True)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        model(x).square().mean().backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+        opt.step()
+        got = mon.stats(kind="param_grad")
+        mon.remove()
+    ref(x).square().mean().backward()
+    torch.nn.utils.clip_grad_norm_(ref.parameters(), 1e-3)
+    for n, p in ref.named_parameters():
+        assert_matches(got[f"{n}:param_grad"], p.grad, mon.cfg)
+
+
 def test_param_grads_follow_every_n():
     model = nn.Linear(4, 2)
     mon = hookstats.attach(model, param_grads=True, every=2)

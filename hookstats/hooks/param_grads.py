@@ -1,4 +1,4 @@
-"""Parameter gradients (param_grads=True): marked fresh when accumulated, measured once per optimizer step."""
+"""Parameter gradients (param_grads=True): held when accumulated, measured once per optimizer step."""
 import torch
 
 from ..state import Kind, TargetKey
@@ -9,10 +9,13 @@ from .handles import weakly
 class ParamGrads:
     """Parameter gradients after accumulation, one state per parameter, measured once per optimizer step.
 
-    A post-accumulate-grad hook only marks the parameter as fresh (no device work per micro-batch); the
-    fresh gradients of the parameters an optimizer steps are measured with one multi-tensor op per device just
-    before it steps (the step clock's before_optimizer: no optimizer has to be passed), or at mon.step() for
-    loops without a torch.optim optimizer. Frozen parameters (requires_grad=False) get no hook and no state.
+    A post-accumulate-grad hook holds the gradient it was called with (no device work per micro-batch: only
+    the last accumulation of an optimizer step is measured); the held gradients of the parameters an optimizer
+    steps are measured with one multi-tensor op per device just before it steps (the step clock's
+    before_optimizer: no optimizer has to be passed), or at mon.step() for loops without a torch.optim
+    optimizer. Measuring the held tensor, not `p.grad`, keeps a hand-written update that sets `p.grad = None`
+    before mon.step() from losing them; one changed in place before mon.step() is measured as changed, said
+    once. Frozen parameters (requires_grad=False) get no hook and no state.
     """
 
     def __init__(self, port, named_params):
@@ -25,7 +28,7 @@ class ParamGrads:
         for name, p in named_params:
             if p.requires_grad and p.is_floating_point() and id(p) not in self.params:
                 self.params[id(p)] = (TargetKey(name, Kind.PARAM_GRAD, "", None), p)
-        self.fresh = {}
+        self.fresh = {}  # id(param) -> (param, its gradient when accumulated, the gradient's version then)
         self.unsampled = 0  # optimizer steps with fresh gradients in unsampled steps, while none was measured
         self.handles = [weakly(self._mark, p.register_post_accumulate_grad_hook) for _, p in self.params.values()]
         self.clock.before_optimizer.append(self.before_optimizer)
@@ -33,13 +36,15 @@ class ParamGrads:
             self.store.resolve(key, p.device, "train", reach=False)
 
     def _mark(self, p):
-        self.fresh[id(p)] = p
+        g = p.grad
+        self.fresh[id(p)] = (p, g, None if g is None or torch.compiler.is_compiling() else g._version)
 
     def before_optimizer(self, optimizer, ids):
-        self.flush(ids)
+        self.flush(ids, changed_ok=True)
 
-    def flush(self, ids=None):
-        """Measures the fresh gradients (of `ids`, default all) and forgets them."""
+    def flush(self, ids=None, changed_ok=False):
+        """Measures the fresh gradients (of `ids`, default all) and forgets them. changed_ok: a gradient
+        changed in place since its backward is what an optimizer steps with (clipped, unscaled), not a loss."""
         ids = list(self.fresh) if ids is None else [i for i in ids if i in self.fresh]
         if not ids:
             return
@@ -57,16 +62,27 @@ class ParamGrads:
         elif self.clock.sampling:
             self.unsampled = -1
         compiling = torch.compiler.is_compiling()
+        changed = []
         for i in ids:
-            p = self.fresh.pop(i)
-            g = measured(p.grad)  # a DTensor (FSDP2): this rank's shard
-            if g is None or not self.clock.sampling:
+            p, g, version = self.fresh.pop(i)
+            if not self.clock.sampling or g is None:
+                continue
+            if not changed_ok and version is not None and g._version != version:
+                changed.append(self.params[i][0].module)
+            g = measured(g)  # a DTensor (FSDP2): this rank's shard
+            if g is None:
                 continue
             target = self.store.resolve(self.params[i][0], g.device, "train", compiling=compiling)
             if target is not None:
                 by_dev.setdefault(g.device, []).append((g, target[0]))
         for dev, items in by_dev.items():
             self.store.accumulate_many([g for g, _ in items], [st for _, st in items], dev)
+        if changed:
+            self.tell("param_grads_changed", (
+                f"hookstats: parameter gradients ({', '.join(changed[:3])}{', ...' if len(changed) > 3 else ''}) "
+                "were changed in place between their backward and mon.step() (zero_grad(set_to_none=False), "
+                "clipping, an in-place update): measured as they are now. Call mon.step() before changing them, "
+                "or set p.grad = None instead of zeroing it."))
 
     flushed = False  # some optimizer step or mon.step() came to measure fresh gradients
 

@@ -101,6 +101,9 @@ def check_sinks(sinks):
     if not isinstance(sinks, (list, tuple)):
         sinks = [sinks]
     for s in sinks:
+        if isinstance(s, type):
+            raise ValueError(f"a sink is an object, got the class {s.__name__}: pass one made of it, e.g. "
+                             f"{s.__name__}(...)")
         if not isinstance(s, Sink) and not all(callable(getattr(s, m, None)) for m in ("write", "close")):
             raise ValueError(f"a sink is a hookstats.sinks.Sink, or an object with write(step, records) and close() "
                              f"methods; got {type(s).__name__}")

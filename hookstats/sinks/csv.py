@@ -103,7 +103,7 @@ def read_csv(path):
             if row["stat"] in KEY_FIELDS:
                 raise fields.BadField("stat", f"{row['stat']!r} is not a statistic")
             value = fields.scalar(row["stat"], row["value"])
-            key = {k: fields.name(row.get(k, "train"), k, lines) for k in KEY_FIELDS}
+            key = {k: fields.key(row.get(k, "train"), k, lines) for k in KEY_FIELDS}
         except ValueError as e:
             lines.add(n, str(e), stacklevel=3)
             continue
@@ -113,9 +113,16 @@ def read_csv(path):
             ledger.record(step, rec)
         rec[row["stat"]] = value
     alerts_path = path.with_name(path.stem + "_alerts.csv")
-    alerts = [{**a, "step": step} for _, step, a in _rows(alerts_path, (ALERT_COLUMNS,), "step", None, lines)] \
-        if alerts_path.exists() else []
+    alerts, alert_lines = [], fields.BadLines(alerts_path)
+    for n, step, a in _rows(alerts_path, (ALERT_COLUMNS,), "step", None, alert_lines) if alerts_path.exists() else ():
+        try:
+            fields.alert_kind(a["kind"])
+        except ValueError as e:
+            alert_lines.add(n, str(e), stacklevel=3)
+            continue
+        alerts.append({**a, "step": step})
     lines.finish()
+    alert_lines.finish()
     items = ledger.items()
     for _, r in items:
         for k in INT_SCALARS:

@@ -1,20 +1,25 @@
 """Checks of what a saved history file holds, field by field, for its readers: a line with a field that is
 not what hookstats writes (a list where a number belongs, an integer too large for a float or an int64, a
-negative or string count, a step outside 0..2^63-1, an alert without `kind`) is skipped with one
+negative or string count, a step outside 0..2^63-1, a kind, phase or alert kind that hookstats does not write,
+an alert without `kind`) is skipped with one
 BadRecordWarning naming the file, line and field; the rest of the file is read. Names longer than NAME_MAX
 are shortened (their start and end around a hash that keeps different names apart), said once per file."""
 import hashlib
 import math
 import numbers
+import re
 import warnings
 
 from .. import statistics
+from ..alerts import ALERT_KINDS
+from ..state import KINDS, PHASES
 from .runs import HistoryFileWarning
 
 INT64_MAX = 2 ** 63 - 1
 NAME_MAX = 1000  # characters of a target/module name kept from a file
 COUNTS = frozenset(s for s in statistics.SCALARS if statistics.BY_NAME[s].type == statistics.INT) \
     | {"hist_count", "underflow", "overflow"}
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 WARN_MAX = 10  # bad lines said one by one per file; the rest in one count
 
 
@@ -39,10 +44,35 @@ def name(v, field, lines=None):
     """A name field; one longer than NAME_MAX shortened (noted in `lines`, a BadLines)."""
     if not isinstance(v, str):
         raise BadField(field, f"must be a string, got {show(v)}")
+    control = _CONTROL.search(v)
+    if control:  # printed by report: a terminal would obey an escape sequence
+        raise BadField(field, f"holds the control character {control.group()!r}")
     if len(v) > NAME_MAX:
         if lines is not None:
             lines.longest = max(lines.longest, len(v))
         return shorten(v)
+    return v
+
+
+def key(v, field, lines=None):
+    """A record's KEY_FIELDS value: `kind` one of Kind's values ("" in files of versions without kinds), `phase`
+    "train" or "eval", the others names. Nothing else reaches a reader: a kind names chart files."""
+    if field == "kind":
+        return word(v, field, ("",) + KINDS)
+    if field == "phase":
+        return word(v, field, PHASES)
+    return name(v, field, lines)
+
+
+def alert_kind(v):
+    return word(v, "kind", ALERT_KINDS)
+
+
+def word(v, field, vocabulary):
+    if not isinstance(v, str):
+        raise BadField(field, f"must be a string, got {show(v)}")
+    if v not in vocabulary:
+        raise BadField(field, f"must be one of {', '.join(repr(w) for w in vocabulary if w)}, got {show(v)}")
     return v
 
 

@@ -145,6 +145,7 @@ def _alert(obj):
     for k in ("kind", "message"):
         if not isinstance(out.get(k), str):
             raise fields.BadField(k, "missing" if k not in out else f"must be a string, got {fields.show(out[k])}")
+    fields.alert_kind(out["kind"])
     out["step"] = fields.step(out.get("step"))
     out["target"] = fields.name(out.get("target", ""), "target")
     return out
@@ -155,10 +156,10 @@ def _record(obj, lines):
     step = fields.step(obj.get("step"))
     for k in KEYS:
         if k == "target" or k in obj:
-            out[k] = fields.name(obj.get(k), k, lines)
+            out[k] = fields.key(obj.get(k), k, lines)
         else:
             out[k] = ""
-    out["phase"] = fields.name(obj.get("phase", "train"), "phase", lines)  # files of versions without phases
+    out["phase"] = fields.key(obj.get("phase", "train"), "phase")  # files of versions without phases
     log2_off = "log2_hist" in obj and obj["log2_hist"] is None  # written with log_hist=False
     for k, v in obj.items():
         if k in KEYS or k in ("type", "step", "hist", "hist_range", "log2_hist", "float_hist"):

@@ -2,7 +2,9 @@
 plot_layer_stats), histogram heatmaps over steps (fastai's color_dim) for the linear bins (configured ones, or
 a view of the float buckets over one span for all steps shown) and the log2 bins, and a dynamic-range chart
 with the fp16/bf16/fp8 ranges and the share of values each would under/overflow (from the float buckets when
-the run has them, else from the log2 bins of a run saved without them)."""
+the run has them, else from the log2 bins of a run saved without them). Every text is drawn literally: a
+target named `$...$` is its characters, never mathtext or TeX."""
+import functools
 import math
 import re
 
@@ -31,6 +33,16 @@ def _matplotlib(module=None):
     """matplotlib or one of its modules; a missing matplotlib is one line with its install command
     (extras.MissingExtra)."""
     return require("matplotlib" + ("" if module is None else f".{module}"), "hookstats charts")
+
+
+def _literal_text(plot):
+    """Draws `plot`'s figure with mathtext and TeX off, from its first artist to the saved file: names come from
+    users and files, and mathtext of a crafted name aborts the drawing."""
+    @functools.wraps(plot)
+    def draw(*args, **kwargs):
+        with _matplotlib().rc_context({"text.usetex": False, "text.parse_math": False}):
+            return plot(*args, **kwargs)
+    return draw
 
 
 # ---- data ----
@@ -145,6 +157,7 @@ def _save(fig, path, whole_legend=False):
 PLOT_MAX = 1e300
 
 # ---- layer stats ----
+@_literal_text
 def plot_layer_stats(series, path=None, targets=None, kind=Kind.OUTPUT.value, max_targets=None):
     """Mean, std and near-zero % of each target over steps, one line per target in forward order (every
     target of the kind; max_targets: the first ones, and the title says how many of how many). Each target has
@@ -227,6 +240,7 @@ def _panels(series, targets):
 
 
 # ---- histogram heatmaps ----
+@_literal_text
 def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.OUTPUT.value, max_targets=None,
                       ncols=3):
     """Per target, the histogram of each step as one column of log(1 + count) (fastai's color_dim), each
@@ -340,6 +354,7 @@ def _log2_of(hist):
     return buckets.log2_hist(h.astype(np.int64)) if h.shape[-1] == layout.FLOAT_SLOTS else h
 
 
+@_literal_text
 def plot_dynamic_range(by_target, path=None, max_targets=None):
     """Left: each target's log2 `|x|` distribution (one row per target, forward order; max_targets: the first
     ones, and the title says how many of how many) with each format's range marked (solid: smallest
@@ -409,6 +424,12 @@ def kind_of(target_id):
     return found[0] if found else "?"
 
 
+def _file_part(kind, kinds):
+    """The part of a chart's file name that says its kind: a Kind's value, else (a kind from a file or a user's
+    series, never part of a path) `kind<its index>`."""
+    return kind if kind in KINDS or kind == "" else f"kind{kinds.index(kind)}"
+
+
 def save_all(series, out_dir, run_totals=None, progress=None):
     """Every chart of a run as PNG files in out_dir; returns their paths. run_totals: {target: float buckets
     (or log2 hist)} of the whole run (default: totals(), summed from the recorded steps). progress: wraps the list of charts to draw
@@ -420,10 +441,11 @@ def save_all(series, out_dir, run_totals=None, progress=None):
     charts = []  # (file name, draw(path))
     kinds = list(dict.fromkeys(s["kind"] for s in series.values()))
     for kind in kinds:
-        charts.append((f"layer_stats_{kind}.png", partial(plot_layer_stats, series, kind=kind)))
+        charts.append((f"layer_stats_{_file_part(kind, kinds)}.png", partial(plot_layer_stats, series, kind=kind)))
         for hist in ("linear", "log2"):
             if any(s["kind"] == kind and _hist_key(s, hist) is not None for s in series.values()):
-                charts.append((f"hist_{hist}_{kind}.png", partial(plot_hist_heatmap, series, hist=hist, kind=kind)))
+                charts.append((f"hist_{hist}_{_file_part(kind, kinds)}.png",
+                               partial(plot_hist_heatmap, series, hist=hist, kind=kind)))
     log2 = run_totals if run_totals is not None else totals(series)
     # one chart per kind: "dynamic_range.png" holds the forward outputs, the activations a lower precision
     # would store; the others are named after their kind
@@ -431,7 +453,8 @@ def save_all(series, out_dir, run_totals=None, progress=None):
     for t, h in log2.items():
         by_kind.setdefault(series[t]["kind"] if t in series else kind_of(t), {})[t] = h
     for kind in sorted(by_kind, key=lambda k: (k != Kind.OUTPUT, kinds.index(k) if k in kinds else len(kinds))):
-        name = "dynamic_range.png" if kind == Kind.OUTPUT or len(by_kind) == 1 else f"dynamic_range_{kind}.png"
+        name = "dynamic_range.png" if kind == Kind.OUTPUT or len(by_kind) == 1 else \
+            f"dynamic_range_{_file_part(kind, list(by_kind))}.png"
         charts.append((name, partial(plot_dynamic_range, by_kind[kind])))
     paths = []
     for name, draw in (progress or iter)(charts):
