@@ -392,6 +392,36 @@ __device__ __forceinline__ void warp_merge(Partial& a, unsigned& nz) {
   }
 }
 
+// Blocks first, first + step, ... of ws merged in that order: shifted sums about the first one's mean (no
+// division per block), converted once; Chan's pairwise merges where those sums overflow.
+HS_HD Partial merge_shifted(const BlockPartial* ws, int first, int nblk, int step) {
+  Partial g;
+  double n = 0, K = 0, s1 = 0, s2 = 0;
+  for (int b = first; b < nblk; b += step) {
+    g.mn = fmin_nan(g.mn, ws[b].mn);
+    g.mx = fmax_nan(g.mx, ws[b].mx);
+    if (ws[b].n == 0) continue;
+    if (n == 0) K = ws[b].mean;
+    const double d = ws[b].mean - K;
+    s1 += ws[b].n * d;
+    s2 += ws[b].m2 + ws[b].n * d * d;
+    n += ws[b].n;
+  }
+  shifted_to_partial(g, n, K, s1, s2);
+  if (!partial_overflowed(g)) return g;
+  g = Partial{};
+  for (int b = first; b < nblk; b += step) {
+    Partial q;
+    q.n = ws[b].n;
+    q.mean = ws[b].mean;
+    q.m2 = ws[b].m2;
+    q.mn = ws[b].mn;
+    q.mx = ws[b].mx;
+    merge_partial(g, q);
+  }
+  return g;
+}
+
 // Plain arrays: a __shared__ variable cannot have constructors.
 struct BlockShared {
   double n[kMaxWarps], mean[kMaxWarps], m2[kMaxWarps], mn[kMaxWarps], mx[kMaxWarps];
@@ -453,7 +483,6 @@ __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid,
     sm.nz[warp] = nz;
   }
   __syncthreads();
-  flush_hists(tg, prm);
   if (warp == 0) {
     Partial b;
     unsigned bz = 0;
@@ -481,24 +510,22 @@ __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid,
     }
   }
   __syncthreads();
-  if (!sm.last || warp != 0) return;
+  // The histograms go out after the ticket: the last block's merge waits for no block's flush, its own included
+  // (its warp 0 flushes after merging).
+  if (!sm.last || warp != 0) {
+    flush_hists(tg, prm);
+    return;
+  }
 #if defined(__CUDA_ARCH__)
   // Lane 0 acquired the other blocks' partials; each reading lane also acquires at device scope, as the
   // barrier alone orders at block scope. (TSan does not model fences: the emulation relies on the barrier.)
   cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_device);
 #endif
-  // The last block: lane l merges blocks l, l+32, ... in order, then the lanes merge in lane order.
+  // The last block: lane l merges blocks l, l+32, ... in order, then the lanes merge in lane order. A lane sums its
+  // blocks about its first block's mean, with one division at the end (merge_shifted); the rare sums that
+  // overflow (float64 means near DBL_MAX) are merged again with chan_merge.
   const BlockPartial* ws = reinterpret_cast<const BlockPartial*>(tg.scratch + kTicketBytes);
-  Partial g;
-  for (int b = lane; b < nblk; b += kWarp) {
-    Partial q;
-    q.n = ws[b].n;
-    q.mean = ws[b].mean;
-    q.m2 = ws[b].m2;
-    q.mn = ws[b].mn;
-    q.mx = ws[b].mx;
-    merge_partial(g, q);
-  }
+  Partial g = merge_shifted(ws, lane, nblk, kWarp);
   unsigned unused = 0;
   warp_merge(g, unused);
   if (lane == 0) {
@@ -507,6 +534,7 @@ __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid,
     cuda::atomic_ref<unsigned, cuda::thread_scope_device>(*reinterpret_cast<unsigned*>(tg.scratch))
         .store(0u, cuda::memory_order_relaxed);
   }
+  flush_hists(tg, prm);
 }
 
 // The 1-element enabled flag (bool/uint8/int32/int64), read on the device, so no host sync: 0 off, else its low
