@@ -408,3 +408,23 @@ def test_cpu_op_time_is_the_mean_over_the_histogram_cadence(cfg, mean_of):
     got = speed.measure(torch.float32)
     assert got == pytest.approx([mean_of(10e-6 * n, 2e-6 * n) for n in (16, 1024)])
     assert set(modes) == ({1, 3} if mean_of(1.0, 0.0) != 1.0 else {1})
+
+
+def test_h200_figures_at_measured_points_and_over_the_histogram_cadence():
+    """plan()'s CUDA figures: the H200's measured calls (benchmarks/results/gpu_h200.json) at the sizes measured, and
+    with hist_every=N one step in N counting the histograms at their rate, the others at the skip rate."""
+    import json
+    import pathlib
+    res = json.loads((pathlib.Path(__file__).parent.parent / "benchmarks" / "results" / "gpu_h200.json").read_text())
+    row = res["results"]["bfloat16 256 MB N(0,1)"]
+    MB = op_speed.MB
+    one = op_speed.H200Speed(hookstats.StatsConfig(hist_every=1))
+    n = 256 * MB // 2
+    t = one.seconds(torch.bfloat16, n)
+    assert math.isclose(t, 11.03e-6 + (256 * MB - MB) / (row["buckets_gbps"] * 1e9))
+    assert math.isclose(one.seconds(torch.bfloat16, 2048), res["results"]["bfloat16 4 KB, per call"]["graph_us"] * 1e-6)
+    assert math.isclose(one.seconds(torch.bfloat16, MB // 2), res["results"]["bfloat16 1024 KB, per call"]["graph_us"] * 1e-6)
+    ten = op_speed.H200Speed(hookstats.StatsConfig(hist_every=10))
+    skip = 11.03e-6 + (256 * MB - MB) / (row["skip_step_gbps"] * 1e9)
+    assert math.isclose(ten.seconds(torch.bfloat16, n), (t + 9 * skip) / 10)
+    assert isinstance(op_speed.speed_for("cuda", hookstats.StatsConfig()), op_speed.H200Speed)

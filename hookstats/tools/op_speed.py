@@ -1,6 +1,6 @@
-"""How long the fused op takes per call, for plan(): on CUDA from the H100 bandwidth table measured in
-benchmarks/results/gpu_bandwidth_h100.json, on CPU from the op timed on the spot (a few sizes per dtype, this machine,
-this torch thread count)."""
+"""How long the fused op takes per call, for plan(): on CUDA from the current kernel's figures measured on an H200
+(benchmarks/results/gpu_h200.json; the H100 table of the kernel before the float buckets is kept beside it), on CPU
+from the op timed on the spot (a few sizes per dtype, this machine, this torch thread count)."""
 import bisect
 import math
 import statistics
@@ -27,6 +27,20 @@ H100_SAME_AS = {torch.float16: (torch.bfloat16, 1.0), torch.float64: (torch.floa
 H100_EAGER_CALL_S = 10.24e-6  # eager call of the op on a 4 KB fp32 tensor: the floor of one call
 H100_SOURCE = ("H100 80GB HBM3, benchmarks/results/gpu_bandwidth_h100.json (eager calls, cold L2; fp16 as bf16, "
                "fp64 estimated from fp32; under CUDA graphs the per-call floor is ~5.7 us instead of ~10 us)")
+
+
+# H200, the current kernel, calls in CUDA graphs (benchmarks/results/gpu_h200.json, N(0,1)): tensor MB -> op GB/s
+# on a step that counts the float buckets, on one that skips them (hist_every), and with every histogram (64 linear
+# bins, log2 slots, float buckets); the per-call floor from the 4 KB and 1 MB calls.
+H200_GBPS = {
+    torch.bfloat16: {"buckets": {256: 2131.3, 1024: 2366.5}, "skip": {256: 2801.1, 1024: 3239.4},
+                     "all": {256: 1630.8, 1024: 1782.4}},
+    torch.float32: {"buckets": {256: 3295.4, 1024: 3836.4}, "skip": {256: 3457.5, 1024: 4098.8},
+                    "all": {256: 2708.6, 1024: 3111.7}},
+}
+H200_CALL_S = {4096: 7.30e-6, MB: 11.03e-6}  # a 4 KB and a 1 MB bf16 call in a CUDA graph
+H200_SOURCE = ("H200, benchmarks/results/gpu_h200.json (calls in CUDA graphs; histogram steps averaged with the "
+               "skip steps of hist_every; fp16 as bf16, fp64 estimated from fp32)")
 
 
 def _interp_log(table, mb):
@@ -58,6 +72,32 @@ class H100Speed:
             at_1mb = MB / (H100_GBPS[base][self.column][1] * 1e9)
             return (H100_EAGER_CALL_S + (at_1mb - H100_EAGER_CALL_S) * mb) / scale
         return nbytes / (_interp_log(H100_GBPS[base][self.column], mb) * 1e9) / scale
+
+
+class H200Speed:
+    """Seconds per call of the CUDA kernel on an H200, from the measured figures: up to 1 MB the floor of a call,
+    linear in the size between the 4 KB and 1 MB calls; above it the 1 MB call plus the rest at the large-tensor
+    rate. With histograms and hist_every=N, the mean over the cadence: (one counting step + N - 1 skipping) / N."""
+    source = H200_SOURCE
+
+    def __init__(self, cfg):
+        flags = cfg.flags  # what the op counts (a log2 histogram can be derived from the float buckets)
+        self.column = ("all" if flags & (layout.LINEAR_HIST | layout.LOG_HIST) else
+                       "buckets" if flags & layout.FLOAT_HIST else "skip")
+        self.every = cfg.hist_every if cfg.flags & layout.HIST_FLAGS else 1
+
+    def _one(self, base, column, nbytes):
+        small, big = H200_CALL_S[4096], H200_CALL_S[MB]
+        if nbytes <= MB:
+            return small + (big - small) * max(0, nbytes - 4096) / (MB - 4096)
+        return big + (nbytes - MB) / (_interp_log(H200_GBPS[base][column], nbytes / MB) * 1e9)
+
+    def seconds(self, dtype, numel):
+        base, scale = H100_SAME_AS.get(dtype, (dtype, 1.0))
+        nbytes = numel * torch.empty((), dtype=base).element_size()
+        hist = self._one(base, self.column, nbytes)
+        skip = self._one(base, "skip", nbytes)
+        return (hist + (self.every - 1) * skip) / self.every / scale
 
 
 class MeasuredSpeed:
@@ -131,11 +171,7 @@ def speed_for(device, cfg, **measure_kwargs):
     on CPU, None elsewhere (no figure)."""
     device = torch.device(device)
     if device.type == "cuda":
-        # The float buckets alone (the default) take the "none" column until measured on a GPU: their hot loop is
-        # 19.6 SASS instructions per element on sm_90, the table's kernel without histograms 36 (gpu_check.py --sass,
-        # 0d06aaa). On CUDA hist_every saves little (a call without histograms still
-        # counts them in shared memory), so the cadence is not averaged here.
-        return H100Speed(histograms=cfg.linear_hist or cfg.log_hist)
+        return H200Speed(cfg)
     if device.type == "cpu":
         return MeasuredSpeed(cfg, device, **measure_kwargs)
     return None

@@ -248,14 +248,14 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
     count; a model whose forward branches on tensor values cannot be planned). loss_fn(output) -> scalar
     (default: default_loss). device: plan as if the model were there (default: where its parameters are;
     meta -> cpu; CUDA only where torch can use it, as autograd needs the device). speed: how op time is
-    predicted: None for the default of the model's device (the H100 table for CUDA, measured now for CPU), a
-    device ("cuda": the H100 table for a plan made on CPU tensors), an object with seconds(dtype, numel), or
+    predicted: None for the default of the model's device (the H200 figures for CUDA, measured now for CPU), a
+    device ("cuda": the H200 figures for a plan made on CPU tensors), an object with seconds(dtype, numel), or
     False for no time figures. sinks= are planned as history=True (the same device ring); nothing is written."""
     if not isinstance(model, nn.Module):
         raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
     if device is not None and torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise ValueError("plan(device='cuda') needs a torch that can use CUDA (autograd sets up the device); "
-                         "plan on CPU tensors with speed='cuda' to get the H100 time figures")
+                         "plan on CPU tensors with speed='cuda' to get the H200 time figures")
     if attached_monitor(model) is not None:
         raise ValueError("plan() copies the model with its hooks, and the monitor attached to it would measure the "
                          "copy's fake tensors: plan before attach() or after mon.remove()")
