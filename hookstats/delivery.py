@@ -78,6 +78,11 @@ class Delivery:
                 self.sinks.remove(sink)
                 warn_user(f"hookstats: sink {type(sink).__name__} failed and was dropped: {e!r}", HistoryWarning)
 
+    def resume(self, step):
+        """Tells every sink that the run goes on from `step` (Sink.resume: an earlier run's later steps are
+        superseded)."""
+        self._write("resume", step)
+
     def close(self):
         """Closes every sink (one that fails is told, the others still close)."""
         for sink in self.sinks:
