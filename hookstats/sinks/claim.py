@@ -22,7 +22,11 @@ def check_path(path, who):
     """A sink's path argument, checked: a str or os.PathLike naming a file."""
     if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or not str(os.fspath(path)).strip():
         raise ValueError(f"{who}: path must be a file path (str or os.PathLike), got {path!r:.80}")
-    return Path(path)
+    path = Path(path)
+    above = next((p for p in path.absolute().parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ValueError(f"{who}: {str(above)!r:.200} is a file, not a folder: {str(path)!r:.200} cannot be made")
+    return path
 
 
 def distributed_initialized():
@@ -154,7 +158,9 @@ class FileSink(Sink):
         """Closes the files the subclass has open (the next write opens them again)."""
 
     def close(self):
-        self.close_files()
-        if self._claim is not None:
-            self._claim.release()
-            self._claim = None
+        try:
+            self.close_files()  # may raise (a full disk): the lock goes all the same
+        finally:
+            if self._claim is not None:
+                self._claim.release()
+                self._claim = None

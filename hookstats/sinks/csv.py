@@ -58,10 +58,16 @@ class CSVSink(claim.FileSink):
         return [(path, _step_of), (path.with_name(path.stem + "_alerts.csv"), _step_of)]
 
     def close_files(self):
-        for f in (self._file, self._alerts):
+        files, self._file, self._alerts = (self._file, self._alerts), None, None
+        errors = []
+        for f in files:
             if f is not None:
-                f.close()
-        self._file = self._alerts = None
+                try:
+                    f.close()
+                except OSError as e:  # a full disk: the other file is closed all the same
+                    errors.append(e)
+        if errors:
+            raise errors[0]
 
 
 def _step_of(line):

@@ -64,9 +64,9 @@ class JSONLSink(claim.FileSink):
         return [(path, _step_of)]
 
     def close_files(self):
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        f, self._file = self._file, None
+        if f is not None:
+            f.close()
 
 
 _STEP = re.compile(r'\{"type": "\w+", "step": (\d+)[,}]')  # how write() begins a stats or step_end line
