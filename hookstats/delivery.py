@@ -77,6 +77,15 @@ class Delivery:
             except Exception as e:
                 self.sinks.remove(sink)
                 warn_user(f"hookstats: sink {type(sink).__name__} failed and was dropped: {e!r}", HistoryWarning)
+                try:
+                    protocol(sink, "close")()  # its files and locks go now, not at the run's end
+                except Exception:
+                    pass  # the warning above already told why it went
+
+    def resume(self, step):
+        """Tells every sink that the run goes on from `step` (Sink.resume: an earlier run's later steps are
+        superseded)."""
+        self._write("resume", step)
 
     def close(self):
         """Closes every sink (one that fails is told, the others still close)."""

@@ -202,6 +202,8 @@ class History:
         devices = {p.device for m in monitor.modules.values() for p in m.parameters(recurse=False)}
         for device in known or devices or {torch.device("cpu")}:
             check_ring_fits(capacity, max(1, len(known.get(device, ()))), self.cfg, device)
+        if monitor.step_count:
+            self.delivery.resume(monitor.step_count)
         monitor.split_steps()
         monitor.step_listeners.append(self._on_step_end)
 
@@ -264,6 +266,7 @@ class History:
         for device, states in self._states("train").items():
             self._ring(device, states).rebase()
         self._last_flush = self.monitor.step_count
+        self.delivery.resume(self.monitor.step_count)
 
     def _ring(self, device, states, phase="train"):
         """The ring of `device` and `phase`, remade (keeping what it knew) when targets appeared since."""

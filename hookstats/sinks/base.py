@@ -43,7 +43,8 @@ class Steps:
 
 class Sink:
     """The base of every sink. The history gives a sink each flush with write_steps(steps) (a Steps), the alerts
-    it raises with write_alerts(step, alerts) and ends with close(). A sink of records defines write(step,
+    it raises with write_alerts(step, alerts), the step a resumed run goes on from with resume(step) and ends
+    with close(). A sink of records defines write(step,
     records), which the default write_steps calls step by step; one that takes the arrays (MemorySink) overrides
     write_steps. An object that is no Sink but has write(step, records) and close() is taken as one (protocol()).
 
@@ -68,6 +69,10 @@ class Sink:
 
     def write_alerts(self, step, alerts):
         """The alerts raised at a flush (dicts with step, target, kind, message): a sink keeps none unless it says."""
+
+    def resume(self, step):
+        """The run goes on from `step` (attach(start_step=step), or mon.load_state_dict() of a checkpoint taken
+        before it): what an earlier run wrote of `step` and later is superseded. A sink keeps all unless it says."""
 
     def close(self):
         """Flushes and releases what the sink holds; the history calls it once, at the end."""

@@ -9,6 +9,7 @@ import weakref
 from pathlib import Path
 
 from .base import Sink
+from .purge import drop_steps_from
 
 _held = weakref.WeakValueDictionary()  # lock path -> the live Claim of this process holding it
 
@@ -21,7 +22,11 @@ def check_path(path, who):
     """A sink's path argument, checked: a str or os.PathLike naming a file."""
     if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or not str(os.fspath(path)).strip():
         raise ValueError(f"{who}: path must be a file path (str or os.PathLike), got {path!r:.80}")
-    return Path(path)
+    path = Path(path)
+    above = next((p for p in path.absolute().parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ValueError(f"{who}: {str(above)!r:.200} is a file, not a folder: {str(path)!r:.200} cannot be made")
+    return path
 
 
 def distributed_initialized():
@@ -120,23 +125,42 @@ def _unlink(lock, text):
 
 class FileSink(Sink):
     """A sink writing a history file of its own at `path` (checked, and refused early when a live writer holds
-    it): claim() takes this process's file (rank_path) on the first write; close() releases it (a subclass
-    closes its files first)."""
+    it): claim() takes this process's file (rank_path) on the first write; close() closes the subclass's files
+    (close_files()) and releases it. resume(step): the file's lines of `step` and later (superseded(path) says
+    which files and how to read a line's step) are dropped when the file is next opened (purge.py)."""
 
     def __init__(self, path):
         super().__init__()
         self.path = check_path(path, type(self).__name__)
         if not distributed_initialized():
             check_free(self.path)
-        self._claim = None
+        self._claim = self._purge_from = None
 
     def claim(self):
-        """The path of this process's file, claimed on the first call."""
+        """The path of this process's file, claimed on the first call (and purged after a resume())."""
         if self._claim is None:
             self._claim = Claim(rank_path(self.path))
+        if self._purge_from is not None:
+            for path, step_of in self.superseded(self._claim.path):
+                drop_steps_from(path, self._purge_from, step_of)
+            self._purge_from = None
         return self._claim.path
 
+    def resume(self, step):
+        self.close_files()
+        self._purge_from = step
+
+    def superseded(self, path):
+        """[(file, step_of)] of what resume() purges for the claimed `path` (purge.drop_steps_from)."""
+        return []
+
+    def close_files(self):
+        """Closes the files the subclass has open (the next write opens them again)."""
+
     def close(self):
-        if self._claim is not None:
-            self._claim.release()
-            self._claim = None
+        try:
+            self.close_files()  # may raise (a full disk): the lock goes all the same
+        finally:
+            if self._claim is not None:
+                self._claim.release()
+                self._claim = None

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from .. import statistics
-from . import claim, fields
+from . import claim, fields, purge
 from .base import KEY_FIELDS, SCALARS, file_lines, open_parent, warn_skipped
 from .runs import Ledger, run_header
 
@@ -21,9 +21,9 @@ RUN, STEP_END = "#run", "#step_end"
 
 
 class CSVSink(claim.FileSink):
-    """path: the file. Rows are appended (a resumed run keeps the earlier rows) after a run marker row, each
-    step's followed by a step-end row; one process writes a file at a time (claim.py), and under
-    torch.distributed rank r > 0 writes `<stem>.rank<r>.csv`."""
+    """path: the file. Rows are appended after a run marker row, each step's followed by a step-end row (a
+    resumed run keeps the earlier rows of the steps before its own, resume()); one process writes a file at a
+    time (claim.py), and under torch.distributed rank r > 0 writes `<stem>.rank<r>.csv`."""
 
     def __init__(self, path):
         super().__init__(path)
@@ -54,12 +54,28 @@ class CSVSink(claim.FileSink):
             self._alert_writer.writerow((a["step"], a["target"], a["kind"], a["message"]))
         self._alerts.flush()
 
-    def close(self):
-        for f in (self._file, self._alerts):
+    def superseded(self, path):
+        return [(path, _step_of), (path.with_name(path.stem + "_alerts.csv"), _step_of)]
+
+    def close_files(self):
+        files, self._file, self._alerts = (self._file, self._alerts), None, None
+        errors = []
+        for f in files:
             if f is not None:
-                f.close()
-        self._file = self._alerts = None
-        super().close()
+                try:
+                    f.close()
+                except OSError as e:  # a full disk: the other file is closed all the same
+                    errors.append(e)
+        if errors:
+            raise errors[0]
+
+
+def _step_of(line):
+    """The step of a line of a CSVSink file or its alerts file (purge.drop_steps_from), RUN for a run marker."""
+    cells = line.split(",", 4)
+    if cells[1:4] == ["", "", RUN]:
+        return purge.RUN
+    return int(cells[0]) if cells[0].isdigit() else None
 
 
 def _open_table(path, columns):

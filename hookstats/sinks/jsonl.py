@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 
 from .. import layout, records
-from . import claim, fields
+from . import claim, fields, purge
 from .base import SCALARS, file_lines, json_number, open_parent, warn_skipped
 from .runs import Ledger, run_header
 
 
 class JSONLSink(claim.FileSink):
-    """path: the file. Records are appended after a run header (a resumed run keeps the earlier records),
-    each step's followed by a step-end marker; one process writes a file at a time (claim.py), and under
-    torch.distributed rank r > 0 writes `<stem>.rank<r>.jsonl`."""
+    """path: the file. Records are appended after a run header, each step's followed by a step-end marker (a
+    resumed run keeps the earlier records of the steps before its own, resume()); one process writes a file at a
+    time (claim.py), and under torch.distributed rank r > 0 writes `<stem>.rank<r>.jsonl`."""
 
     def __init__(self, path):
         super().__init__(path)
@@ -60,11 +60,31 @@ class JSONLSink(claim.FileSink):
                                                      for k, v in a.items()}}, allow_nan=False) + "\n")
         f.flush()
 
-    def close(self):
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-        super().close()
+    def superseded(self, path):
+        return [(path, _step_of)]
+
+    def close_files(self):
+        f, self._file = self._file, None
+        if f is not None:
+            f.close()
+
+
+_STEP = re.compile(r'\{"type": "\w+", "step": (\d+)[,}]')  # how write() begins a stats or step_end line
+
+
+def _step_of(line):
+    """The step of a line of a JSONLSink file (purge.drop_steps_from), RUN for a run header."""
+    m = _STEP.match(line)
+    if m:
+        return int(m.group(1))
+    if line.startswith('{"type": "run"'):
+        return purge.RUN
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    step = obj.get("step") if isinstance(obj, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
 
 
 def _ends_with_newline(path):

@@ -40,6 +40,15 @@ def _add(writer, base, rec, lin, step):
                                  bucket_limits=edges[1:].tolist(), bucket_counts=counts.tolist(), global_step=step)
 
 
+def _writer(log_dir, purge_step=None):
+    from ..extras import require
+    require("tensorboard", "TensorBoardSink")  # torch.utils.tensorboard's own error names no install
+    from torch.utils.tensorboard import SummaryWriter
+
+    # a deep queue: with the default (10) every add_* waits for the writer thread
+    return SummaryWriter(log_dir=str(log_dir), max_queue=100_000, flush_secs=30, purge_step=purge_step)
+
+
 class TensorBoardSink(Sink):
     """log_dir: where a SummaryWriter of ours writes; or writer: a SummaryWriter (or anything with its
     add_scalar/add_histogram_raw/add_text) that stays the caller's: close() flushes it, never closes it.
@@ -59,15 +68,15 @@ class TensorBoardSink(Sink):
                                  f"got {type(writer).__name__} {writer!r:.60}, without {', '.join(missing)}")
         elif isinstance(log_dir, bytes) or not isinstance(log_dir, (str, os.PathLike)) or not str(log_dir).strip():
             raise ValueError(f"TensorBoardSink: log_dir must be a folder path (str or os.PathLike), got {log_dir!r:.60}")
-        self._own = writer is None
-        if writer is None:
-            from ..extras import require
-            require("tensorboard", "TensorBoardSink")  # torch.utils.tensorboard's own error names no install
-            from torch.utils.tensorboard import SummaryWriter
+        self._own, self.log_dir = writer is None, log_dir
+        self.writer = writer if writer is not None else _writer(log_dir)
 
-            # a deep queue: with the default (10) every add_* waits for the writer thread
-            writer = SummaryWriter(log_dir=str(log_dir), max_queue=100_000, flush_secs=30)
-        self.writer = writer
+    def resume(self, step):
+        """A writer of ours starts again with SummaryWriter's purge_step: TensorBoard hides the events of `step`
+        and later written before it. A caller's writer is the caller's: make it with purge_step=step."""
+        if self._own:
+            self.writer.close()
+            self.writer = _writer(self.log_dir, purge_step=step)
 
     def write(self, step, records):
         for rec in records:

@@ -5,7 +5,8 @@ hookstats flushes several steps at once, after the user's own wandb.log calls of
 passes step= (W&B drops a row whose step is below the run's current one): each row carries its step as
 `<prefix>step`, declared with define_metric as the x-axis of every `<prefix>*` metric. W&B keeps one step
 counter per run and these rows advance it: the user's own wandb.log calls beside them must not pass step=
-either (or must have an x-axis of their own, from define_metric)."""
+either (or must have an x-axis of their own, from define_metric). A resumed run (Sink.resume) cannot take back the
+rows a W&B run holds: rewinding a W&B run is wandb.init(resume_from=...)'s."""
 import numpy as np
 
 from .base import DASHBOARD_STATS, PREFIX, Sink
