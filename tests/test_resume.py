@@ -16,38 +16,10 @@ from hookstats.sinks import CSVSink, JSONLSink, read_csv, read_jsonl
 from hookstats.sinks.claim import FileInUseError
 from hookstats.sinks.runs import RunsWarning
 
+from resume_loop import LOOP
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGETS = ("0:output", "2:output", "0:grad_output", "2:grad_output")
-
-# The loop both processes run: model, optimizer and data from the step number alone; the test's own hooks
-# keep every measured tensor in float64.
-LOOP = textwrap.dedent("""
-    import torch
-    from torch import nn
-
-    def make():
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 3))
-        return model, torch.optim.SGD(model.parameters(), lr=0.05)
-
-    def own_hooks(model, seen, clock):
-        def fwd(name):
-            def hook(m, i, o):
-                seen.append((clock[0], name + ":output", o.detach().double().flatten()))
-                o.register_hook(lambda g: seen.append((clock[0], name + ":grad_output", g.double().flatten())))
-            return hook
-        for name in ("0", "2"):
-            model.get_submodule(name).register_forward_hook(fwd(name))
-
-    def train(model, opt, steps, clock):
-        for s in steps:
-            clock[0] = s
-            g = torch.Generator().manual_seed(100 + s)
-            x = torch.randn(7, 5, generator=g) * (1 + s % 3)
-            model(x).square().mean().backward()
-            opt.step()
-            opt.zero_grad()
-""")
 
 
 def loop():
@@ -279,7 +251,6 @@ def test_each_rank_writes_its_own_file(tmp_path, monkeypatch):
             s.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h.csv", "h.jsonl", "h.rank2.csv", "h.rank2.jsonl"]
     assert [s for s, _ in read_jsonl(tmp_path / "h.rank2.jsonl")[0]] == [2]
-
 
 
 def _state(sd, target):

@@ -15,38 +15,12 @@ import torch
 import hookstats
 from hookstats.sinks import CSVSink, JSONLSink, TensorBoardSink, read_csv, read_jsonl
 
+from resume_loop import LOOP
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGETS = ("0:output", "2:output", "0:grad_output", "2:grad_output")
 CKPT_AT, FIRST_END, SECOND_END = 14, 24, 30  # the checkpoint holds steps 0..14
 
-# Both processes: model and optimizer from a seed, data from the step number and the process (so the two
-# processes' values of one step differ); the test's own hooks keep every measured tensor in float64.
-LOOP = textwrap.dedent("""
-    import torch
-    from torch import nn
-
-    def make():
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 3))
-        return model, torch.optim.SGD(model.parameters(), lr=0.05)
-
-    def own_hooks(model, seen, clock):
-        def fwd(name):
-            def hook(m, i, o):
-                seen.append((clock[0], name + ":output", o.detach().double().flatten()))
-                o.register_hook(lambda g: seen.append((clock[0], name + ":grad_output", g.double().flatten())))
-            return hook
-        for name in ("0", "2"):
-            model.get_submodule(name).register_forward_hook(fwd(name))
-
-    def train(model, opt, steps, clock, process):
-        for s in steps:
-            clock[0] = s
-            g = torch.Generator().manual_seed(100 + s + 1000 * process)
-            model(torch.randn(7, 5, generator=g) * (1 + s % 3)).square().mean().backward()
-            opt.step()
-            opt.zero_grad()
-""")
 
 FIRST = LOOP + textwrap.dedent("""
     import sys
