@@ -140,6 +140,10 @@ def test_a_disabled_progress_bar_needs_no_tqdm(monkeypatch):
     from hookstats.tools.progress import progress
     hide(monkeypatch, "tqdm")
     assert list(progress(range(3), enabled=False)) == [0, 1, 2]
-    with progress(total=4, enabled=False) as bar:
+    with progress(total=4, enabled=False) as bar:  # what the commands call on a bar
         bar.update()
         bar.set_postfix_str("done: 1", refresh=False)
+        bar.set_description("transformer")
+    from hookstats.tools.bench import command
+    out = command.run(["stack4"], [command.BASELINE], repeats=1, steps=1, memory_steps=0, show_progress=False)
+    assert list(out["workloads"]) == ["stack4"]

@@ -24,6 +24,9 @@ class _Off:
     def set_postfix_str(self, s="", refresh=True):
         pass
 
+    def set_description(self, desc=None, refresh=True):
+        pass
+
     def close(self):
         pass
 
