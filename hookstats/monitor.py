@@ -275,7 +275,7 @@ def attached_monitor(model):
     return mon if mon is not None and mon.attached else None
 
 
-def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
+def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=None,
            steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
            params=False, separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True,
            rank_zero_only=True, start_step=0, config=None, **config_kwargs):
@@ -285,7 +285,9 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     every=N measures one step in N (hist_every=M: the train histograms on one of those in M, steps k with
     k % (N * M) == 0, and the ramp N * (1, 2, 4, ...) below N * M; moments, counts, min/max, near-zero and NaN/Inf
     on each); steps="forward" counts a step per root forward in training mode,
-    steps="manual" lets mon.step() end each step (gradient accumulation); eval=True also measures eval-mode forwards, kept apart from train, in any step (every=N samples train steps only);
+    steps="manual" lets mon.step() end each step (gradient accumulation); eval measures eval-mode forwards (validation
+    passes), kept apart from train, in any step (every=N samples train steps only): by default when the monitor
+    keeps a history or has sinks, eval=False leaves them out, eval=True measures them without;
     inputs=True measures module inputs; grads (default on) the gradients flowing back into the outputs;
     input_grads=True the gradients w.r.t. module inputs, through each call only (a call that modifies its
     input in place is left out, said once); param_grads=True each parameter's gradient once per
@@ -308,14 +310,15 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     if not isinstance(model, nn.Module):
         raise ValueError(f"attach: model must be an nn.Module (or a paddle.nn.Layer), got "
                          f"{type(model).__module__}.{type(model).__name__} {model!r:.80}")
+    from .history import attach_history, history_options
+    history = history_options(history, log_every, keep, sinks, alerts)  # History's keywords, or None
+    eval = history is not None if eval is None else eval  # validation passes recorded wherever records go
     flags = dict(include_paramless=include_paramless, eval=eval, inputs=inputs, outputs=outputs, grads=grads,
                  input_grads=input_grads, param_grads=param_grads, params=params, separate_calls=separate_calls,
                  rank_zero_only=rank_zero_only)
     for name, v in flags.items():
         check_arg(name, v, bool)
     start_step = check_arg("start_step", start_step, int, lo=0)
-    from .history import attach_history, history_options
-    history = history_options(history, log_every, keep, sinks, alerts)  # History's keywords, or None
     config = attach_config(config, config_kwargs, None if history is None else history["log_every"], every)
     if history is not None and rank_zero_only:
         from .distributed import rank_zero_sinks

@@ -91,7 +91,7 @@ class PaddleMonitor(Monitor):
         return super().reduce(group)
 
 
-def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
+def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=None,
            steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
            separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True,
            rank_zero_only=True, config=None, optimizer=None, **config_kwargs):
@@ -102,6 +102,10 @@ def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=F
     if not isinstance(layer, paddle.nn.Layer):
         raise ValueError(f"attach: model must be a torch.nn.Module or a paddle.nn.Layer, got "
                          f"{type(layer).__module__}.{type(layer).__name__} {layer!r:.80}")
+    from ..history import attach_history, history_options
+    from ..sinks.base import check_sinks
+    history = history_options(history, log_every, keep, sinks, alerts)
+    eval = history is not None if eval is None else eval  # validation passes recorded wherever records go
     flags = dict(include_paramless=include_paramless, eval=eval, inputs=inputs, outputs=outputs, grads=grads,
                  input_grads=input_grads, param_grads=param_grads, separate_calls=separate_calls,
                  rank_zero_only=rank_zero_only)
@@ -113,9 +117,6 @@ def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=F
     if optimizer is not None and not param_grads:
         raise ValueError("attach: optimizer= is used by param_grads=True only (its step() measures the parameter "
                          "gradients); pass param_grads=True or leave optimizer out")
-    from ..history import attach_history, history_options
-    from ..sinks.base import check_sinks
-    history = history_options(history, log_every, keep, sinks, alerts)
     config = attach_config(config, config_kwargs, None if history is None else history["log_every"], every)
     if history is not None and rank_zero_only and paddle.distributed.get_rank() != 0:
         history["sinks"] = [MutedSink(s) for s in check_sinks(history["sinks"])]
