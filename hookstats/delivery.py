@@ -7,6 +7,7 @@ from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_col
                       step_records)
 from .sinks.base import Steps, protocol
 from .sinks.memory import MemorySink
+from .sinks.runs import new_run_id
 from .user_warning import warn_user
 
 
@@ -22,6 +23,9 @@ class Delivery:
         self.cfg, self.rules, self._order = cfg, rules, order
         self.memory_sink = MemorySink(max_steps=keep)
         self.sinks = [self.memory_sink] + sinks
+        run_id = new_run_id()  # one run, one id: every file sink of this history names it
+        for sink in sinks:
+            protocol(sink, "join_run")(run_id)
         self.alerts = []
         self._reported = set()
 

@@ -69,6 +69,10 @@ class Sink:
     def write_alerts(self, step, alerts):
         """The alerts raised at a flush (dicts with step, target, kind, message): a sink keeps none unless it says."""
 
+    def join_run(self, run_id):
+        """The run id of the monitor whose history feeds this sink, told before its first write: a sink that names
+        its run (the file sinks' run header) names this one, so every sink of one monitor names the same run."""
+
     def close(self):
         """Flushes and releases what the sink holds; the history calls it once, at the end."""
 
