@@ -172,8 +172,8 @@ def attach_config(config, config_kwargs, log_every=None, every=1, keywords=()):
     fields = [f.name for f in dataclasses.fields(StatsConfig)]
     unknown = sorted(set(config_kwargs) - set(fields))
     if unknown:
-        raise TypeError("; ".join(f"attach() got an unexpected keyword argument {k!r}" + did_you_mean(k, [*keywords, *fields])
-                                  for k in unknown))
+        raise TypeError("; ".join(f"attach() got an unexpected keyword argument {k!r}"
+                                  + did_you_mean(k, [*keywords, *fields]) for k in unknown))
     if log_every is not None and config_kwargs.get("hist_every") is None:
         config_kwargs = {**config_kwargs, "hist_every": hist_every_for(log_every, check_count("every", every))}
     return StatsConfig(**config_kwargs)

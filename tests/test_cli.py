@@ -265,7 +265,8 @@ def test_report_from_csv_only_and_from_a_broken_jsonl(demo_dir, tmp_path, capsys
 def test_python_dash_m_entry_point():
     r = subprocess.run([sys.executable, "-m", "hookstats", "report", "/no/such/folder"], capture_output=True,
                        text=True, timeout=120)
-    assert r.returncode == 2 and r.stderr.strip() == "hookstats report: error: no such folder or history file: /no/such/folder"
+    assert r.returncode == 2
+    assert r.stderr.strip() == "hookstats report: error: no such folder or history file: /no/such/folder"
 
 
 def saved_run(run, config):

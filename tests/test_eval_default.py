@@ -35,7 +35,8 @@ def test_a_monitor_with_a_history_records_validation_passes_by_default():
     rows = {st: v for p, t, st, v in zip(frame["phase"], frame["target"], frame["stat"], frame["value"])
             if p == "eval" and t == "0:output"}
     assert rows["count"] == seen.size
-    np.testing.assert_allclose([rows["mean"], rows["std"]], [seen.mean(), seen.std(ddof=1)], rtol=1e-6)  # float32 values
+    # float32 values
+    np.testing.assert_allclose([rows["mean"], rows["std"]], [seen.mean(), seen.std(ddof=1)], rtol=1e-6)
     mon.remove()
 
 

@@ -176,7 +176,8 @@ COMMANDS = {
                     _demo_arguments, _demo),
     "report": Command("rebuild charts and tables from a saved run folder",
                       "Rebuilds the charts and tables of a run from its history.jsonl (or history.csv: scalar "
-                      "charts only). RUN_DIR is a run folder, a folder of runs (like the demo's output) or a history file.",
+                      "charts only). RUN_DIR is a run folder, a folder of runs (like the demo's output) or a "
+                      "history file.",
                       _report_arguments, _report),
     "bench": Command("benchmarks against fastai, detach-to-CPU and wandb-style hooks (hookstats bench --help)",
                      run_argv=_bench),
