@@ -119,3 +119,18 @@ def test_plan_prints_no_notices_of_transformers():
                          text=True, cwd=ROOT, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr
     assert out.stderr == "" and "transformers" not in out.stdout
+
+
+def test_report_of_a_loss_sum_run_draws_charts_of_a_page_s_size(tmp_path):
+    """loss = out.sum() (as tutorials write it): the last layer's output gradient is all ones, std 0 on the std
+    panel's log axis beside positive ones; the chart stays a page, not millions of pixels tall."""
+    pytest.importorskip("matplotlib")
+    from matplotlib import image
+    from hookstats.tools.cli import main
+    model = net()
+    with hookstats.attach(model, sinks=[JSONLSink(tmp_path / "history.jsonl")], log_every=3, alerts=False):
+        for _ in range(6):
+            model(torch.randn(3, 4)).sum().backward()
+    assert main(["report", str(tmp_path), "--no-progress"]) == 0
+    for png in (tmp_path / "charts").glob("*.png"):
+        assert image.imread(png).shape[0] < 5000, png.name
