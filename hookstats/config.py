@@ -1,5 +1,6 @@
 """StatsConfig: what every target measures (histogram range, near-zero rule), validated up front."""
 import dataclasses
+import difflib
 import math
 
 import numpy as np
@@ -154,9 +155,16 @@ def check_count(name, value, optional=False):
     return None if optional and value is None else check_arg(name, value, int, lo=1)
 
 
-def attach_config(config, config_kwargs, log_every=None, every=1):
-    """attach()'s StatsConfig: `config` or its fields as keywords (one clear error each). Without hist_every, a
-    history (log_every given) gets hist_every_for(log_every, every): each logging window holds a histogram step."""
+def did_you_mean(name, choices):
+    """' (did you mean x?)' with the closest of `choices` to `name`, or '' when none is close."""
+    close = difflib.get_close_matches(name, choices, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def attach_config(config, config_kwargs, log_every=None, every=1, keywords=()):
+    """attach()'s StatsConfig: `config` or its fields as keywords (one clear error each; an unknown keyword a
+    TypeError naming the closest of `keywords`, attach()'s own, and the fields). Without hist_every, a history
+    (log_every given) gets hist_every_for(log_every, every): each logging window holds a histogram step."""
     if config is not None and not isinstance(config, StatsConfig):
         raise ValueError(f"config must be a hookstats.StatsConfig (or pass its fields as keywords: "
                          f"attach(model, nbins=..., lo=...)), got {type(config).__name__}")
@@ -164,9 +172,11 @@ def attach_config(config, config_kwargs, log_every=None, every=1):
         raise ValueError("pass either config= or its fields as keywords, not both")
     if config is not None:
         return config
-    unknown = set(config_kwargs) - {f.name for f in dataclasses.fields(StatsConfig)}
+    fields = [f.name for f in dataclasses.fields(StatsConfig)]
+    unknown = sorted(set(config_kwargs) - set(fields))
     if unknown:
-        raise ValueError(f"unknown argument(s) to attach: {sorted(unknown)}")
+        raise TypeError("; ".join(f"attach() got an unexpected keyword argument {k!r}"
+                                  + did_you_mean(k, [*keywords, *fields]) for k in unknown))
     if log_every is not None and config_kwargs.get("hist_every") is None:
         config_kwargs = {**config_kwargs, "hist_every": hist_every_for(log_every, check_count("every", every))}
     return StatsConfig(**config_kwargs)

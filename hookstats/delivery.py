@@ -7,6 +7,7 @@ from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_col
                       step_records)
 from .sinks.base import Steps, protocol
 from .sinks.memory import MemorySink
+from .sinks.runs import new_run_id
 from .user_warning import warn_user
 
 
@@ -22,6 +23,9 @@ class Delivery:
         self.cfg, self.rules, self._order = cfg, rules, order
         self.memory_sink = MemorySink(max_steps=keep)
         self.sinks = [self.memory_sink] + sinks
+        run_id = new_run_id()  # one run, one id: every file sink of this history names it
+        for sink in sinks:
+            protocol(sink, "join_run")(run_id)
         self.alerts = []
         self._reported = set()
 
@@ -38,15 +42,20 @@ class Delivery:
             cols = select_steps(cols, active)
             present = present[active]
         if steps:
-            # the window's buckets go with its last measured step; the steps before it carry none
-            last = active[-1]
-            self._write_runs(steps[:-1], keys, no_bucket_columns(cols, len(steps) - 1, self.cfg), present[:-1], hist,
-                             phase)
             grown = None if host_b is None else host_b.numpy()
             if grown is not None and not grown.any():  # a window without a histogram step: no buckets, not empty ones
                 grown = None
-            tail = bucket_columns(fs[last], counts[last], grown, self.cfg)
-            self._write_runs(steps[-1:], keys, tail, present[-1:], hist[-1:], phase)
+            # the window's buckets go with its last step that counted histograms (the buckets grow on no other),
+            # so their figures are written at a step that counted them; the other steps carry none
+            counted = [k for k, h in enumerate(hist) if h]
+            at = counted[-1] if counted and grown is not None else len(steps) - 1
+            self._write_runs(steps[:at], keys, no_bucket_columns(cols, range(at), self.cfg), present[:at], hist[:at],
+                             phase)
+            tail = bucket_columns(fs[active[at]], counts[active[at]], grown, self.cfg)
+            self._write_runs(steps[at:at + 1], keys, tail, present[at:at + 1], hist[at:at + 1], phase)
+            rest = range(at + 1, len(steps))
+            self._write_runs(steps[at + 1:], keys, no_bucket_columns(cols, rest, self.cfg), present[at + 1:],
+                             hist[at + 1:], phase)
         new = self.rules.read(arow, keys, self._reported, order=self._order) if phase == "train" else None
         if new:
             self.alerts.extend(new)

@@ -1,6 +1,7 @@
 """attach() and Monitor, the facade users hold: it wires the state owner (state.py), the step clock (clock.py),
 the hooks (hooks/), the per-step history (history.py, delivery.py) and merging across ranks (distributed.py). The
 host reads the device state only in stats(), flushes and reduce()."""
+import inspect
 import weakref
 
 import torch
@@ -14,7 +15,7 @@ from .hooks.watch import watch
 from .selection import select_modules
 from .state import KINDS, PHASES, StateStore
 from .records import HISTOGRAM_FIELDS, stats_records
-from .user_warning import WarnOnce
+from .user_warning import WarnOnce, warn_user
 
 
 class Monitor:
@@ -119,6 +120,9 @@ class Monitor:
                                "torch.optim optimizer has stepped: call mon.step() after each step (outside the "
                                "compiled function) for every=N and history.")
         chosen = [st for key, _, st in self.states(phase) if kind is None or key.kind == kind]
+        if not chosen and phase == "train" and kind is None:
+            warn_user("hookstats: stats() is {}: no step was measured yet (run a training forward through the "
+                      "model, in model.train() mode, first)")
         with self.store.exclusive():  # not halfway through another thread's step end (open step read twice)
             host = self.store.to_host(chosen)
         grouped = {}
@@ -275,7 +279,7 @@ def attached_monitor(model):
     return mon if mon is not None and mon.attached else None
 
 
-def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
+def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=None,
            steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
            params=False, separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True,
            rank_zero_only=True, start_step=0, config=None, **config_kwargs):
@@ -285,7 +289,9 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     every=N measures one step in N (hist_every=M: the train histograms on one of those in M, steps k with
     k % (N * M) == 0, and the ramp N * (1, 2, 4, ...) below N * M; moments, counts, min/max, near-zero and NaN/Inf
     on each); steps="forward" counts a step per root forward in training mode,
-    steps="manual" lets mon.step() end each step (gradient accumulation); eval=True also measures eval-mode forwards, kept apart from train, in any step (every=N samples train steps only);
+    steps="manual" lets mon.step() end each step (gradient accumulation); eval measures eval-mode forwards (validation
+    passes), kept apart from train, in any step (every=N samples train steps only): by default when the monitor
+    keeps a history or has sinks, eval=False leaves them out, eval=True measures them without;
     inputs=True measures module inputs; grads (default on) the gradients flowing back into the outputs;
     input_grads=True the gradients w.r.t. module inputs, through each call only (a call that modifies its
     input in place is left out, said once); param_grads=True each parameter's gradient once per
@@ -307,20 +313,26 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     """
     if not isinstance(model, nn.Module):
         raise ValueError(f"attach: model must be an nn.Module (or a paddle.nn.Layer), got "
-                         f"{type(model).__module__}.{type(model).__name__} {model!r:.80}")
+                         f"{type(model).__module__}.{type(model).__name__}")
+    from .history import attach_history, history_options
+    history = history_options(history, log_every, keep, sinks, alerts)  # History's keywords, or None
+    eval = history is not None if eval is None else eval  # validation passes recorded wherever records go
     flags = dict(include_paramless=include_paramless, eval=eval, inputs=inputs, outputs=outputs, grads=grads,
                  input_grads=input_grads, param_grads=param_grads, params=params, separate_calls=separate_calls,
                  rank_zero_only=rank_zero_only)
     for name, v in flags.items():
         check_arg(name, v, bool)
     start_step = check_arg("start_step", start_step, int, lo=0)
-    from .history import attach_history, history_options
-    history = history_options(history, log_every, keep, sinks, alerts)  # History's keywords, or None
-    config = attach_config(config, config_kwargs, None if history is None else history["log_every"], every)
+    config = attach_config(config, config_kwargs, None if history is None else history["log_every"], every,
+                           keywords=ATTACH_KEYWORDS)
     if history is not None and rank_zero_only:
         from .distributed import rank_zero_sinks
         history["sinks"] = rank_zero_sinks(history["sinks"])
     selected = select_modules(model, modules, types, exclude, include_paramless)
+    if attached_monitor(model) is not None:
+        warn_user("hookstats: this model already has a monitor attached, and both would measure every step: call "
+                  "remove() on the first (or attach in `with hookstats.attach(model) as mon:`) before attaching again",
+                  AttachedTwiceWarning)
     mon = Monitor(model, config, selected, every=every, eval=eval, inputs=inputs, outputs=outputs, steps=steps,
                   grads=grads, input_grads=input_grads, param_grads=param_grads, params=params,
                   separate_calls=separate_calls)
@@ -328,3 +340,10 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     mon.step_history = attach_history(mon, history)
     _attached_to[model] = weakref.ref(mon)
     return mon
+
+
+ATTACH_KEYWORDS = tuple(inspect.signature(attach).parameters)  # what a misspelled keyword is matched against
+
+
+class AttachedTwiceWarning(UserWarning):
+    """attach() on a model that has a monitor attached already."""

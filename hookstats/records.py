@@ -65,11 +65,12 @@ def step_columns(fstate, istate, cfg):
         return statistics.derive_rows(f, i, _without_buckets(cfg), statistics.HISTORY)
 
 
-def no_bucket_columns(cols, n, cfg):
-    """step_columns() of the first n step slots, with the statistics of the float buckets (when cfg counts
-    them) as steps without buckets have them: NaN scalars, and histograms as read-only zero-stride rows
+def no_bucket_columns(cols, slots, cfg):
+    """step_columns() of the step slots `slots` (a range), with the statistics of the float buckets (when cfg
+    counts them) as steps without buckets have them: NaN scalars, and histograms as read-only zero-stride rows
     (no memory), which records hand out as None. With buckets the log2 histogram is theirs too."""
-    cols = select_steps(cols, slice(0, n))
+    n = len(slots)
+    cols = select_steps(cols, slice(slots.start, slots.stop))
     for name, (dtype, shape) in _bucket_fields(cfg).items():
         t = cols["count"].shape[1]
         cols[name] = np.full((n, t), np.nan) if not shape else np.broadcast_to(np.zeros(shape, dtype), (n, t, *shape))
@@ -82,7 +83,7 @@ def bucket_columns(fstate, istate, buckets, cfg):
     statistics cover those steps), or None: none this time."""
     f = np.asarray(fstate, dtype=np.float64)[None]
     if not cfg.float_hist or buckets is None:
-        return no_bucket_columns(step_columns(f, np.asarray(istate)[None], cfg), 1, cfg)
+        return no_bucket_columns(step_columns(f, np.asarray(istate)[None], cfg), range(1), cfg)
     i = np.concatenate([_compact(istate, cfg), np.asarray(buckets, dtype=np.int64)], axis=-1)[None]
     with np.errstate(divide="ignore", invalid="ignore"):
         return statistics.derive_rows(f, i, cfg, statistics.HISTORY)

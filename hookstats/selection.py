@@ -72,6 +72,9 @@ def select(named, modules, types, exclude, include_paramless, has_params, base, 
         if exclude is not None and any(matches(name, p) for p in exclude):
             continue
         out[name] = m
+    if not out and modules is None and types is None and not include_paramless:
+        raise ValueError(f"no {noun} selected: no {noun} of the model has parameters of its own; pass "
+                         f"include_paramless=True to measure {noun}s without parameters")
     if not out:
         raise ValueError(f"no {noun} selected: check modules=, types= and exclude=")
     return out

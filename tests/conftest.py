@@ -1,14 +1,25 @@
 """Shared fixtures: the two implementations of the op (compiled kernel, pure-PyTorch reference); histograms on
 every step for the test files whose oracles count them so."""
+import atexit
 import fcntl
 import os
 import shutil
 import sys
+import tempfile
 
 import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# Hermetic: the settings a user keeps in the home folder (matplotlibrc, wandb's settings and caches) do not reach
+# the tests; set before any of those libraries is imported, and inherited by the processes tests start.
+_SETTINGS = tempfile.mkdtemp(prefix="hookstats-tests-")
+atexit.register(shutil.rmtree, _SETTINGS, True)
+for _var in ("MPLCONFIGDIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+    os.environ[_var] = os.path.join(_SETTINGS, _var.lower())
+for _var in ("MATPLOTLIBRC", "WANDB_MODE", "WANDB_API_KEY", "WANDB_ENTITY", "WANDB_PROJECT", "WANDB_DIR"):
+    os.environ.pop(_var, None)
 
 import hookstats  # noqa: E402
 from hookstats import reference  # noqa: E402

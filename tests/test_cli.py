@@ -58,7 +58,7 @@ def test_bench_help_lists_the_variants_by_their_plain_names_and_the_defaults(cap
     (["demo", "--steps", "0"], "argument --steps: must be >= 1, got 0"),
     (["demo", "--steps", "many"], "argument --steps: not an integer: 'many'"),
     (["demo", "--device", "nonsense"], "device 'nonsense' is not usable here"),
-    (["report", "/no/such/folder"], "no such folder: /no/such/folder"),
+    (["report", "/no/such/folder"], "no such folder or history file: /no/such/folder"),
     (["demo", "--steps", "2", "--nan-at", "5"], "--nan-at 5 is not a step of this run (steps 0..1)"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     ([], "the following arguments are required"),
@@ -265,7 +265,8 @@ def test_report_from_csv_only_and_from_a_broken_jsonl(demo_dir, tmp_path, capsys
 def test_python_dash_m_entry_point():
     r = subprocess.run([sys.executable, "-m", "hookstats", "report", "/no/such/folder"], capture_output=True,
                        text=True, timeout=120)
-    assert r.returncode == 2 and r.stderr.strip() == "hookstats report: error: no such folder: /no/such/folder"
+    assert r.returncode == 2
+    assert r.stderr.strip() == "hookstats report: error: no such folder or history file: /no/such/folder"
 
 
 def saved_run(run, config):

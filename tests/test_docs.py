@@ -86,3 +86,19 @@ def test_the_readme_cost_table_shows_the_current_results_files():
             expected = f"{results[column][README_COST_ROWS[key]]['ratio']:.3f}"
             assert cell.strip() == expected, f"README cost table, {key!r} / {column}: {cell.strip()} != {expected}"
     assert seen == set(README_COST_ROWS), f"README cost table lacks rows for {set(README_COST_ROWS) - seen}"
+
+
+def test_readme_and_getting_started_give_the_same_commands_and_extras():
+    """A reader of either page runs the same two commands and hears of the same extras (pyproject.toml's, less the
+    bundles demo and test)."""
+    readme, start = (ROOT / "README.md").read_text(), (DOCS / "getting-started.md").read_text()
+    for name in ("demo-command", "test-command"):
+        block = re.search(rf"<!-- {name}:begin -->\n```\n(.*?)\n```", readme, re.S).group(1).strip()
+        assert block in start, f"docs/getting-started.md does not give README's {name}: {block}"
+    import tomllib
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    extras -= {"demo", "test"}
+    listed = set(re.findall(r"`(\w+)`", re.search(r"for the extras \((.*?)\)", readme, re.S).group(1)))
+    assert listed == extras, ("README.md", listed ^ extras)
+    line = re.search(r"# extras: ([\w, ]+)", start).group(1)
+    assert set(line.replace(" ", "").split(",")) == extras, ("docs/getting-started.md", line)

@@ -154,7 +154,8 @@ def test_callbacks_histograms_are_the_fitted_view_of_the_windows_buckets(tmp_pat
 
 def test_tensorboard_histograms_only_for_windows_with_a_histogram_step(tmp_path):
     """log_every=2: by default every window holds a histogram step (hist_every follows log_every: 2), so each window
-    gets a `hist` and a `log2_abs` histogram whose counts are its histogram steps' values (the test's own hooks).
+    gets a `hist` and a `log2_abs` histogram, at its last histogram step, whose counts are its histogram steps'
+    values (the test's own hooks).
     With hist_every=10 asked for, the windows holding step 0, the ramp (1, 2, 4, 8) or step 10 get them; the windows
     in between hold no histogram step and get no histogram (not an empty one)."""
     for hist_every in (None, 10):
@@ -168,8 +169,8 @@ def test_tensorboard_histograms_only_for_windows_with_a_histogram_step(tmp_path)
             model(torch.randn(8, 5)).square().mean().backward()
         mon.remove()
         windows = [[k for k in (w, w + 1) if k < 13] for w in range(0, 13, 2)]
-        held = [(win[-1], [k for k in win if hist_step(k, 1, mon.cfg.hist_every)]) for win in windows]
-        held = [(last, ks) for last, ks in held if ks]  # each window's last step, its histogram steps
+        held = [[k for k in win if hist_step(k, 1, mon.cfg.hist_every)] for win in windows]
+        held = [(ks[-1], ks) for ks in held if ks]  # each window's last histogram step, its histogram steps
         assert (len(held) == len(windows)) == (hist_every is None)
         acc = tb_events(out)
         for name in ("hist", "log2_abs"):

@@ -14,7 +14,7 @@ HISTS = ("hist", "log2_hist", "float_hist")
 
 
 def run_records(config):
-    """The records a real run hands its sinks (log_every=3: the float buckets on every third step)."""
+    """The records a real run hands its sinks (log_every=3: the float buckets on a step of every window)."""
     _, oracle, _ = run(1000, **config)
     return oracle.steps
 
@@ -81,16 +81,16 @@ def test_a_histogram_changing_size_or_the_fields_changing_is_one_error_that_chan
     sink = MemorySink()
     for step, recs in writes[:3]:
         sink.write(step, copy.deepcopy(recs))
-    recs = copy.deepcopy(writes[3][1])
+    recs = copy.deepcopy(writes[4][1])  # a step without buckets (step 3 carries its window's)
     recs[0]["float_hist"] = np.zeros(100, dtype=np.int64)
     recs[0]["float_hist"][3] = 1
     with pytest.raises(ValueError, match="changed size.*float_hist"):
-        sink.write(writes[3][0], recs)
-    recs = copy.deepcopy(writes[3][1])
+        sink.write(writes[4][0], recs)
+    recs = copy.deepcopy(writes[4][1])
     for r in recs:
         del r["near_zero_rel"]
     with pytest.raises(ValueError, match="changed fields"):
-        sink.write(writes[3][0], recs)
+        sink.write(writes[4][0], recs)
     # a bucket step of two targets (a run with histograms every step: its window of steps 3-5 holds some)
     recs = copy.deepcopy(run_records({"hist_every": 1})[5][1])
     assert len(recs) > 1 and all(r["log2_hist"] is not None for r in recs)

@@ -154,7 +154,7 @@ def test_host_history_at_keep_steps_against_a_real_run(kwargs):
         assert real > fixed  # the spans the records used
     else:
         assert real == fixed
-    line = next(ln for ln in p.table().splitlines() if "host" in ln and "history" in ln and str(keep) in ln)
+    line = next(ln for ln in p.table().splitlines() if ln.startswith(f"mon.history() on the host after {keep} "))
     assert plan_cli.size_text(fixed) in line
 
 

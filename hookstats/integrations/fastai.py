@@ -107,7 +107,7 @@ class ActivationStats(FastaiActivationStats):
         self.monitor = hookstats.attach(
             self.model, modules=[n for n in self._names if n is not None], steps="manual", every=self.every or 1,
             outputs=self.is_forward, grads=not self.is_forward, separate_calls=True, history=True,
-            log_every=self.log_every, sinks=[_BatchSink(self)],
+            log_every=self.log_every, sinks=[_BatchSink(self)], eval=False,
             alerts=False, float_hist=self.float_hist, log_hist=self.float_hist,
             **FASTAI_CONFIG, **(FASTAI_BINS if self.with_hist else {"linear_hist": False}))
 

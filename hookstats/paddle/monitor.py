@@ -2,6 +2,7 @@
 reports) behind Paddle's hooks. PaddleMonitor changes only what touches the model: its hooks, watch() and the
 rank the sinks write on."""
 
+import inspect
 import paddle
 
 from ..clock import StepClock
@@ -91,7 +92,7 @@ class PaddleMonitor(Monitor):
         return super().reduce(group)
 
 
-def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=False,
+def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=None,
            steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
            separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True,
            rank_zero_only=True, config=None, optimizer=None, **config_kwargs):
@@ -101,7 +102,11 @@ def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=F
     See docs/howto/paddle.md."""
     if not isinstance(layer, paddle.nn.Layer):
         raise ValueError(f"attach: model must be a torch.nn.Module or a paddle.nn.Layer, got "
-                         f"{type(layer).__module__}.{type(layer).__name__} {layer!r:.80}")
+                         f"{type(layer).__module__}.{type(layer).__name__}")
+    from ..history import attach_history, history_options
+    from ..sinks.base import check_sinks
+    history = history_options(history, log_every, keep, sinks, alerts)
+    eval = history is not None if eval is None else eval  # validation passes recorded wherever records go
     flags = dict(include_paramless=include_paramless, eval=eval, inputs=inputs, outputs=outputs, grads=grads,
                  input_grads=input_grads, param_grads=param_grads, separate_calls=separate_calls,
                  rank_zero_only=rank_zero_only)
@@ -113,10 +118,8 @@ def attach(layer, *, modules=None, types=None, exclude=None, include_paramless=F
     if optimizer is not None and not param_grads:
         raise ValueError("attach: optimizer= is used by param_grads=True only (its step() measures the parameter "
                          "gradients); pass param_grads=True or leave optimizer out")
-    from ..history import attach_history, history_options
-    from ..sinks.base import check_sinks
-    history = history_options(history, log_every, keep, sinks, alerts)
-    config = attach_config(config, config_kwargs, None if history is None else history["log_every"], every)
+    config = attach_config(config, config_kwargs, None if history is None else history["log_every"], every,
+                           keywords=tuple(inspect.signature(attach).parameters))
     if history is not None and rank_zero_only and paddle.distributed.get_rank() != 0:
         history["sinks"] = [MutedSink(s) for s in check_sinks(history["sinks"])]
     layers = select_layers(layer, modules, types, exclude, include_paramless)

@@ -74,6 +74,10 @@ class Sink:
         """The run goes on from `step` (attach(start_step=step), or mon.load_state_dict() of a checkpoint taken
         before it): what an earlier run wrote of `step` and later is superseded. A sink keeps all unless it says."""
 
+    def join_run(self, run_id):
+        """The run id of the monitor whose history feeds this sink, told before its first write: a sink that names
+        its run (the file sinks' run header) names this one, so every sink of one monitor names the same run."""
+
     def close(self):
         """Flushes and releases what the sink holds; the history calls it once, at the end."""
 

@@ -135,6 +135,10 @@ class FileSink(Sink):
         if not distributed_initialized():
             check_free(self.path)
         self._claim = self._purge_from = None
+        self.run_id = None  # the run header's id: the monitor's (join_run), else the file's own
+
+    def join_run(self, run_id):
+        self.run_id = run_id
 
     def claim(self):
         """The path of this process's file, claimed on the first call (and purged after a resume())."""

@@ -33,7 +33,7 @@ class CSVSink(claim.FileSink):
     def _open(self, step):
         if self._file is None:
             self._file, self._writer = _open_table(self.claim(), COLUMNS)
-            self._writer.writerow((step, "", "", RUN, run_header()["run"], "", "run", "nan"))
+            self._writer.writerow((step, "", "", RUN, run_header(self.run_id)["run"], "", "run", "nan"))
         return self._writer
 
     def write(self, step, records):

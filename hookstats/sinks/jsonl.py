@@ -31,7 +31,7 @@ class JSONLSink(claim.FileSink):
             self._file = open_parent(path, "a")
             if self._file.tell() and not _ends_with_newline(path):
                 self._file.write("\n")  # a torn last line stays one skipped line, not glued to the header
-            self._file.write(json.dumps({"type": "run", **run_header()}) + "\n")
+            self._file.write(json.dumps({"type": "run", **run_header(self.run_id)}) + "\n")
         return self._file
 
     def write(self, step, records):

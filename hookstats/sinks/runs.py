@@ -18,9 +18,13 @@ class RunsWarning(HistoryFileWarning):
     """A history file holds several runs, duplicate (step, target) records, or incomplete steps."""
 
 
-def run_header():
-    """What a sink writes when it opens its file: a run id, this process and the time."""
-    return {"run": uuid.uuid4().hex[:12], "pid": os.getpid(), "host": socket.gethostname(),
+def new_run_id():
+    return uuid.uuid4().hex[:12]
+
+
+def run_header(run_id=None):
+    """What a sink writes when it opens its file: the run id (a new one when None), this process and the time."""
+    return {"run": run_id or new_run_id(), "pid": os.getpid(), "host": socket.gethostname(),
             "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
 

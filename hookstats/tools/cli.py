@@ -85,9 +85,9 @@ def _demo(args):
 
 def _report(args):
     root = Path(args.run_dir)
-    if not root.is_dir():
-        raise UsageError(f"no such folder: {root}")
-    runs = find_runs(root)
+    if not root.is_dir() and not root.is_file():
+        raise UsageError(f"no such folder or history file: {root}")
+    runs = [root] if root.is_file() else find_runs(root)
     if not runs:
         raise UsageError(f"{root} holds no history.jsonl or history.csv (nor do its subfolders)")
     if args.out is not None and not args.out.strip():
@@ -131,7 +131,8 @@ def _stderr(msg):
 
 
 def report(run_dir, out=None, log=print, show_progress=False):
-    """Charts and tables of one run folder from history.jsonl (histograms included) or history.csv."""
+    """Charts and tables of one run folder from history.jsonl (histograms included) or history.csv, or of one
+    history file (charts beside it, in charts/)."""
     import numpy as np
     with np.errstate(all="ignore"):  # values at float64's ends are legal: no NumPy warning from drawing them
         return _report_run(run_dir, out, log, show_progress)
@@ -147,7 +148,8 @@ def _report_run(run_dir, out, log, show_progress):
     if not items:
         raise ValueError("the history holds no steps")
     series = plots.collect(items)
-    paths = plots.save_all(series, out or run_dir / "charts", progress=lambda charts: progress(
+    out = out or (run_dir if run_dir.is_dir() else run_dir.parent) / "charts"
+    paths = plots.save_all(series, out, progress=lambda charts: progress(
         charts, desc=f"charts of {run_dir.name}", unit="chart", enabled=show_progress))
     # per target and phase: its last train step, its last validation pass
     rows, last_buckets = last_records(items, [k for k, _ in FLOAT_CELLS.values()])
@@ -157,7 +159,7 @@ def _report_run(run_dir, out, log, show_progress):
                                 "flush window with float buckets)" if last_buckets else "last recorded step of each target"))
     msgs = brief(alerts)
     log(f"alerts ({len(alerts)}):" + "".join(f"\n  {m}" for m in msgs) if alerts else "alerts: none")
-    log(f"wrote {len(paths)} charts to {out or run_dir / 'charts'}")
+    log(f"wrote {len(paths)} charts to {out}")
     return paths
 
 
@@ -174,7 +176,8 @@ COMMANDS = {
                     _demo_arguments, _demo),
     "report": Command("rebuild charts and tables from a saved run folder",
                       "Rebuilds the charts and tables of a run from its history.jsonl (or history.csv: scalar "
-                      "charts only). RUN_DIR is a run folder or a folder of runs (like the demo's output).",
+                      "charts only). RUN_DIR is a run folder, a folder of runs (like the demo's output) or a "
+                      "history file.",
                       _report_arguments, _report),
     "bench": Command("benchmarks against fastai, detach-to-CPU and wandb-style hooks (hookstats bench --help)",
                      run_argv=_bench),

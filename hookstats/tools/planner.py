@@ -343,6 +343,12 @@ def main(argv=None):
                                 "or allocated).")
     add_arguments(p)
     args = p.parse_args(argv)
+    with presets.quiet_transformers():  # its notices (e.g. on the config's loss_type) are not ours to print
+        return _plan_preset(args)
+
+
+def _plan_preset(args):
+    from . import presets
     try:
         model, inputs, kwargs = presets.build(args.model, batch=args.batch, seq=args.seq, dtype=args.dtype)
     except (ValueError, OSError) as e:

@@ -170,6 +170,7 @@ def plot_layer_stats(series, path=None, targets=None, kind=Kind.OUTPUT.value, ma
     fig.subplots_adjust(left=0.05, right=0.8, top=1 - 0.64 / height, bottom=0.55 / height, wspace=0.3)
     plotted = _panels(series, targets)
     axes = fig.subplots(1, len(plotted))
+    logs = [st.plot.log and any(np.nanmin(series[t][st.name], initial=np.inf) > 0 for t in targets) for st in plotted]
     handles = []
     for k, t in enumerate(targets):
         s = series[t]
@@ -184,15 +185,17 @@ def plot_layer_stats(series, path=None, targets=None, kind=Kind.OUTPUT.value, ma
             line, = ax.plot(x, y, lw=1.2, **style, **({"label": short(t)} if n == 0 else {}))
             if n == 0:
                 handles.append(line)
-            end = np.flatnonzero(np.isfinite(y))
+            # a log panel has no place for a value <= 0 (a target whose std is 0): its label would land at -inf,
+            # and the tight bounding box with it
+            end = np.flatnonzero(np.isfinite(y) & ((y > 0) if logs[n] else True))
             if end.size:  # a direct label: the target's number in the legend, at its line's last point
                 ax.annotate(str(k), (x[end[-1]], y[end[-1]]), xytext=(3, 0), textcoords="offset points",
                             fontsize=6, color=style["color"], va="center", annotation_clip=False)
-    for ax, st in zip(axes, plotted):
+    for ax, st, log in zip(axes, plotted, logs):
         ax.set_title(st.plot.label)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        if st.plot.log and any(np.nanmin(series[t][st.name], initial=np.inf) > 0 for t in targets):
+        if log:
             ax.set_yscale("log")
         if st.plot.ylim is not None:
             ax.set_ylim(*data_limits([st.plot.scale * series[t][st.name] for t in targets], st.plot.ylim))

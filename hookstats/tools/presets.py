@@ -1,6 +1,7 @@
 """Models for `python -m hookstats plan`, built from configs on the meta device (nothing is downloaded or
 allocated): GPT-2 124M, Llama-7B- and Llama-70B-shaped decoders (Llama 2's published shapes), or any local
 Hugging Face config.json. Each comes with token inputs and labels, so the plan backpropagates the model's loss."""
+import contextlib
 import json
 from pathlib import Path
 
@@ -35,6 +36,23 @@ def load_config(name_or_path):
     if not isinstance(cfg, dict) or "model_type" not in cfg:
         raise ValueError(f"{path} has no 'model_type': not a Hugging Face model config")
     return cfg
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """transformers' logging at errors only while the block runs (its notices are for its own users), as before
+    after; nothing when transformers is not installed."""
+    try:
+        from transformers.utils import logging
+    except ImportError:
+        yield
+        return
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
 
 
 def build(name_or_path, batch=1, seq=None, dtype="bf16"):
