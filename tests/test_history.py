@@ -262,7 +262,8 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     # [T, 4096] int64 (the float buckets at the last flush); the host staging: one ring copy and one of the buckets
     isz, t_states, t_ring = mon.cfg.istate_size, len(mon.states(reached_only=False)), len(next(iter(mon.step_history.rings.values())).states)
     assert isz == 2 + 3 + 4096  # count, near-zero, NaN/+Inf/-Inf, the float buckets
-    assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_ring * 5 * 8 + 2  # + closed steps, + the CPU's flags
+    # + every state's closed steps (validation is recorded too, so the eval states keep theirs), + the CPU's flags
+    assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_states * 5 * 8 + 2
     c = 2 + 3
     ring = t_ring * 11 * 8 + 5 * t_ring * (5 + c) * 8
     assert first["history_bytes"] == ring + 2 * t_ring * (5 + c) * 8 + t_ring * 5 * 8 + t_ring * 4096 * 8
