@@ -246,13 +246,15 @@ def _panels(series, targets):
 @_literal_text
 def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.OUTPUT.value, max_targets=None,
                       ncols=3):
-    """Per target, the histogram of each step as one column of log(1 + count) (fastai's color_dim), each
-    panel on its own color scale, in a grid that grows with the targets (max_targets: the first ones, and
-    the title says how many of how many; targets without histograms are named in the title).
+    """Per target, the histogram of each step as one column (fastai's color_dim), in a grid that grows with the
+    targets (max_targets: the first ones, and the title says how many of how many; targets without histograms are
+    named in the title). A column's color is the share of that step's values in each bin (its counts over their
+    sum, so a step that holds more values is not brighter), on one log scale from SHARE_MIN to 1 that the color
+    bar shows; empty bins take the lowest color.
     hist="linear": the value bins (the configured linear histogram, else the view of the float buckets over one
     span for the steps shown); hist="log2": log2 `|x|` (zeros and values below 2**-126 in the bottom row).
     One column per record that has the histogram, its step under it: the float buckets' view holds each flush
-    window's histogram steps, with the record of the window's last step; the linear bins and log2 slots the step's
+    window's histogram steps, with the record of the window's last histogram step; the linear bins and log2 slots the step's
     own (steps between histogram steps, hist_every, have none)."""
     if hist not in ("linear", "log2"):
         raise ValueError(f"hist must be 'linear' or 'log2', got {hist!r}")
@@ -264,10 +266,13 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
     head = 0.8 + 0.2 * bool(without)  # inches above the panels for the title, whatever the grid's height
     height = head + 2.6 * nrows
     fig = _figure(figsize=(4.6 * ncols, height))
-    fig.subplots_adjust(left=0.06, right=0.98, top=1 - head / height, bottom=0.6 / height, hspace=0.45, wspace=0.25)
+    top, bottom = 1 - head / height, 0.6 / height
+    fig.subplots_adjust(left=0.06, right=0.93, top=top, bottom=bottom, hspace=0.45, wspace=0.25)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
     for ax in axes[len(targets):]:
         ax.set_visible(False)
+    cmap = _cmap("viridis").with_extremes(bad=_cmap("viridis")(0.0), under=_cmap("viridis")(0.0))
+    norm = _matplotlib("colors").LogNorm(vmin=SHARE_MIN, vmax=1.0)
     for ax, t in zip(axes, targets):
         s = series[t]
         key = _hist_key(s, hist)
@@ -283,8 +288,8 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
             zero_row = counts[:, :2].sum(1, keepdims=True)
             counts = np.concatenate([zero_row, counts[:, 2 + lo: 2 + hi]], axis=1)
             y0, y1, ylabel = lo + layout.LOG_EXP_MIN - 1, hi + layout.LOG_EXP_MIN, "log2 |x|  (bottom row: ~0)"
-        ax.imshow(np.log1p(counts.T), origin="lower", aspect="auto", cmap="viridis",
-                  extent=(x0, x1, y0, y1), interpolation="nearest")
+        image = ax.imshow(column_shares(counts).T, origin="lower", aspect="auto", cmap=cmap, norm=norm,
+                          extent=(x0, x1, y0, y1), interpolation="nearest")
         if hist == "log2":
             ax.axhline(y0 + 1, color="white", lw=0.8)
         ax.set_title(short(t), fontsize=9)
@@ -293,12 +298,27 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
         ax.set_xlabel("window ending at step" if key == "float_view" else "histogram step", fontsize=8)
         ax.set_ylabel(ylabel, fontsize=8)
     title = (f"{'linear' if hist == 'linear' else 'log2-magnitude'} histogram over steps ({kind or 'all kinds'}, "
-             f"{_count(len(targets), total)}); color: log(1 + count)")
+             f"{_count(len(targets), total)}); color: share of each column's values")
     if without:
         more = f" and {len(without) - 5} more" if len(without) > 5 else ""
         title += f"\nno histogram: {', '.join(map(short, without[:5]))}{more}"
     fig.suptitle(title, y=1 - 0.15 / height, va="top")
+    if targets:
+        bar = fig.colorbar(image, cax=fig.add_axes((0.945, bottom, 0.012, top - bottom)))
+        bar.set_label("share of the column's values in the bin (log scale)", fontsize=8)
     return _save(fig, path)
+
+
+SHARE_MIN = 1e-4  # the heatmaps' color scale starts here: a bin holding 1 value in 10,000
+
+
+def column_shares(counts):
+    """counts [steps, bins] as each step's share per bin (its row over the row's sum); NaN rows where a step holds
+    no values."""
+    counts = np.asarray(counts, dtype=np.float64)
+    total = counts.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, counts / total, np.nan)
 
 
 def _hist_key(s, hist):
