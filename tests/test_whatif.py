@@ -128,3 +128,33 @@ def test_stats_have_no_delayed_figure_and_bad_arguments_are_refused():
     for bad in ({"amax_history_len": 0}, {"amax_margin": -1}, {"amax_margin": 0.5}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             hookstats.attach(nn.Linear(2, 2), **bad)
+
+
+def test_summary_names_the_formats_that_lose_more_than_the_threshold_and_charts_draw(tmp_path):
+    model = nn.Sequential(nn.Linear(8, 8, bias=False))
+    x = torch.randn(64, 8) * 1e-4
+    with hookstats.attach(model, grads=False) as mon:
+        with torch.no_grad():
+            out = model(x).double().numpy().ravel()
+        stats = mon.stats()
+        table = hookstats.summary(model, x, lowprec_threshold=0.05, monitor=mon)
+    # the oracle: which casts of the layer's output lose more than 5% unscaled (current scaling: none here)
+    want = [f for f in FORMATS if sum(m.mean() for m in lost(out, 1.0, f)) > 0.05]
+    assert table.rows[0]["loses > 5%"] == ", ".join(want) and "e4m3" in want
+    with pytest.raises(ValueError, match="lowprec_threshold"):
+        hookstats.summary(model, torch.randn(2, 8), lowprec_threshold=1.5)
+    from hookstats.tools.lowprec_plots import plot_lowprec_all
+    assert all(p.stat().st_size > 0 for p in plot_lowprec_all(stats, tmp_path))
+
+
+def test_compiled_model_with_history_has_the_fields():
+    model = nn.Linear(8, 8)
+    with hookstats.attach(model, history=True, log_every=1, hist_every=1, steps="manual") as mon:
+        compiled = torch.compile(model, backend="eager")
+        for _ in range(3):
+            compiled(torch.randn(4, 8)).sum().backward()
+            mon.step()
+        frame = mon.history()
+        rec = mon.stats()["Linear:output"]
+    assert set(whatif.field_names(["", "_delayed"])) <= set(frame.stat)
+    assert rec["e5m2_underflow_current"] >= 0
