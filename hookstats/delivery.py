@@ -3,6 +3,7 @@
 with a HistoryWarning, and new alerts are told to the user once."""
 import numpy as np
 
+from .amax_window import AmaxWindow
 from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
                       step_records)
 from .sinks.base import Steps, protocol
@@ -28,6 +29,7 @@ class Delivery:
             protocol(sink, "join_run")(run_id)
         self.alerts = []
         self._reported = set()
+        self.amaxes = AmaxWindow(cfg.amax_history_len)
 
     def deliver(self, arow, fs, counts, steps, keys, host_b, hist, phase="train"):
         """One copy of a ring: arow its alert rows, fs [S, T, F] and counts [S, T, step slots] its step slots, steps
@@ -51,7 +53,12 @@ class Delivery:
             at = counted[-1] if counted and grown is not None else len(steps) - 1
             self._write_runs(steps[:at], keys, no_bucket_columns(cols, range(at), self.cfg), present[:at], hist[:at],
                              phase)
-            tail = bucket_columns(fs[active[at]], counts[active[at]], grown, self.cfg)
+            ids = [k.id for k in keys]
+            self.amaxes.add(phase, ids, steps, np.fmax(np.abs(cols["running_min"]), np.abs(cols["running_max"])),
+                            present)
+            before = self.amaxes.before(phase, ids, steps[at])
+            self.amaxes.prune(phase, steps[-1])
+            tail = bucket_columns(fs[active[at]], counts[active[at]], grown, self.cfg, before)
             self._write_runs(steps[at:at + 1], keys, tail, present[at:at + 1], hist[at:at + 1], phase)
             rest = range(at + 1, len(steps))
             self._write_runs(steps[at + 1:], keys, no_bucket_columns(cols, rest, self.cfg), present[at + 1:],
