@@ -189,6 +189,18 @@ class Monitor:
     def alerts(self):
         return list(self.step_history.alerts) if self.step_history is not None else []
 
+    @property
+    def flights(self):
+        """The flight.Flight of each flush that raised alerts, with alerts=AlertRules(flight=K)."""
+        return list(self.step_history.flights) if self.step_history is not None else []
+
+    def grad_norms(self, clip_norm=None):
+        """Flushes, then the gradient norm by parameter (param_grads=True) of each kept step, and with clip_norm what
+        clip_grad_norm_(max_norm=clip_norm) would do to them: a hookstats.grad_norms.GradNorms."""
+        from .grad_norms import grad_norms
+        self.history()  # a monitor without a history says so; flushes
+        return grad_norms(self.history_sink.items(), clip_norm)
+
     # ---- checkpoints (hookstats/checkpoint.py) ----
     def state_dict(self):
         """The step clock and every target's running totals (device tensors), for torch.save beside the model and
@@ -282,7 +294,7 @@ def attached_monitor(model):
 def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=None,
            steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
            params=False, separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True,
-           rank_zero_only=True, start_step=0, config=None, **config_kwargs):
+           clip_norm=None, rank_zero_only=True, start_step=0, config=None, **config_kwargs):
     """Hooks `model` and returns a Monitor (also a context manager that removes the hooks on exit).
 
     modules/types/exclude select what is hooked (default: every module with parameters of its own);
@@ -303,7 +315,9 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     buckets; the fixed-range linear histogram when linear_hist=True or any of nbins/lo/hi is given.
     history=True (or an int: the device ring's capacity in steps) keeps per-step statistics, drained
     every log_every steps to mon.history() (the last `keep` steps) and to `sinks` (every step); alerts (True,
-    False or hookstats.AlertRules).
+    False or hookstats.AlertRules; AlertRules(flight=K): the last K steps before an alert, mon.flights).
+    clip_norm: with param_grads=True, the max_norm of a clip_grad_norm_ that the per-step gradient norms the sinks
+    get are told against (mon.grad_norms(clip_norm) asks any max afterwards).
     A paddle.nn.Layer is measured through Paddle's hooks with the same keywords (hookstats.attach routes it:
     hookstats/entry.py, docs/howto/paddle.md); param_grads=True then takes optimizer=, the Paddle optimizer whose
     step() measures them.
@@ -315,7 +329,9 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
         raise ValueError(f"attach: model must be an nn.Module (or a paddle.nn.Layer), got "
                          f"{type(model).__module__}.{type(model).__name__}")
     from .history import attach_history, history_options
-    history = history_options(history, log_every, keep, sinks, alerts)  # History's keywords, or None
+    history = history_options(history, log_every, keep, sinks, alerts, clip_norm)  # History's keywords, or None
+    if clip_norm is not None and param_grads is not True:
+        raise ValueError("clip_norm is told against the parameter gradients' norms: attach(..., param_grads=True)")
     eval = history is not None if eval is None else eval  # validation passes recorded wherever records go
     flags = dict(include_paramless=include_paramless, eval=eval, inputs=inputs, outputs=outputs, grads=grads,
                  input_grads=input_grads, param_grads=param_grads, params=params, separate_calls=separate_calls,
