@@ -2,8 +2,7 @@
 train target up to the first alert's step, as one Flight, for the sinks (Sink.write_flight) and mon.flights.
 
 Nothing is read from the device for it: the history's flushes bring every recorded step to the host anyway, and
-the recorder keeps references to the scalar columns of the last steps delivered (no copy), trimmed after each
-flush to the K newest. A flight is assembled only in a flush that raised alerts. K may exceed the device ring
+the recorder keeps a copy of the scalar columns of the steps delivered, trimmed after each flush to the K newest. A flight is assembled only in a flush that raised alerts. K may exceed the device ring
 (history=N): the steps arrive over several flushes. A flight holds fewer than K steps only when fewer were recorded
 before the alert step since attach."""
 import collections
@@ -59,7 +58,8 @@ class FlightRecorder:
     def add(self, steps, keys, cols, present):
         """A delivered run of train steps (the columns of records.step_columns)."""
         if steps:
-            scalars = {k: cols[k] for k in SCALARS if cols.get(k) is not None and np.ndim(cols[k]) == 2}
+            # copies: some columns are views of the host staging buffer, which the next flush overwrites
+            scalars = {k: np.array(cols[k]) for k in SCALARS if cols.get(k) is not None and np.ndim(cols[k]) == 2}
             self._chunks.append((list(steps), list(keys), scalars, np.asarray(present, dtype=bool)))
 
     def trim(self):
