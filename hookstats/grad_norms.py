@@ -9,8 +9,9 @@ import math
 import numpy as np
 
 from .config import check_arg
+from .state import Kind
 
-PARAM_GRAD = "param_grad"
+PARAM_GRAD = Kind.PARAM_GRAD
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s own
 
 
