@@ -3,12 +3,12 @@ share of its values that would underflow and overflow."""
 import numpy as np
 
 from .. import whatif
-from .plots import _figure, _literal_text, _save
+from .plots import literal_text, new_figure, save_figure
 
 RECIPE_TITLES = {"": "no scaling", "_current": "current scaling", "_delayed": "delayed scaling"}
 
 
-@_literal_text
+@literal_text
 def plot_lowprec(records, fmt="e4m3", recipe="", path=None):
     """One chart: per target (records: {target: record}, e.g. mon.stats()) the share of its finite values that a
     cast to `fmt` would underflow and overflow under `recipe` ("", "_current" or "_delayed"); a target without
@@ -18,7 +18,7 @@ def plot_lowprec(records, fmt="e4m3", recipe="", path=None):
     if recipe not in RECIPE_TITLES:
         raise ValueError(f"recipe must be one of {', '.join(map(repr, RECIPE_TITLES))}, got {recipe!r}")
     names = list(records)
-    fig = _figure(figsize=(7, 0.3 * len(names) + 1.5))
+    fig = new_figure(figsize=(7, 0.3 * len(names) + 1.5))
     ax = fig.subplots()
     y = np.arange(len(names))
     for k, (side, color) in enumerate((("underflow", "tab:blue"), ("overflow", "tab:red"))):
@@ -30,7 +30,7 @@ def plot_lowprec(records, fmt="e4m3", recipe="", path=None):
     ax.set_title(f"{fmt}, {RECIPE_TITLES[recipe]}")
     ax.legend(loc="lower right")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_lowprec_all(records, folder):

@@ -25,7 +25,7 @@ FORMATS = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8 e4m3": torch.floa
 FORMAT_COLORS = {"fp16": "tab:red", "bf16": "tab:blue", "fp8 e4m3": "tab:green", "fp8 e5m2": "tab:orange"}
 
 
-def _figure(**kw):
+def new_figure(**kw):
     return _matplotlib("figure").Figure(**kw)
 
 
@@ -35,7 +35,7 @@ def _matplotlib(module=None):
     return require("matplotlib" + ("" if module is None else f".{module}"), "hookstats charts")
 
 
-def _literal_text(plot):
+def literal_text(plot):
     """Draws `plot`'s figure with mathtext and TeX off, from its first artist to the saved file: names come from
     users and files, and mathtext of a crafted name aborts the drawing."""
     @functools.wraps(plot)
@@ -148,7 +148,7 @@ def _count(shown, total):
     return f"{total} targets" if shown == total else f"first {shown} of {total} targets"
 
 
-def _save(fig, path, whole_legend=False):
+def save_figure(fig, path, whole_legend=False):
     if path is not None:  # bbox "tight" keeps a legend's long target names whole, at the cost of a second draw
         fig.savefig(path, dpi=110, bbox_inches="tight" if whole_legend else None)
     return fig
@@ -157,7 +157,7 @@ def _save(fig, path, whole_legend=False):
 PLOT_MAX = 1e300
 
 # ---- layer stats ----
-@_literal_text
+@literal_text
 def plot_layer_stats(series, path=None, targets=None, kind=Kind.OUTPUT.value, max_targets=None):
     """Mean, std and near-zero % of each target over steps, one line per target in forward order (every
     target of the kind; max_targets: the first ones, and the title says how many of how many). Each target has
@@ -166,7 +166,7 @@ def plot_layer_stats(series, path=None, targets=None, kind=Kind.OUTPUT.value, ma
     data, so 0.15 % is not flattened into a line."""
     targets, total = _pick(series, targets, kind, max_targets)
     height = max(4.6, 1.4 + 0.13 * len(targets))  # the legend holds one line per target
-    fig = _figure(figsize=(15, height))
+    fig = new_figure(figsize=(15, height))
     fig.subplots_adjust(left=0.05, right=0.8, top=1 - 0.64 / height, bottom=0.55 / height, wspace=0.3)
     plotted = _panels(series, targets)
     axes = fig.subplots(1, len(plotted))
@@ -204,7 +204,7 @@ def plot_layer_stats(series, path=None, targets=None, kind=Kind.OUTPUT.value, ma
         fig.legend(handles, [f"{k}  {short(t)}" for k, t in enumerate(targets)], loc="upper left",
                    bbox_to_anchor=(0.81, 1 - 0.55 / height), fontsize=7, title="target (forward order)",
                    title_fontsize=8)
-    return _save(fig, path, whole_legend=True)
+    return save_figure(fig, path, whole_legend=True)
 
 
 LINE_STYLES = ("-", "--", ":", "-.")
@@ -243,7 +243,7 @@ def _panels(series, targets):
 
 
 # ---- histogram heatmaps ----
-@_literal_text
+@literal_text
 def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.OUTPUT.value, max_targets=None,
                       ncols=3):
     """Per target, the histogram of each step as one column (fastai's color_dim), in a grid that grows with the
@@ -265,7 +265,7 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
     nrows = max(1, math.ceil(len(targets) / ncols))
     head = 0.8 + 0.2 * bool(without)  # inches above the panels for the title, whatever the grid's height
     height = head + 2.6 * nrows
-    fig = _figure(figsize=(4.6 * ncols, height))
+    fig = new_figure(figsize=(4.6 * ncols, height))
     top, bottom = 1 - head / height, 0.6 / height
     fig.subplots_adjust(left=0.06, right=0.93, top=top, bottom=bottom, hspace=0.45, wspace=0.25)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
@@ -306,7 +306,7 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
     if targets:
         bar = fig.colorbar(image, cax=fig.add_axes((0.945, bottom, 0.012, top - bottom)))
         bar.set_label("share of the column's values in the bin (log scale)", fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 SHARE_MIN = 1e-4  # the heatmaps' color scale starts here: a bin holding 1 value in 10,000
@@ -377,7 +377,7 @@ def _log2_of(hist):
     return buckets.log2_hist(h.astype(np.int64)) if h.shape[-1] == layout.FLOAT_SLOTS else h
 
 
-@_literal_text
+@literal_text
 def plot_dynamic_range(by_target, path=None, max_targets=None):
     """Left: each target's log2 `|x|` distribution (one row per target, forward order; max_targets: the first
     ones, and the title says how many of how many) with each format's range marked (solid: smallest
@@ -393,7 +393,7 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     strip = hists[:, 2 + k0: 2 + k1]
     strip = strip / np.maximum(strip.max(1, keepdims=True), 1)
     Line2D = _matplotlib("lines").Line2D
-    fig = _figure(figsize=(16, 2.4 + 0.42 * max(len(targets), 4)), layout="constrained")
+    fig = new_figure(figsize=(16, 2.4 + 0.42 * max(len(targets), 4)), layout="constrained")
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     n = len(targets)
     left.imshow(strip, aspect="auto", cmap="Greys", extent=(lo, hi, n - 0.5, -0.5), interpolation="nearest",
@@ -431,7 +431,7 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     exact = all(np.asarray(by_target[t]).shape[-1] == layout.FLOAT_SLOTS for t in targets)
     right.set_title("% of values out of range" + (" (fp16 overflow, bf16: at least)" if exact
                                                     else " (overflow and bf16 underflow: at least)"))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _cmap(name):
