@@ -144,11 +144,14 @@ class Monitor:
             self.store.reset()
             self._hist_steps.reset()
 
-    def reduce(self, group=None):
+    def reduce(self, group=None, mesh=None, tp="tp"):
         """Every target's state merged over the ranks of `group` (all ranks must call it), as a snapshot
-        with .stats(); the local state is left as it is. See hookstats.distributed."""
+        with .stats(); the local state is left as it is. See hookstats.distributed.
+        A tensor-parallel model: mesh=world_mesh (the DeviceMesh over every rank) and tp, the name of its
+        tensor-parallel dimension: targets sharded over it are merged, targets replicated over it counted once
+        (hookstats.replicas); every other dimension (data, FSDP, pipeline stages) is merged."""
         from . import distributed
-        reduced = distributed.reduce(self, group)
+        reduced = distributed.reduce(self, group, mesh=mesh, tp=tp)
         reduced.hist_steps = self._hist_steps.read(self.clock)  # every rank counts histograms on the same steps
         return reduced
 
