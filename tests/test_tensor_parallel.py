@@ -1,27 +1,21 @@
 """Tensor-parallel training on a 2 x 2 mesh (data x tensor, 4 gloo processes): mon.reduce(mesh=...) against one
 process measuring the global batch with plain float64 hooks of its own, for every target. Three set-ups: tensor
 parallel, tensor + sequence parallel, and FSDP2 on the data axis over tensor + sequence parallel (torchtitan's)."""
-import os
-import socket
-import time
 import warnings
-from datetime import timedelta
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import hookstats
 from hookstats import layout
-from helpers import exit_without_finalizing, oracle
+from helpers import oracle
+import spawn_ranks
 import tp_blocks
 from tp_blocks import SEQ, STEPS
 
 CFG = dict(nbins=16, lo=-2.0, hi=2.0, hist_every=1)
 DP, TP = 2, 2
-SPAWN_TIMEOUT_S = 300
 MODES = ("tp", "sp", "fsdp_sp")
 pytestmark = pytest.mark.slow  # spawned process groups (tens of seconds): .ci/run runs them
 
@@ -49,43 +43,21 @@ def train(mode, mesh):
     return {"stats": reduced.stats(), "replicated": reduced.replicated, "told": [str(w.message) for w in told]}
 
 
-def worker(rank, world, port, out_dir):
+def worker(rank, world):
     from torch.distributed.device_mesh import init_device_mesh
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=120))
+    mesh = init_device_mesh("cpu", (DP, TP), mesh_dim_names=("dp", "tp"))
+    res = {mode: train(mode, mesh) for mode in MODES}
     try:
-        mesh = init_device_mesh("cpu", (DP, TP), mesh_dim_names=("dp", "tp"))
-        res = {mode: train(mode, mesh) for mode in MODES}
-        try:
-            mon = hookstats.attach(tp_blocks.blocks())
-            mon.reduce(mesh=mesh, tp="model")
-        except ValueError as e:
-            res["bad_dim"] = str(e)
-        torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
-    exit_without_finalizing()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        mon = hookstats.attach(tp_blocks.blocks())
+        mon.reduce(mesh=mesh, tp="model")
+    except ValueError as e:
+        res["bad_dim"] = str(e)
+    return res
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tp")
-    ctx = mp.start_processes(worker, args=(DP * TP, free_port(), str(out)), nprocs=DP * TP, join=False,
-                             start_method="spawn")
-    deadline = time.monotonic() + SPAWN_TIMEOUT_S
-    while not ctx.join(timeout=5):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"{DP * TP} gloo processes did not finish within {SPAWN_TIMEOUT_S} s")
-    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(DP * TP)]
+    return spawn_ranks.run(worker, DP * TP, tmp_path_factory.mktemp("tp"))
 
 
 # ---------------- the oracle: one process, the global batch, plain float64 hooks ----------------

@@ -1,6 +1,7 @@
-"""The tensor-parallel tests' model, its plans and its data: two pre-norm transformer MLP blocks, parallelized as
+"""The parallel tests' model, its plans and its data: two pre-norm transformer MLP blocks, parallelized as
 torchtitan does (ColwiseParallel up projection, RowwiseParallel down projection; with sequence parallelism,
-SequenceParallel on the norms), batches per data-parallel rank and step, and the loss."""
+SequenceParallel on the norms) or split into pipeline stages as torchtitan splits (each stage keeps its own layers
+under their names in the whole model), batches per data-parallel rank and step, and the loss."""
 import torch
 from torch import nn
 
@@ -19,6 +20,29 @@ class Block(nn.Module):
 def blocks():
     torch.manual_seed(0)
     return nn.Sequential(Block(), Block())
+
+
+class Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleDict({"0": Block(), "1": Block()})
+
+    def forward(self, x):
+        for layer in self.layers.values():
+            x = layer(x)
+        return x
+
+
+def stack():
+    torch.manual_seed(0)
+    return Stack()
+
+
+def stage(model, index):
+    """Pipeline stage `index` of a Stack: the whole model with every layer but its own deleted."""
+    for name in [n for n in model.layers if n != str(index)]:
+        del model.layers[name]
+    return model
 
 
 def batch(step, dp_rank):
