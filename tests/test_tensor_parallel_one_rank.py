@@ -11,6 +11,7 @@ from torch import nn
 
 import hookstats
 from hookstats import rawstate, replicas
+from helpers import no_host_sync
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +65,16 @@ def test_an_async_collective_output_and_its_gradient_are_measured(one_rank):
         assert stats[target]["mean"] == pytest.approx(x.mean().item(), rel=1e-6, abs=1e-7), target
         assert stats[target]["std"] == pytest.approx(x.std().item(), rel=1e-6), target
         assert (stats[target]["min"], stats[target]["max"]) == pytest.approx((x.min().item(), x.max().item())), target
+
+
+def test_the_hook_waits_with_the_collective_s_own_wait_and_reads_nothing_on_the_host(one_rank):
+    model = nn.Sequential(Gathered(5), nn.Tanh(), Gathered(5))
+    with hookstats.attach(model, modules=["0", "2"]) as mon:
+        model(torch.randn(3, 5)).sum().backward()  # first call: states allocated outside the checked region
+        with no_host_sync() as ops:
+            model(torch.randn(3, 5)).sum().backward()
+    assert any("wait_tensor" in op for op in ops)  # the checked region did run the collectives' waits
+    assert mon.stats()["0:output"]["count"] == 30
 
 
 class Partial(nn.Module):
