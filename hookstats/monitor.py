@@ -156,12 +156,14 @@ class Monitor:
             self.store.reset()
             self._hist_steps.reset()
 
-    def reduce(self, group=None):
+    def reduce(self, group=None, mesh=None, tp="tp"):
         """Under torch.distributed: every target's statistics merged over the ranks of `group` (default: all),
         returned as a snapshot whose .stats() reads like mon.stats(). Every rank must call it; this monitor's own
-        totals are left as they are."""
+        totals are left as they are. A tensor-parallel model: ``mesh=world_mesh`` (the DeviceMesh over every rank)
+        and `tp`, the name of its tensor-parallel dimension: targets sharded over it are merged, targets the same on
+        every tensor-parallel rank counted once; every other dimension (data, FSDP, pipeline stages) is merged."""
         from . import distributed
-        reduced = distributed.reduce(self, group)
+        reduced = distributed.reduce(self, group, mesh=mesh, tp=tp)
         reduced.hist_steps = self._hist_steps.read(self.clock)  # every rank counts histograms on the same steps
         return reduced
 
