@@ -82,8 +82,9 @@ class Ring:
             self.carrying = old.carrying
             self.alert_row.index_copy_(0, sel, old.alert_row)
         pinned = device.type == "cuda"
-        self.host = [torch.empty(self.buf.shape, dtype=torch.int64, pin_memory=pinned) for _ in range(2 if pinned else 1)]
-        self.host_b = [torch.empty((t, layout.FLOAT_SLOTS), dtype=torch.int64, pin_memory=pinned)
+        self.host = [torch.empty(self.buf.shape, dtype=torch.int64, device="cpu", pin_memory=pinned)
+                     for _ in range(2 if pinned else 1)]
+        self.host_b = [torch.empty((t, layout.FLOAT_SLOTS), dtype=torch.int64, device="cpu", pin_memory=pinned)
                        for _ in self.host] if cfg.float_hist else []
         self.which = 0
         self.steps = []  # step number of each filled slot (host side: the step count is host-side)

@@ -64,6 +64,15 @@ def unread_reason(t):
     return f"a {type(t).__name__}, a tensor subclass whose data hookstats cannot read"
 
 
+def watch_unread_reason(t):
+    """Why a floating tensor given to watch() is not measured, or None when it is: unread_reason's, and a meta
+    tensor too (watch names the tensor itself, so its having no values is worth saying)."""
+    if isinstance(t, torch.Tensor) and t.dtype in MEASURED_DTYPES and t.device.type == "meta" \
+            and not torch.compiler.is_compiling():
+        return "a meta tensor, which holds no values"
+    return unread_reason(t)
+
+
 def tensor_leaves(obj, path="", kind=torch.Tensor):
     """(path, tensor) for every tensor inside tuples, lists, dicts and dataclasses (HF ModelOutput too); kind: the
     tensor class (paddle.Tensor for a Paddle model's outputs)."""
