@@ -16,8 +16,8 @@ tables of what it measured; exits non-zero if a correctness check fails.
 """
 import argparse
 import contextlib
+import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -463,64 +463,41 @@ def issue13_targets():
 
 
 # ---------------------------------------------------------------- static SASS (no GPU)
-def sass_figures():
-    """Instructions on one pass of the hot loop (the one holding LDG.E.128) per element, per kernel."""
+def sass_figures(write=None):
+    """Instructions on one pass of the hot loop (the one holding LDG.E.128) per element, per kernel (tests/sass.py;
+    tests/test_ptxas.py gates them against benchmarks/results/sass_sm90.json, which `write` rewrites)."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import sass
     from test_ptxas import FLAGS, KERNELS, nvcc
-    tool = shutil.which("cuobjdump") or os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "cu13", "bin",
-                                                      "cuobjdump")
-    if not os.path.exists(tool):
-        sys.exit("cuobjdump not found: pip install nvidia-cuda-cuobjdump")
-    print("| kernel (sm_90) | loop instructions | elements per pass | per element | ATOMS per element |\n"
-          "|---|---|---|---|---|")
+    if sass.cuobjdump() is None:
+        sys.exit("cuobjdump not found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
+    print("| kernel (sm_90) | loop instructions | per element | ATOMS per element |\n|---|---|---|---|")
     with tempfile.TemporaryDirectory() as d:
         cubin = os.path.join(d, "k.cubin")
         subprocess.run([nvcc(), *FLAGS[:3], "-arch=sm_90", f"-I{os.path.join(ROOT, 'csrc')}", "-cubin", KERNELS,
                         "-o", cubin], check=True)
-        sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True, check=True).stdout
-    per_pass = {"f": 8, "13__nv_bfloat16": 16, "6__half": 16, "d": 2}
-    for body in re.split(r"\n\s*Function : ", sass)[1:]:
-        m = re.match(r"_ZN9hookstats11cuda_kernel12dense_kernelI(\w+?)Lb(\d)ELb(\d)ELb(\d)E", body.split()[0])
-        if not m:
-            continue
-        path = hot_path(body)
-        elems = per_pass[m.group(1)]
-        atoms = sum("ATOMS" in t for t in path)
-        print(f"| dense {m.group(1).lstrip('0123456789')} lin={m.group(2)} log={m.group(3)} float={m.group(4)} | "
-              f"{len(path)} | {elems} | "
-              f"{len(path) / elems:.1f} | {atoms / elems:.1f} |")
-
-
-def hot_path(body):
-    """One pass of the innermost loop around the first 128-bit load, following unconditional branches and
-    falling through conditional ones (the loop is branch-free but unswitched on the near-zero mode)."""
-    ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)]
-    at = {a: k for k, (a, _) in enumerate(ins)}
-    first = next(a for a, t in ins if "LDG.E.128" in t)
-    loops = [(int(m.group(1), 16), a) for a, t in ins
-             for m in [re.search(r"BRA (?:!?U?P\d, )?0x([0-9a-f]+)", t)] if m and int(m.group(1), 16) <= first < a]
-    lo, hi = min(loops, key=lambda ab: ab[1] - ab[0])
-    k, path = at[lo], []
-    while True:
-        a, t = ins[k]
-        if not t.startswith(("NOP", "BSSY", "BSYNC")):
-            path.append(t)
-        if a == hi:
-            return path
-        m = re.match(r"BRA 0x([0-9a-f]+)", t)
-        k = at[int(m.group(1), 16)] if m else k + 1
+        loops = sass.hot_loops(sass.disassemble(cubin))
+    for name, f in loops.items():
+        print(f"| dense {name} | {f['instructions']} | {f['per_element']:.1f} | {f['atoms_per_element']:.1f} |")
+    if write:
+        nv = subprocess.run([nvcc(), "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        with open(write, "w") as fh:
+            json.dump({"nvcc": nv, "command": "python benchmarks/gpu_check.py --sass --write-sass-budget " + write,
+                       "per_element": {k: f["per_element"] for k, f in loops.items()}}, fh, indent=1)
+            fh.write("\n")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sass", action="store_true")
+    ap.add_argument("--write-sass-budget", metavar="JSON", help="with --sass: write the figures as the gate's budget")
     ap.add_argument("--no-sanitizer", action="store_true", help="skip the compute-sanitizer runs (slow)")
     ap.add_argument("--sweep-only", action="store_true", help="only the bandwidth sweep and the graph latency")
     ap.add_argument("--sanitize-target", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.sass:
-        return sass_figures()
+        return sass_figures(args.write_sass_budget)
     import hookstats
     from hookstats import StatsConfig
 

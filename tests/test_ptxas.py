@@ -1,6 +1,7 @@
 """ptxas gates on the CUDA kernels: every instantiation compiles for sm_80 and sm_90 with zero spills and
-zero local memory (-warn-spills,-warn-lmem-usage made fatal by -Werror). `python tests/test_ptxas.py`
-prints the register / shared-memory table (.ci/cuda_build.sh does)."""
+zero local memory (-warn-spills,-warn-lmem-usage made fatal by -Werror), and each dense kernel's hot loop stays within
+its SASS budget (tests/sass.py). `python tests/test_ptxas.py` prints the register / shared-memory table
+(.ci/cuda_build.sh does)."""
 import concurrent.futures
 import json
 import os
@@ -73,7 +74,8 @@ def demangle(sym):
 
 
 @pytest.fixture(scope="module")
-def ptxas_logs(tmp_path_factory):
+def ptxas_out(tmp_path_factory):
+    """The folder of the compiled objects (accumulate_launch_<arch>.o) and their ptxas logs (logs.json)."""
     if nvcc() is None:
         if os.environ.get("HOOKSTATS_SKIP_PTXAS") == "1":
             pytest.skip("HOOKSTATS_SKIP_PTXAS=1 and no nvcc")
@@ -85,8 +87,12 @@ def ptxas_logs(tmp_path_factory):
             logs = dict(zip(ARCHS, pool.map(lambda a: compile_arch(a, str(out)), ARCHS)))
         (out / "logs.json").write_text(json.dumps(logs))
 
-    out = made_once(tmp_path_factory, "ptxas", compile_all)  # once for all xdist workers
-    return {arch: tuple(log) for arch, log in json.loads((out / "logs.json").read_text()).items()}
+    return made_once(tmp_path_factory, "ptxas", compile_all)  # once for all xdist workers
+
+
+@pytest.fixture(scope="module")
+def ptxas_logs(ptxas_out):
+    return {arch: tuple(log) for arch, log in json.loads((ptxas_out / "logs.json").read_text()).items()}
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -100,6 +106,43 @@ def test_no_spills_no_local_memory(ptxas_logs, arch):
     for name, s in stats.items():
         assert s["registers"] <= 64, f"{name} uses {s['registers']} registers: 2 blocks of 512 threads need <= 64"
     print(table(arch, stats))
+
+
+def test_hot_loops_stay_within_their_sass_budget(ptxas_out):
+    """Each dense kernel's hot loop on sm_90: instructions per element no more than the budget recorded in
+    benchmarks/results/sass_sm90.json (the issue rate bounds bandwidth: a rise is a slower kernel), and no call or
+    float64 division on it. A kernel made faster lowers its budget: `python benchmarks/gpu_check.py --sass
+    --write-sass-budget benchmarks/results/sass_sm90.json`."""
+    import sass
+    obj = ptxas_out / "accumulate_launch_sm_90.o"
+    assert obj.exists(), "the sm_90 build failed: see test_no_spills_no_local_memory"
+    if sass.cuobjdump() is None:
+        pytest.fail("cuobjdump not found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm (the test extra does)")
+    loops = sass.hot_loops(sass.disassemble(str(obj)))
+    with open(os.path.join(ROOT, "benchmarks", "results", "sass_sm90.json")) as fh:
+        budget = json.load(fh)["per_element"]
+    assert sorted(loops) == sorted(budget), "a dense kernel was added or removed: rewrite the budget"
+    over = {k: (f["per_element"], budget[k]) for k, f in loops.items() if f["per_element"] > budget[k] + 0.25}
+    assert not over, f"hot loops past their budget (instructions per element, got vs budget): {over}"
+    calls = {k: f["calls"] for k, f in loops.items() if f["calls"]}
+    assert not calls, f"calls or float64 divisions in a hot loop: {calls}"
+
+
+def test_hot_path_follows_the_loop_and_counts_its_atomics():
+    """hot_path on a hand-written loop: the branch back bounds it, an unconditional jump is followed."""
+    import sass
+    body = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/                   ATOMS.ADD RZ, [R8], R9 ;
+        /*0030*/                   BRA 0x50 ;
+        /*0040*/                   FADD R1, R1, R1 ;
+        /*0050*/                   IADD3 R2, R2, 0x10, RZ ;
+        /*0060*/               @P0 BRA 0x10 ;
+        /*0070*/                   EXIT ;
+    """
+    assert sass.hot_path(body) == ["LDG.E.128 R4, desc[UR4][R2.64]", "ATOMS.ADD RZ, [R8], R9", "BRA 0x50",
+                                   "IADD3 R2, R2, 0x10, RZ", "@P0 BRA 0x10"]
 
 
 # A kernel with a stack frame of its own that calls a function without one, as ptxas -v prints them.

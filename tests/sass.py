@@ -1,0 +1,69 @@
+"""The hot loop of each dense CUDA kernel read from its sm_90 SASS (cuobjdump): instructions, shared-memory
+atomics and calls per element. tests/test_ptxas.py gates them against benchmarks/results/sass_sm90.json;
+`python benchmarks/gpu_check.py --sass` prints them."""
+import glob
+import os
+import re
+import shutil
+import subprocess
+
+import torch
+
+# elements one pass of the loop reads (one 16-byte vector per unrolled load)
+PER_PASS = {"f": 8, "13__nv_bfloat16": 16, "6__half": 16, "d": 2}
+DTYPE = {"f": "float32", "13__nv_bfloat16": "bfloat16", "6__half": "float16", "d": "float64"}
+
+
+def cuobjdump():
+    """cuobjdump on PATH, beside nvcc, or from the nvidia-cuda-cuobjdump wheel (with nvdisasm beside it)."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    site = os.path.dirname(os.path.dirname(torch.__file__))
+    for path in glob.glob(os.path.join(site, "nvidia", "*", "bin", "cuobjdump")):
+        return path
+    return None
+
+
+def disassemble(obj):
+    """SASS text of an object or cubin (nvdisasm found beside cuobjdump)."""
+    tool = cuobjdump()
+    env = dict(os.environ, PATH=os.path.dirname(tool) + os.pathsep + os.environ.get("PATH", ""))
+    return subprocess.run([tool, "-sass", obj], capture_output=True, text=True, check=True, env=env).stdout
+
+
+def hot_loops(sass):
+    """{"dtype lin=L log=G float=F": {"instructions", "per_element", "atoms_per_element", "calls", "path"}} of every
+    dense kernel's innermost loop around its first 128-bit load."""
+    out = {}
+    for body in re.split(r"\n\s*Function : ", sass)[1:]:
+        m = re.match(r"_ZN9hookstats11cuda_kernel12dense_kernelI(\w+?)Lb(\d)ELb(\d)ELb(\d)E", body.split()[0])
+        if not m:
+            continue
+        path = hot_path(body)
+        elems = PER_PASS[m.group(1)]
+        out[f"{DTYPE[m.group(1)]} lin={m.group(2)} log={m.group(3)} float={m.group(4)}"] = {
+            "instructions": len(path), "per_element": round(len(path) / elems, 2),
+            "atoms_per_element": round(sum("ATOMS" in t for t in path) / elems, 2),
+            "calls": [t for t in path if t.startswith(("CALL", "MUFU.RCP64H", "MUFU.RSQ64H"))], "path": path}
+    return out
+
+
+def hot_path(body):
+    """One pass of the innermost loop around the first 128-bit load, following unconditional branches and
+    falling through conditional ones (the loop is branch-free but unswitched on the near-zero mode)."""
+    ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)]
+    at = {a: k for k, (a, _) in enumerate(ins)}
+    first = next(a for a, t in ins if "LDG.E.128" in t)
+    loops = [(int(m.group(1), 16), a) for a, t in ins
+             for m in [re.search(r"BRA (?:!?U?P\d, )?0x([0-9a-f]+)", t)] if m and int(m.group(1), 16) <= first < a]
+    lo, hi = min(loops, key=lambda ab: ab[1] - ab[0])
+    k, path = at[lo], []
+    while True:
+        a, t = ins[k]
+        if not t.startswith(("NOP", "BSSY", "BSYNC")):
+            path.append(t)
+        if a == hi:
+            return path
+        m = re.match(r"BRA 0x([0-9a-f]+)", t)
+        k = at[int(m.group(1), 16)] if m else k + 1
