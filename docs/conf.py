@@ -9,6 +9,7 @@ sys.path.insert(0, os.path.abspath("_ext"))
 
 project = "hookstats"
 author = "the hookstats authors"
+copyright = "the hookstats authors"
 extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode", "results"]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build", "_ext"]
@@ -22,6 +23,8 @@ autodoc_default_options = {"members": True, "undoc-members": False}
 autodoc_mock_imports = ["fastai", "fastcore", "lightning", "pytorch_lightning", "transformers"]
 html_theme = "furo"
 html_title = "hookstats"
+html_static_path = ["_static"]
+html_css_files = ["wrap.css"]  # code blocks wrap rather than scroll
 default_role = "code"
 
 

@@ -437,3 +437,43 @@ def linear_view(counts, nbins=64, *, q=(0.001, 0.999), minimum=None, maximum=Non
     cum = np.concatenate([np.zeros((c.shape[0], 1), dtype=np.int64), below[:, 1:-1], n[:, None]], axis=1)
     out = {"edges": edges, "counts": np.diff(cum, axis=1), "below": below[:, 0], "above": n - below[:, -1]}
     return {key: v.reshape(lead + v.shape[1:]) for key, v in out.items()}
+
+
+def abs_below(counts, thresholds, *, maximum=None):
+    """Estimated counts [..., K] of the finite values with |x| < t for each of K thresholds t per row
+    (thresholds [..., K], broadcast over the leading dimensions). Exact where t is a bucket edge (the count below
+    the bucket holding t); otherwise the bucket's count is taken as spread over it as quantiles() takes it
+    (log-linearly, linearly below 2**-126), so the error is below that one bucket's count. maximum: a known
+    bound on |x| (NaN: none), narrowing the bucket's span: a t above it counts the whole bucket."""
+    c, lead = _rows(counts)
+    t = np.asarray(thresholds, dtype=np.float64)
+    k = t.shape[-1]
+    t = np.broadcast_to(t, lead + (k,)).reshape(c.shape[0], k)
+    bound = _per_row("maximum", maximum, lead)[:, None]
+    mags = _absolute(c)
+    before = _before(mags)
+    j = np.clip(np.searchsorted(_A_LO, t, side="right") - 1, 1, len(_A_LO) - 1)  # t > 0 never picks the zeros
+    rows = np.arange(c.shape[0])[:, None]
+    a, b = _A_LO[j], np.fmin(_A_HI[j], bound)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        frac = np.where(_A_LINEAR[j], (t - a) / (b - a), np.log(t / a) / np.log(b / a))
+    frac = np.where(t >= b, 1.0, np.where(t <= a, 0.0, frac))
+    est = before[rows, j] + mags[rows, j] * frac
+    return np.where(t > 0, est, 0.0).reshape(lead + (k,))
+
+
+def is_edge(t):
+    """Whether each t is a bucket edge (abs_below counts |x| < t exactly there)."""
+    t = np.asarray(t, dtype=np.float64)
+    i = np.minimum(np.searchsorted(_EDGES, t), len(_EDGES) - 1)
+    return _EDGES[i] == t
+
+
+def abs_max_bound(counts):
+    """[...]: the upper edge of the highest occupied |x| bucket, a bound on the largest |x| (NaN: empty; 0: only
+    zeros; inf: a float64 value >= 2**128)."""
+    p = prepare(counts)
+    ordered, keep, (_, hi, _) = _ordered(p, True)
+    occupied = ordered > 0
+    last = occupied.shape[1] - 1 - np.argmax(occupied[:, ::-1], axis=1)
+    return np.where(occupied.any(axis=1), hi[last], np.nan).reshape(p.lead)

@@ -35,6 +35,9 @@ class StatsConfig:
     log_hist: bool = True
     float_hist: bool = True
     hist_every: int = None
+    # the delayed-scaling what-if (hookstats/whatif.py): TransformerEngine's DelayedScaling amax_history_len, margin
+    amax_history_len: int = 1024
+    amax_margin: int = 0
 
     def __post_init__(self):
         if self.linear_hist is None:
@@ -45,7 +48,7 @@ class StatsConfig:
         object.__setattr__(self, "hist_every", check_count("hist_every", self.hist_every))
         checks = {"nbins": (int, 1, layout.MAX_BINS), "lo": (float,), "hi": (float,), "eps": (float, 0),
                   "near_zero": (("abs", "le"),), "linear_hist": (bool,), "log_hist": (bool,),
-                  "float_hist": (bool,)}
+                  "float_hist": (bool,), "amax_history_len": (int, 1), "amax_margin": (int, 0)}
         for name, rule in checks.items():  # frozen: the checked (Python) values replace NumPy scalars
             object.__setattr__(self, name, check_arg(name, getattr(self, name), *rule))
         if self.linear_hist is False:

@@ -19,18 +19,20 @@ from .user_warning import WarnOnce, warn_user
 
 
 class Monitor:
-    """Hooks on a model and the running statistics of each target. Use attach() to make one.
+    """The hooks on one model and the statistics they gather. Made by :func:`hookstats.attach`, never directly.
 
-    A step is one forward of the root model in training mode (steps="forward"), or, with steps="manual" or
-    once mon.step() has been called, what the caller ends with mon.step(). Step k is measured when
-    k % every == 0 (step 0 is measured); its train-phase histograms on clock.is_hist_step's steps.
+    Train as usual while it is attached; read the statistics when you want them: ``mon.stats()`` (totals since
+    attach or ``reset()``), ``mon.history()`` (per step, with ``history=True``), ``mon.histogram(target)``.
+    Nothing is read from the device in between. ``remove()``, or leaving the ``with`` block, takes the hooks off;
+    what was measured stays readable.
 
-    What history.py, distributed.py and planner.py use (besides the user's API): cfg, modules, every,
-    forward_order, step_listeners, step_count, step_sampled, step_hist, states(), split_steps(), eager_point(). The parts
-    are public too: mon.store (state.StateStore), mon.clock (clock.StepClock), mon.port (what the hooks use),
-    mon.hooks (hooks.Hooks), mon.step_history (history.History, or None without a history).
+    Steps: by default each forward of the model in training mode starts a step. With gradient accumulation (or
+    any loop where a step is more than one forward) call ``mon.step()`` at the end of each step instead; once
+    called, forwards no longer count steps. With ``every=N`` step ``k`` is measured when ``k % N == 0``.
     """
 
+    # history, distributed and the planner read cfg, modules, every, forward_order, step_listeners, step_count,
+    # step_sampled, step_hist, states(), split_steps() and eager_point(): renaming one breaks them
     def __init__(self, model, cfg, modules, every=1, eval=False, inputs=False, outputs=True, steps="forward",
                  grads=True, input_grads=False, param_grads=False, params=False, separate_calls=False):
         if not isinstance(model, nn.Module):
@@ -57,7 +59,9 @@ class Monitor:
 
     # ---- steps and phases (hookstats/clock.py) ----
     def step(self):
-        """Ends the current step. Once called, root forwards no longer count steps."""
+        """Ends the current step and starts the next one. Call it after each optimizer step when a step is more
+        than one forward (gradient accumulation, ``steps="manual"``); once called, forwards no longer count
+        steps."""
         self.clock.eager_point()
         if self._param_grads is not None:
             self._param_grads.flush()  # loops without a torch.optim optimizer
@@ -66,37 +70,42 @@ class Monitor:
         self.clock.step()
 
     # read-only views of the clock
-    step_count = property(lambda self: self.clock.step_count, doc="The step being run now.")
+    step_count = property(lambda self: self.clock.step_count, doc="The number of the step being run now (from 0).")
     paused = property(lambda self: self.clock.paused, doc="Whether pause() is in effect.")
     sampled = property(lambda self: self.clock.measuring, doc="Whether the current step is being measured.")
     step_sampled = property(lambda self: self.clock.step_sampled,
-                            doc="Whether the open step was sampled at any time so far (paused or in an eval "
-                                "forward now or not).")
+                            doc="Whether the current step has been measured so far (with every=N, one step in N "
+                                "is).")
     step_hist = property(lambda self: self.clock.step_hist,
-                         doc="Whether the open step has counted its train-phase histograms at any time so far.")
+                         doc="Whether the current step has counted its histograms so far (one measured step in "
+                             "hist_every does).")
 
     def pause(self):
+        """Stops measuring until resume(): forwards and backwards run meanwhile are not measured."""
         self.clock.pause()
 
     def resume(self):
+        """Measures again after pause()."""
         self.clock.resume()
 
     def eager_point(self):
-        """Outside compiled code: allocates what compiled code reached first, says once what it changed."""
+        """Under torch.compile: call it outside the compiled function (stats() and step() do) so that targets
+        first reached inside compiled code get their statistics; says once what changed."""
         self.clock.eager_point()
 
     # ---- measuring (hookstats/state.py, hookstats/hooks/) ----
     def states(self, phase=None, reached_only=True):
-        """[(TargetKey, device, TargetState)] of `phase` (default: every phase), in allocation order;
-        reached_only leaves out preallocated states no hook has reached, as stats() does."""
+        """[(TargetKey, device, state)] of `phase` (default: every phase): the raw per-target states, for tools
+        built on hookstats; stats() gives their statistics."""
         return self.store.states(phase, reached_only)
 
     def split_steps(self):
-        """From now on train states keep the open step apart from the steps before it (History needs it)."""
+        """Keeps each step's measurements apart from the steps before it (a history needs it; attach does it)."""
         self.store.split_steps()
 
     def measure(self, key, t):
-        """Feeds tensor t to the state of `key` (a TargetKey) in the current phase (skips non-float tensors)."""
+        """Measures tensor `t` as target `key` (a TargetKey) in the current phase; tensors that are not floating
+        point are skipped. watch() is the simpler way to measure a tensor of your own."""
         self.port.measure_in(key, t, self.clock.phase)
 
     def watch(self, name, tensor):
@@ -106,7 +115,10 @@ class Monitor:
 
     # ---- reading ----
     def stats(self, phase="train", kind=None):
-        """{target id: record} of running totals since attach or reset(). The one place that reads the device."""
+        """The statistics of every target since attach or reset(): ``{target id: record}``, where a record is a
+        dict of mean, std, min, max, near-zero shares, NaN/Inf counts, quantiles and histograms (Concepts says
+        how to read each). phase: "train" or "eval" (validation passes); kind: only targets of that kind
+        ("output", "grad_output", ...). This is when the statistics are copied from the device."""
         check_arg("phase", phase, PHASES)
         if kind is not None:
             check_arg("kind", kind, KINDS)
@@ -136,19 +148,22 @@ class Monitor:
         return records
 
     def reset(self):
-        """Restarts the running totals (stats(), reduce(), histogram(), running min/max). The per-step history
-        is not reset: the open step's record keeps what it measured before, recorded steps stay as they are."""
+        """Starts the totals of stats(), reduce() and histogram() (running min/max included) again from zero.
+        The per-step history is kept as it is."""
         with self.store.exclusive():  # another thread's forward lands wholly before or after
             if self.step_history is not None:
                 self.step_history.before_reset()
             self.store.reset()
             self._hist_steps.reset()
 
-    def reduce(self, group=None):
-        """Every target's state merged over the ranks of `group` (all ranks must call it), as a snapshot
-        with .stats(); the local state is left as it is. See hookstats.distributed."""
+    def reduce(self, group=None, mesh=None, tp="tp"):
+        """Under torch.distributed: every target's statistics merged over the ranks of `group` (default: all),
+        returned as a snapshot whose .stats() reads like mon.stats(). Every rank must call it; this monitor's own
+        totals are left as they are. A tensor-parallel model: ``mesh=world_mesh`` (the DeviceMesh over every rank)
+        and `tp`, the name of its tensor-parallel dimension: targets sharded over it are merged, targets the same on
+        every tensor-parallel rank counted once; every other dimension (data, FSDP, pipeline stages) is merged."""
         from . import distributed
-        reduced = distributed.reduce(self, group)
+        reduced = distributed.reduce(self, group, mesh=mesh, tp=tp)
         reduced.hist_steps = self._hist_steps.read(self.clock)  # every rank counts histograms on the same steps
         return reduced
 
@@ -156,27 +171,31 @@ class Monitor:
     step_history = None  # the History of attach(history=.../sinks=...), or None
 
     def history(self):
-        """Per-step statistics kept on the host: a pandas DataFrame (step, target, kind, stat, value), or a
-        dict of plain lists without pandas; every finished step is in it (an eager step whose optimizer has
-        stepped is ended here, rather than at the next train forward). Needs attach(..., history=True) or sinks=[...]."""
+        """The statistics of each recorded step (the last `keep` of them), in long format: a pandas DataFrame
+        with columns step, target, kind, stat and value, or a dict of those lists without pandas. Every
+        finished step is in it, the current one too once its optimizer has stepped. Needs
+        ``attach(..., history=True)`` or ``sinks=[...]``."""
         if self.step_history is None:
             raise RuntimeError("this monitor keeps no history: attach(model, history=True) or sinks=[...]")
         self.clock.end_stepped_step()  # a step whose optimizer has stepped is finished: it is in the read
         return self.step_history.frame()
 
     def histogram(self, target, phase="train"):
-        """The running histograms of one target id: linear (when configured), log2 and the float buckets."""
+        """The histograms of one target since attach or reset(): the log2 histogram, the float buckets, the
+        linear one (when configured, with its edges and under/overflow) and NaN/Inf counts."""
         stats = self.stats(phase=phase)
         if target not in stats:
             raise KeyError(f"no target {target!r}; targets are {sorted(stats)[:10]}")
         return {k: stats[target][k] for k in HISTOGRAM_FIELDS}
 
     def memory(self):
-        """Bytes held by the monitor: running state, history ring and host staging buffers."""
+        """The bytes the monitor holds, as a dict: its statistics on the device (state_bytes), the history's
+        buffers on the device and the host, the steps mon.history() keeps, and their device total
+        (device_bytes)."""
         return self.store.memory(self.step_history)
 
     def flush(self):
-        """Sends the recorded steps to the sinks now (one packed device-to-host copy per device)."""
+        """Sends the steps recorded so far to the sinks now, rather than at the next log_every step."""
         if self.step_history is not None:
             self.step_history.flush()
 
@@ -187,13 +206,27 @@ class Monitor:
 
     @property
     def alerts(self):
+        """Every alert raised so far (NaN/Inf, dead units, exploding or vanishing std), oldest first."""
         return list(self.step_history.alerts) if self.step_history is not None else []
+
+    @property
+    def flights(self):
+        """With ``alerts=AlertRules(flight=K)``: one flight per alert burst, oldest first, each holding the last K
+        steps of every target up to the alert, the alert and the first target to show it."""
+        return list(self.step_history.flights) if self.step_history is not None else []
+
+    def grad_norms(self, clip_norm=None):
+        """The gradient norm of each parameter (``param_grads=True``) and their global norm, per kept step, each
+        parameter's share of it, and with `clip_norm` what ``clip_grad_norm_(max_norm=clip_norm)`` would scale."""
+        from .grad_norms import grad_norms
+        self.history()  # a monitor without a history says so; flushes
+        return grad_norms(self.history_sink.items(), clip_norm)
 
     # ---- checkpoints (hookstats/checkpoint.py) ----
     def state_dict(self):
-        """The step clock and every target's running totals (device tensors), for torch.save beside the model and
-        optimizer. Take it between steps (after the optimizer step; after mon.step() with manual steps): a step
-        whose train forward ran is ended, and the history is flushed to the sinks."""
+        """The monitor's step and every target's totals, to torch.save beside the model and the optimizer
+        (load_state_dict() resumes from it). Take it between steps, after the optimizer step (after mon.step()
+        with manual steps); the history is sent to the sinks first."""
         from . import checkpoint
         return checkpoint.state_dict(self)
 
@@ -206,7 +239,8 @@ class Monitor:
 
     # ---- lifetime ----
     def remove(self):
-        """Removes every hook; safe to call twice. The statistics stay readable."""
+        """Takes every hook off the model; with a history, records the last step, sends what is left to the
+        sinks and closes them. Safe to call twice; the statistics stay readable."""
         if _attached_to.get(self.model) is not None and _attached_to[self.model]() is self:
             del _attached_to[self.model]
         self.hooks.remove()
@@ -216,6 +250,7 @@ class Monitor:
 
     @property
     def attached(self):
+        """Whether the hooks are still on the model (False after remove())."""
         return self.clock.attached
 
     def __enter__(self):
@@ -282,40 +317,94 @@ def attached_monitor(model):
 def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=None,
            steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
            params=False, separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True,
-           rank_zero_only=True, start_step=0, config=None, **config_kwargs):
-    """Hooks `model` and returns a Monitor (also a context manager that removes the hooks on exit).
+           clip_norm=None, rank_zero_only=True, start_step=0, config=None, **config_kwargs):
+    """Hooks `model` and returns a :class:`Monitor` that measures it while it trains.
 
-    modules/types/exclude select what is hooked (default: every module with parameters of its own);
-    every=N measures one step in N (hist_every=M: the train histograms on one of those in M, steps k with
-    k % (N * M) == 0, and the ramp N * (1, 2, 4, ...) below N * M; moments, counts, min/max, near-zero and NaN/Inf
-    on each); steps="forward" counts a step per root forward in training mode,
-    steps="manual" lets mon.step() end each step (gradient accumulation); eval measures eval-mode forwards (validation
-    passes), kept apart from train, in any step (every=N samples train steps only): by default when the monitor
-    keeps a history or has sinks, eval=False leaves them out, eval=True measures them without;
-    inputs=True measures module inputs; grads (default on) the gradients flowing back into the outputs;
-    input_grads=True the gradients w.r.t. module inputs, through each call only (a call that modifies its
-    input in place is left out, said once); param_grads=True each parameter's gradient once per
-    optimizer step; params=True the parameters themselves ("fc1.weight:param") after each optimizer step
-    (or at mon.step()), at the cadence of every/hist_every; separate_calls=True keeps each call of a module in a
-    step apart ("fc:output@1").
-    config (a StatsConfig) or its fields as keywords (nbins, lo, hi,
-    eps, near_zero, linear_hist, log_hist, float_hist, hist_every) set what is measured: by default the range-free float
-    buckets; the fixed-range linear histogram when linear_hist=True or any of nbins/lo/hi is given.
-    history=True (or an int: the device ring's capacity in steps) keeps per-step statistics, drained
-    every log_every steps to mon.history() (the last `keep` steps) and to `sinks` (every step); alerts (True,
-    False or hookstats.AlertRules).
-    A paddle.nn.Layer is measured through Paddle's hooks with the same keywords (hookstats.attach routes it:
-    hookstats/entry.py, docs/howto/paddle.md); param_grads=True then takes optimizer=, the Paddle optimizer whose
-    step() measures them.
-    Under torch.distributed the sinks write on rank 0 only (each rank's own statistics; mon.reduce() merges
-    ranks); rank_zero_only=False lets every rank write (rank r > 0 writes <stem>.rank<r><suffix>).
-    start_step=N: the first step is step N (a resumed run; mon.load_state_dict() also sets it, with the totals).
+    The monitor is also a context manager: ``with hookstats.attach(model) as mon:`` removes the hooks on exit.
+    A ``paddle.nn.Layer`` is measured through Paddle's hooks with the same keywords (see the PaddlePaddle how-to).
+
+    Parameters
+    ----------
+    model : torch.nn.Module or paddle.nn.Layer
+        The model to watch.
+    modules : list of str, optional
+        Names or glob patterns (``"encoder.*"``) of the modules to hook; the root model is ``""``. Default: every
+        module with parameters of its own.
+    types : type or tuple of types, optional
+        Hook only modules of these classes (``nn.Linear``, ``(nn.Conv2d, nn.Linear)``).
+    exclude : list of str, optional
+        Names or glob patterns of modules to leave out.
+    include_paramless : bool, default False
+        Also hook modules without parameters of their own (activations, pooling).
+    every : int, default 1
+        Measure one step in `every` (step ``k`` is measured when ``k % every == 0``).
+    eval : bool, optional
+        Measure forwards in eval mode (validation passes), kept apart from the train phase. Default: on when the
+        monitor keeps a history or has sinks, off otherwise.
+    steps : {"forward", "manual"}, default "forward"
+        What one step is: one root forward in training mode, or (``"manual"``) whatever ends with
+        ``mon.step()``, for gradient accumulation.
+    inputs : bool, default False
+        Measure each hooked module's inputs.
+    outputs : bool, default True
+        Measure each hooked module's outputs.
+    grads : bool, default True
+        Measure the gradients flowing back into the outputs.
+    input_grads : bool, default False
+        Measure the gradients with respect to module inputs (a call that modifies its input in place is left
+        out, and said once).
+    param_grads : bool, default False
+        Measure each parameter's gradient, once per optimizer step.
+    params : bool, default False
+        Measure the parameters themselves (``"fc1.weight:param"``) after each optimizer step (or at
+        ``mon.step()``).
+    separate_calls : bool, default False
+        Keep each call of a module within a step apart (``"fc:output@1"``) instead of pooling them.
+    history : bool or int, default False
+        Keep every measured step's statistics (``mon.history()``, the sinks). An int sets how many steps the
+        device buffer holds (default `log_every`; a full buffer is sent early).
+    log_every : int, default 10
+        Steps between copies of the history to the host and the sinks.
+    keep : int, default 1000
+        Steps that ``mon.history()`` keeps on the host (the sinks get every step).
+    sinks : list of sinks, optional
+        Where the history goes: ``hookstats.sinks.CSVSink``, ``JSONLSink``, ``TensorBoardSink``, ``WandbSink``...
+        Giving sinks keeps a history.
+    alerts : bool or AlertRules, default True
+        Warn when a target turns NaN/Inf, explodes or dies; an :class:`AlertRules` sets the thresholds, False
+        turns the alerts off. ``AlertRules(flight=K)`` keeps the last K steps of every target before an alert
+        (``mon.flights``, a ``flight_<step>.jsonl`` beside the file sinks).
+    clip_norm : float, optional
+        With `param_grads`, the ``max_norm`` of a ``clip_grad_norm_`` that the per-step gradient norms given to the
+        sinks are told against (``mon.grad_norms(clip_norm)`` asks any max afterwards).
+    rank_zero_only : bool, default True
+        Under ``torch.distributed``, only rank 0 writes to the sinks (each rank keeps its own statistics;
+        ``mon.reduce()`` merges them). False lets every rank write (rank ``r > 0`` to
+        ``<stem>.rank<r><suffix>``).
+    start_step : int, default 0
+        The number of the first step: a resumed run goes on from its checkpoint's step
+        (``mon.load_state_dict()`` sets it too).
+    config : StatsConfig, optional
+        What each target measures; or give its fields as keywords instead.
+    **config_kwargs
+        :class:`StatsConfig` fields: ``hist_every`` (count the histograms on one measured step in `hist_every`;
+        default: 10, or fewer so each `log_every` window holds one), ``linear_hist``, ``nbins``, ``lo``, ``hi``
+        (a fixed-range linear histogram), ``eps`` and ``near_zero`` (what counts as near zero), ``log_hist``,
+        ``float_hist``. For a Paddle model, ``optimizer=`` names the optimizer whose ``step()`` measures
+        `param_grads`.
+
+    Returns
+    -------
+    Monitor
+        The monitor; read it with ``mon.stats()``, ``mon.history()``, ``mon.histogram()``.
     """
     if not isinstance(model, nn.Module):
         raise ValueError(f"attach: model must be an nn.Module (or a paddle.nn.Layer), got "
                          f"{type(model).__module__}.{type(model).__name__}")
     from .history import attach_history, history_options
-    history = history_options(history, log_every, keep, sinks, alerts)  # History's keywords, or None
+    history = history_options(history, log_every, keep, sinks, alerts, clip_norm)  # History's keywords, or None
+    if clip_norm is not None and param_grads is not True:
+        raise ValueError("clip_norm is told against the parameter gradients' norms: attach(..., param_grads=True)")
     eval = history is not None if eval is None else eval  # validation passes recorded wherever records go
     flags = dict(include_paramless=include_paramless, eval=eval, inputs=inputs, outputs=outputs, grads=grads,
                  input_grads=input_grads, param_grads=param_grads, params=params, separate_calls=separate_calls,

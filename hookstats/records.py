@@ -77,16 +77,18 @@ def no_bucket_columns(cols, slots, cfg):
     return cols
 
 
-def bucket_columns(fstate, istate, buckets, cfg):
+def bucket_columns(fstate, istate, buckets, cfg, amax_before=None):
     """The columns of one step slot ([1, T] arrays): fstate [T, F] and the compact counts istate [T, ...] of
     step_columns(), and buckets [T, FLOAT_SLOTS], the float buckets counted since the previous flush (their
-    statistics cover those steps), or None: none this time."""
+    statistics cover those steps), or None: none this time; amax_before [T]: delayed scaling's amax (NaN: no step
+    before; None: not known, its shares NaN)."""
     f = np.asarray(fstate, dtype=np.float64)[None]
     if not cfg.float_hist or buckets is None:
         return no_bucket_columns(step_columns(f, np.asarray(istate)[None], cfg), range(1), cfg)
     i = np.concatenate([_compact(istate, cfg), np.asarray(buckets, dtype=np.int64)], axis=-1)[None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        return statistics.derive_rows(f, i, cfg, statistics.HISTORY)
+        return statistics.derive_rows(f, i, cfg, statistics.HISTORY,
+                                      None if amax_before is None else np.asarray(amax_before, np.float64)[None])
 
 
 def _compact(istate, cfg):

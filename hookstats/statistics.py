@@ -10,7 +10,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from . import buckets, layout, rawstate
+from . import buckets, layout, rawstate, whatif
 
 INT, FLOAT, COUNTS, EDGES = "int", "float", "counts", "edges"  # COUNTS: int64 array per target; EDGES: one array
 STATS, HISTORY, BOTH, SINKS, INTERNAL = "stats", "history", "both", "sinks", "internal"
@@ -22,8 +22,9 @@ class Derivation:
     StatsConfig `cfg`, and s[name], another statistic of the table (derived once). The helpers work on both;
     divisions are float64."""
 
-    def __init__(self, fstate, istate, cfg, scope=None):
+    def __init__(self, fstate, istate, cfg, scope=None, amax_before=None):
         self.f, self.i, self.cfg, self.nbins, self.flags, self.scope = fstate, istate, cfg, cfg.nbins, cfg.flags, scope
+        self.amax_before = amax_before  # delayed scaling's amax per row (NaN: no step before), None: no history
         self._torch = isinstance(fstate, torch.Tensor)
         self._done = {}
 
@@ -223,6 +224,35 @@ def _quantiles(s):
     return _on_occupied(s, both)
 
 
+def _whatif(s):
+    """Every what-if share (hookstats/whatif.py). Current scaling's amax: a stats() record's exact one where its
+    buckets hold every finite value; else the upper edge of the buckets' top bucket, within the running max |x|
+    (the history's records: their own amax is not kept), so that it bounds every value as the true amax does."""
+    lo, hi = s.exact_range()
+    running = np.fmax(np.abs(s.fcol(layout.MIN)), np.abs(s.fcol(layout.MAX)))
+    if lo is not None:
+        whole = s["hist_count"] == s.fcol(layout.N_FINITE)
+        running = np.where(whole, running, np.nan)
+    before = s.amax_before
+
+    def shares(c, has):
+        exact = running[has] if lo is not None else np.full(c.c.shape[0], np.nan)
+        amax = np.where(np.isnan(exact), np.fmin(buckets.abs_max_bound(c), running[has]), exact)
+        out = {**whatif.shares(c, None, amax), **whatif.shares(c, whatif.scales_for(amax), amax, recipe="_current")}
+        if before is None:
+            out.update((k, np.full(len(amax), np.nan)) for k in whatif.field_names(["_delayed"]))
+        else:
+            scales = whatif.scales_for(np.broadcast_to(before, has.shape)[has], s.cfg.amax_margin)
+            out.update(whatif.shares(c, scales, amax, recipe="_delayed"))
+        return out
+    return _on_occupied(s, shares)
+
+
+def _whatif_rows():
+    return tuple(Statistic(name, lambda s, name=name: s["_whatif"][name], FLOAT, scalar=True, dashboard="choice",
+                           needs="float_hist") for name in whatif.field_names())
+
+
 # the quantile scalars: pXX of x, abs_pXX of |x| (dots in names would nest in W&B and pandas)
 QUANTILES = buckets.DEFAULT_QUANTILES
 QUANTILE_NAMES = tuple("p" + f"{100 * q:g}".replace(".", "_") for q in QUANTILES)
@@ -266,6 +296,10 @@ TABLE = (
               scope=INTERNAL),
     Statistic("_quantiles", _quantiles, INTERNAL, scope=INTERNAL),
     *_quantile_rows(),
+    # share of the finite values a cast to e4m3/e5m2/fp16/bf16 would lose, unscaled, with current and with delayed
+    # scaling (hookstats/whatif.py); delayed is NaN in stats() records (no step: the history's records have it)
+    Statistic("_whatif", _whatif, INTERNAL, scope=INTERNAL),
+    *_whatif_rows(),
     # what the shares above are of (hist_every); float: NaN where a history record carries no float buckets
     Statistic("hist_count", _hist_count, FLOAT, scalar=True, needs=("float_hist", "linear_hist", "log_hist")),
     Statistic("nan", lambda s: s.nonfinite(0), INT, scalar=True),
@@ -305,9 +339,10 @@ def names(scope, of_type=None):
     return tuple(st.name for st in TABLE if st.in_records(scope) and (of_type is None or st.type == of_type))
 
 
-def derive_rows(fstate, istate, cfg, scope):
-    """{name: values} of every statistic of `scope`'s records (see Statistic), None where switched off."""
-    rows = Derivation(fstate, istate, cfg, scope)
+def derive_rows(fstate, istate, cfg, scope, amax_before=None):
+    """{name: values} of every statistic of `scope`'s records (see Statistic), None where switched off.
+    amax_before: the delayed-scaling amax per row (hookstats/amax_window.py), None where there is no history."""
+    rows = Derivation(fstate, istate, cfg, scope, amax_before)
     return {st.name: rows[st.name] if st.present(cfg) else None for st in TABLE if st.in_records(scope)}
 
 

@@ -62,6 +62,12 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path):
     done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "docs", str(tmp_path / "site")],
                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert re.search(r"Copyright\s*(&#169;|©)\s*the hookstats authors", page), "the footer names no copyright holder"
+    sheets = re.findall(r'<link rel="stylesheet"[^>]*href="(_static/[^"?]+)', page)
+    wraps = [s for s in sheets if re.search(r"(^|[;{\s])pre\s*{[^}]*white-space:\s*pre-wrap",
+                                            (tmp_path / "site" / s).read_text())]
+    assert wraps, f"no stylesheet of the page makes code blocks wrap: {sheets}"
 
 
 README_COST_ROWS = {"overhead over": "attach(model) as it is: overhead over the floor's",  # before "the floor"
@@ -86,6 +92,14 @@ def test_the_readme_cost_table_shows_the_current_results_files():
             expected = f"{results[column][README_COST_ROWS[key]]['ratio']:.3f}"
             assert cell.strip() == expected, f"README cost table, {key!r} / {column}: {cell.strip()} != {expected}"
     assert seen == set(README_COST_ROWS), f"README cost table lacks rows for {set(README_COST_ROWS) - seen}"
+
+
+def test_the_readme_overhead_row_says_what_it_divides():
+    """The overhead row is a ratio of ratios: its label says so, and what the floor it is measured against is."""
+    text = (ROOT / "README.md").read_text()
+    table = re.search(r"<!-- cost-table:begin -->\n(.*?)<!-- cost-table:end -->", text, re.S).group(1)
+    label = next(ln for ln in table.splitlines() if "overhead over" in ln).strip("|").split("|")[0]
+    assert "your own hooks" in label and "(ratio − 1) / (floor's ratio − 1)" in label, label
 
 
 def test_readme_and_getting_started_give_the_same_commands_and_extras():

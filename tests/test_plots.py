@@ -52,18 +52,20 @@ def test_layer_stats_chart_plots_the_series(series, tmp_path):
 
 
 @pytest.mark.parametrize("hist", ["linear", "log2"])
-def test_heatmap_image_is_log_counts_per_step(series, tmp_path, hist):
+def test_heatmap_image_is_each_steps_share_per_bin(series, tmp_path, hist):
     s, _ = series
     fig = plots.plot_hist_heatmap(s, tmp_path / "h.png", hist=hist, kind="grad_output")
     assert (tmp_path / "h.png").read_bytes()[:8] == PNG
     img = np.asarray(fig.axes[0].images[0].get_array())
     counts = s["0:grad_output"]["hist" if hist == "linear" else "log2_hist"]
     assert img.shape[1] == 12
+    share = counts / counts.sum(axis=1, keepdims=True)
     if hist == "linear":
-        np.testing.assert_allclose(img, np.log1p(counts.T))
+        np.testing.assert_allclose(img, share.T)
     else:  # bottom row: zeros and values below 2**-126, then the occupied powers of two
-        np.testing.assert_allclose(img[0], np.log1p(counts[:, :2].sum(1)))
-        assert np.log1p(counts[:, 2:]).sum() == pytest.approx(img[1:].sum())
+        np.testing.assert_allclose(img[0], share[:, :2].sum(1))
+        np.testing.assert_allclose(img[1:].sum(0), share[:, 2:].sum(1))
+    np.testing.assert_allclose(img.sum(0), 1.0)
 
 
 def test_range_shares_against_numpy_counts_over_the_values():
@@ -134,10 +136,15 @@ def many():
                                                      if r["kind"] == "output"}
 
 
+def panel_titles(fig):
+    """The titles of a heatmap's target panels (the color bar's axes hold no image)."""
+    return [ax.get_title() for ax in fig.axes if ax.get_visible() and ax.images]
+
+
 def test_every_chart_shows_every_target_unless_told_and_then_says_so(many):
     s, outputs, totals = many
     fig = plots.plot_hist_heatmap(s, hist="log2")
-    assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == outputs
+    assert panel_titles(fig) == outputs
     assert "30 targets" in fig.get_suptitle()
     fig = plots.plot_layer_stats(s)
     assert [line.get_label() for line in fig.axes[0].lines] == outputs
@@ -145,7 +152,7 @@ def test_every_chart_shows_every_target_unless_told_and_then_says_so(many):
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == outputs
     # an explicit cap draws the first ones and says on the chart how many of how many
     fig = plots.plot_hist_heatmap(s, max_targets=9)
-    assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == outputs[:9]
+    assert panel_titles(fig) == outputs[:9]
     assert "first 9 of 30 targets" in fig.get_suptitle()
     fig = plots.plot_layer_stats(s, max_targets=5)
     assert len(fig.axes[0].lines) == 5 and "first 5 of 30 targets" in fig.get_suptitle()
@@ -158,5 +165,5 @@ def test_a_heatmap_names_the_targets_it_has_no_histogram_for(many):
     s = {t: dict(v) for t, v in s.items()}
     s[outputs[3]]["hist"] = None
     fig = plots.plot_hist_heatmap(s, hist="linear")
-    assert outputs[3] not in [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert outputs[3] not in panel_titles(fig)
     assert f"no histogram: {outputs[3]}" in fig.get_suptitle()

@@ -437,10 +437,10 @@ def test_csv_alerts_file_with_a_torn_line(tmp_path):
 def test_statistics_table_keeps_the_record_and_file_formats():
     """The table (hookstats/statistics.py) decides what records hold and what files get: pinned here, so a
     new row is a deliberate format change."""
-    from hookstats import statistics
+    from hookstats import statistics, whatif
     from hookstats.sinks.memory import FLOATS, HISTS, INTS
     floats = ("near_zero_rel", "near_zero_rel_threshold", "p0_1", "p1", "p50", "p99", "p99_9", "abs_p0_1", "abs_p1",
-              "abs_p50", "abs_p99", "abs_p99_9", "hist_count")
+              "abs_p50", "abs_p99", "abs_p99_9", *whatif.field_names(), "hist_count")
     assert statistics.SCALARS == ("count", "finite", "mean", "std", "rms", "l2", "near_zero", *floats, "nan", "posinf", "neginf",
                                   "underflow", "overflow", "running_min", "running_max")
     assert statistics.DASHBOARD_STATS == ("mean", "std", "near_zero", "near_zero_rel", "nonfinite")

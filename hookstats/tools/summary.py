@@ -10,6 +10,7 @@ from ..names import short
 from ..records import value
 from ..state import Kind
 from ..tensors import tensor_leaves
+from . import lowprec_cells
 
 
 class Summary:
@@ -71,12 +72,16 @@ def _run(model, inputs, kwargs, monitor):
     return layers, shapes, order, out
 
 
-def summary(model, *example_inputs, monitor=None, **example_kwargs):
+def summary(model, *example_inputs, monitor=None, lowprec_threshold=lowprec_cells.DEFAULT_THRESHOLD,
+            **example_kwargs):
     """A table of the model's layers (forward order, then layers not called): name, type, output shape,
     parameters, trainable; with a monitor (monitor=, or the one attached to the model), also each layer's
-    output mean/std/near-zero %/non-finite count and gradient std so far. Runs one no-grad eval forward on the example inputs."""
+    output mean/std/near-zero %/non-finite count and gradient std so far, and with float buckets the formats in
+    which its output or gradient would lose (underflow + overflow, unscaled or with current scaling) more than
+    `lowprec_threshold` of its values. Runs one no-grad eval forward on the example inputs."""
     if not isinstance(model, nn.Module):
         raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
+    lowprec = lowprec_cells.column(lowprec_cells.check_threshold(lowprec_threshold))
     if monitor is None:
         from ..monitor import attached_monitor
         monitor = attached_monitor(model)
@@ -95,11 +100,13 @@ def summary(model, *example_inputs, monitor=None, **example_kwargs):
             row.update({"mean": o["mean"] if o else None, "std": o["std"] if o else None,
                         "near zero %": 100 * o["near_zero"] if o else None, **_float_cells(o),
                         "nan/inf": o["nan"] + o["posinf"] + o["neginf"] if o else None,
-                        "grad std": g["std"] if g else None})
+                        "grad std": g["std"] if g else None,
+                        lowprec: lowprec_cells.losing([o, g], lowprec_threshold)})
         rows.append(row)
     columns = ["layer", "type", "output shape", "params", "trainable"]
     if monitor is not None:
         columns += ["mean", "std", "near zero %", *_float_columns(rows), "nan/inf", "grad std"]
+        columns += [lowprec] if any(r.get(lowprec) is not None for r in rows) else []
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     title = f"{type(model).__name__}: {total:,} parameters ({trainable:,} trainable)"
