@@ -154,8 +154,8 @@ def _var(s):
 def _rms(s):
     """hypot(mean, sqrt(M2 / n)) over the finite values (finite wherever the answer is: mean^2 alone would
     overflow past ~1e154): the root mean square, NaN while there are none."""
-    n = s.fcol(layout.N_FINITE)
-    return s.where(n > 0, s.hypot(s.fcol(layout.MEAN), s.sqrt(s.div(s["_m2"], n))), math.nan)
+    n, m2 = s.fcol(layout.N_FINITE), s["_m2"]
+    return s.where((n > 0) & ~s.isnan(m2), s.hypot(s.fcol(layout.MEAN), s.sqrt(s.div(m2, n))), math.nan)
 
 
 def _l2(s):
