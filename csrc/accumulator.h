@@ -179,9 +179,12 @@ HS_HD void merge_partial(Partial& a, const Partial& b) {
 HS_HD void shifted_to_partial(Partial& p, double n, double K, double s1, double s2) {
   p.n = n;
   if (n == 0.0) { p.mean = 0.0; p.m2 = 0.0; return; }
-  p.mean = K + s1 / n;
-  const double m2 = s2 - s1 * s1 / n;
-  p.m2 = m2 > 0.0 ? m2 : 0.0;
+  const double off = s1 / n;
+  p.mean = K + off;
+  // s1 * (s1 / n) <= s2: no overflow while s2 is finite. An overflowed s2 leaves M2 inf or NaN (inf - inf),
+  // which partial_overflowed() sees and the caller redoes: a NaN must never be clamped to 0 here.
+  const double m2 = s2 - s1 * off;
+  p.m2 = m2 < 0.0 ? 0.0 : m2;
 }
 // The redo of a block whose fp32 sums overflowed (|v - K| past ~1.8e19 squares past FLT_MAX; sums of
 // values near FLT_MAX) or, on the GPU, underflowed (squares_underflowed below): the shifted sums of the
@@ -245,8 +248,9 @@ HS_HD void fp64_scaled_partial(const V* v, int n, Partial& p) {
   }
   p.n = cnt;
   if (cnt == 0.0) { p.mean = 0.0; p.m2 = 0.0; return; }
-  p.mean = (K + s1 / cnt) * up;
-  const double m2 = s2 - s1 * s1 / cnt;
+  const double off = s1 / cnt;
+  p.mean = (K + off) * up;
+  const double m2 = s2 - s1 * off;
   p.m2 = (m2 > 0.0 ? m2 : 0.0) * up * up;
 }
 // The CUDA kernel's float64 threads: values below kHuge keep every shifted sum of a thread (|v - K| < 2^481,

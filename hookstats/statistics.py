@@ -90,6 +90,13 @@ class Derivation:
     def isnan(self, a):
         return a.isnan() if self._torch else np.isnan(a)
 
+    def isinf(self, a):
+        return a.isinf() if self._torch else np.isinf(a)
+
+    def hypot(self, a, b):
+        """sqrt(a^2 + b^2) without overflow on the way."""
+        return torch.hypot(a.double(), b.double()) if self._torch else np.hypot(a, b)
+
 
 @dataclasses.dataclass(frozen=True)
 class Plot:
@@ -132,16 +139,23 @@ class Statistic:
         return self.scope in (scope, BOTH)
 
 
+def _m2(s):
+    """M2, NaN where it passed float64's range (float64 values spread past ~1e154): var, std, rms and l2 are
+    then unknown, not inf (their true values are mostly finite); moments_overflow says so."""
+    m2 = s.fcol(layout.M2)
+    return s.where(s["moments_overflow"] > 0, math.nan, m2)
+
+
 def _var(s):
     n = s.fcol(layout.N_FINITE)
-    return s.where(n > 1, s.div(s.fcol(layout.M2), n - 1), math.nan)
+    return s.where(n > 1, s.div(s["_m2"], n - 1), math.nan)
 
 
 def _rms(s):
-    """sqrt(mean^2 + M2 / n) over the finite values: the root mean square, NaN while there are none."""
-    n = s.fcol(layout.N_FINITE)
-    mean = s.fcol(layout.MEAN)
-    return s.where(n > 0, s.sqrt(mean * mean + s.div(s.fcol(layout.M2), n)), math.nan)
+    """hypot(mean, sqrt(M2 / n)) over the finite values (finite wherever the answer is: mean^2 alone would
+    overflow past ~1e154): the root mean square, NaN while there are none."""
+    n, m2 = s.fcol(layout.N_FINITE), s["_m2"]
+    return s.where((n > 0) & ~s.isnan(m2), s.hypot(s.fcol(layout.MEAN), s.sqrt(s.div(m2, n))), math.nan)
 
 
 def _l2(s):
@@ -261,6 +275,7 @@ TABLE = (
     Statistic("std", lambda s: s.sqrt(s["var"]), FLOAT,  # NaN where var is
               scalar=True, dashboard="default", alerts=True, plot=Plot("std", log=True)),
     Statistic("var", _var, FLOAT),
+    Statistic("_m2", _m2, INTERNAL, scope=INTERNAL),
     # of the finite values (NaN/Inf left out, as in mean and var): in a history record, of that step's values
     Statistic("rms", _rms, FLOAT, scalar=True, dashboard="choice"),
     Statistic("l2", _l2, FLOAT, scalar=True, dashboard="choice"),
@@ -290,6 +305,8 @@ TABLE = (
     Statistic("nan", lambda s: s.nonfinite(0), INT, scalar=True),
     Statistic("posinf", lambda s: s.nonfinite(1), INT, scalar=True),
     Statistic("neginf", lambda s: s.nonfinite(2), INT, scalar=True),
+    # 1 where the finite values' sum of squared deviations (M2) passed float64's range: var, std, rms, l2 NaN
+    Statistic("moments_overflow", lambda s: s.as_int(s.isinf(s.fcol(layout.M2))), INT, scalar=True),
     # the linear bins' outer slots; float: NaN where the record spans no histogram step (hist_every), not 0
     Statistic("underflow", lambda s: _outer_bin(s, 0), FLOAT, scalar=True, needs="linear_hist"),
     Statistic("overflow", lambda s: _outer_bin(s, s.nbins + 1), FLOAT, scalar=True, needs="linear_hist"),

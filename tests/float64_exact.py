@@ -1,7 +1,7 @@
 """float64 values over the whole float64 range (1e-320 .. 1e308, mixed signs, subnormals) and their exact moments:
 Python fractions on the values, the mean and M2 each rounded once to float64 (+inf past its range). NumPy's own
 std overflows past ~1.3e154, so it cannot be the oracle there. The op keeps M2 in float64: where the true M2
-passes DBL_MAX it must read +inf (std and var inf), never 0 or NaN; everything representable must match."""
+passes DBL_MAX it must read +inf (std and var then read NaN with moments_overflow), never 0 or NaN; everything representable must match."""
 import math
 import sys
 from fractions import Fraction
@@ -57,6 +57,9 @@ def magnitudes(rng, n, lo_exp, hi_exp, signs=True):
 
 CASES = {
     "pair_1e200": lambda rng: np.array([1e200, -1e200]),
+    # few values: the block's shifted sums overflow to inf - inf (once clamped to an M2 of 0)
+    "three_1e200": lambda rng: np.array([1e200, -1e200, 3e199]),
+    "four_2e300": lambda rng: np.array([2e300, -2e300, 1.5e300, 1e300]),
     "pair_1e155_and_3": lambda rng: np.array([1e155, -1e155, 3.0]),
     "near_max_mixed": lambda rng: np.array([DBL_MAX, -DBL_MAX, DBL_MAX / 3, 1.0]),
     "near_max_same_sign": lambda rng: np.full(3000, 1.7e308) - rng.uniform(0, 1e300, 3000),

@@ -209,10 +209,10 @@ def test_readers_skip_torn_lines_anywhere_and_keep_every_whole_record(tmp_path, 
                 if stat in r:
                     np.testing.assert_allclose(r[stat], w[stat], rtol=1e-6)
     n_values = sum(len([k for k in r if k in ("count", "finite", "mean", "std", "rms", "l2", "near_zero", "nan",
-                                               "posinf", "neginf", "underflow", "overflow", "running_min",
-                                               "running_max", "hist_count")])
+                                               "posinf", "neginf", "moments_overflow", "underflow", "overflow",
+                                               "running_min", "running_max", "hist_count")])
                    for r in got.values())
-    assert n_values == (len(kept) if fmt == "csv" else 15 * len(kept))
+    assert n_values == (len(kept) if fmt == "csv" else 16 * len(kept))
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
@@ -442,15 +442,15 @@ def test_statistics_table_keeps_the_record_and_file_formats():
     floats = ("near_zero_rel", "near_zero_rel_threshold", "p0_1", "p1", "p50", "p99", "p99_9", "abs_p0_1", "abs_p1",
               "abs_p50", "abs_p99", "abs_p99_9", *whatif.field_names(), "hist_count")
     assert statistics.SCALARS == ("count", "finite", "mean", "std", "rms", "l2", "near_zero", *floats, "nan", "posinf", "neginf",
-                                  "underflow", "overflow", "running_min", "running_max")
+                                  "moments_overflow", "underflow", "overflow", "running_min", "running_max")
     assert statistics.DASHBOARD_STATS == ("mean", "std", "near_zero", "near_zero_rel", "nonfinite")
     assert statistics.DASHBOARD_CHOICES == statistics.SCALARS + ("nonfinite",)
     assert statistics.names(statistics.STATS) == (
         "count", "finite", "mean", "std", "var", "rms", "l2", "min", "max", "near_zero", "near_zero_count", *floats, "nan",
-        "posinf", "neginf", "underflow", "overflow", "hist", "hist_edges", "log2_hist", "float_hist")
+        "posinf", "neginf", "moments_overflow", "underflow", "overflow", "hist", "hist_edges", "log2_hist", "float_hist")
     assert statistics.names(statistics.HISTORY) == tuple(
         k for k in statistics.names(statistics.STATS) if k not in ("min", "max")) + ("running_min", "running_max")
-    assert INTS == ("count", "finite", "near_zero_count", "nan", "posinf", "neginf")
+    assert INTS == ("count", "finite", "near_zero_count", "nan", "posinf", "neginf", "moments_overflow")
     # underflow/overflow: NaN on history steps that counted no histograms (hist_every)
     assert FLOATS == ("mean", "std", "var", "rms", "l2", "near_zero", *floats, "underflow", "overflow", "running_min", "running_max")
     assert HISTS == ("hist", "log2_hist", "float_hist")
