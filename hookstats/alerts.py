@@ -83,6 +83,13 @@ class AlertRules:
         ema.copy_(torch.where(calm, torch.where(ema_n == 0, std, ema + self.ema * (std - ema)), ema))
         ema_n.add_(calm.long())
 
+    def forget(self, row, step):
+        """After a rewind to `step` (load_state_dict of an earlier checkpoint): what fired at a superseded step (>=
+        step) may fire again in the run that goes on. Device ops only."""
+        cols = list(FIRST_STEP_COLS)
+        first = row[:, cols]
+        row[:, cols] = torch.where(first >= step, -1, first)
+
     def read(self, row, keys, reported, order=None):
         """New alerts from a host copy of the alert row, by step, then by `order` (a sort key of TargetKey:
         the order in which a step reaches the targets). `reported` (a set) remembers what was raised."""

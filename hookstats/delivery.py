@@ -125,7 +125,11 @@ class Delivery:
 
     def resume(self, step):
         """Tells every sink that the run goes on from `step` (Sink.resume: an earlier run's later steps are
-        superseded)."""
+        superseded), and forgets the alerts and flights of those steps: the run that goes on may raise them again."""
+        gone = [a for a in self.alerts if a["step"] >= step]
+        self.alerts = [a for a in self.alerts if a["step"] < step]
+        self._reported.difference_update((a["target"], a["kind"]) for a in gone)
+        self.flights = [f for f in self.flights if f.step < step]
         self._write("resume", step)
 
     def close(self):

@@ -271,7 +271,9 @@ class History:
         record holds what that step measures alone."""
         self.flush(wait=True)
         for device, states in self._states("train").items():
-            self._ring(device, states).rebase()
+            ring = self._ring(device, states)
+            ring.rebase()
+            self.rules.forget(ring.alert_row, self.monitor.step_count)
         self._last_flush = self.monitor.step_count
         self.delivery.resume(self.monitor.step_count)
 

@@ -7,6 +7,7 @@ their exact magnitude, as accumulator.h's float_slot(double)). Runs on any devic
 layout.SKIP_HIST set: all but the histograms).
 """
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -181,9 +182,50 @@ def _check_no_overlap(op, extents):
             far_state = e
 
 
+def check_types(x, fstate, istate, scratch, enabled, params):
+    """accumulate_'s arguments are tensors and a list of numbers: one error naming the first that is not (None
+    among them), before any other check reads a tensor's attributes."""
+    op = "hookstats.accumulate_: "
+    _check_tensors(op, (("x", x), ("fstate", fstate), ("istate", istate), ("scratch", scratch), ("enabled", enabled)))
+    _check_params_type(op, params)
+
+
+def check_many_types(xs, fstates, istates, scratches, enabled, params):
+    """check_types for accumulate_many_: lists of tensors (an entry that is None named by its target index)."""
+    op = "hookstats.accumulate_many_: "
+    lists = (("xs", "x", xs), ("fstates", "fstate", fstates), ("istates", "istate", istates),
+             ("scratches", "scratch", scratches))
+    for name, _, v in lists:
+        if not isinstance(v, (list, tuple)):
+            raise RuntimeError(f"{op}{name} must be a list of tensors, got {_type_name(v)}")
+    for name, one, v in lists:
+        for k, t in enumerate(v):
+            _check_tensors(f"{op}target[{k}]: ", ((one, t),))
+    _check_tensors(op, (("enabled", enabled),))
+    _check_params_type(op, params)
+
+
+def _check_tensors(op, named):
+    for name, t in named:
+        if not isinstance(t, torch.Tensor):
+            raise RuntimeError(f"{op}{name} must be a tensor, got {_type_name(t)}")
+
+
+def _check_params_type(op, params):
+    if not isinstance(params, (list, tuple)) or not all(isinstance(v, numbers.Real) for v in params):
+        raise RuntimeError(f"{op}params must be a list of {len(layout.PARAM_FIELDS)} numbers "
+                           f"({', '.join(layout.PARAM_FIELDS)}): build it with StatsConfig.op_params(); got "
+                           f"{_type_name(params)}")
+
+
+def _type_name(v):
+    return "None" if v is None else type(v).__name__
+
+
 def check_args(x, fstate, istate, scratch, enabled, params, memory=True):
     """The errors of the compiled op (csrc/check_args.h) for accumulate_'s arguments; the decoded params.
     memory=False leaves out the shared-memory test (fake tensors have no memory)."""
+    check_types(x, fstate, istate, scratch, enabled, params)
     op = "hookstats.accumulate_: "
     lo, inv_w, eps, nbins, flags = p = _params(op, params)
     _check_target(op, x, fstate, istate, scratch, enabled, nbins, flags)
@@ -195,6 +237,7 @@ def check_args(x, fstate, istate, scratch, enabled, params, memory=True):
 
 def check_many_args(xs, fstates, istates, scratches, enabled, params, memory=True):
     """check_args for accumulate_many_: every entry, before any state changes."""
+    check_many_types(xs, fstates, istates, scratches, enabled, params)
     op = "hookstats.accumulate_many_: "
     if not len(xs) == len(fstates) == len(istates) == len(scratches):
         raise RuntimeError(f"{op}xs, fstates, istates and scratches must have equal lengths, got {len(xs)}, "

@@ -85,8 +85,18 @@ def shorten(text, width=NAME_MAX):
     return text[: width - 114] + "\u2026" + digest + "\u2026" + text[-100:]
 
 
+_INT_COUNTS = frozenset(s for s in COUNTS if s in statistics.BY_NAME and statistics.BY_NAME[s].type == statistics.INT)
+_EXACT = 2 ** 53  # an int up to this converts to float exactly: no check below can fail for it
+
+
 def scalar(stat, v):
     """A statistic's value: None/NaN as NaN, counts as non-negative integers within int64, the rest as floats."""
+    # what json.loads gives for almost every field, settled without the general checks (a history has millions)
+    t = type(v)
+    if t is float and stat not in COUNTS:
+        return v
+    if t is int and stat in _INT_COUNTS and 0 <= v <= _EXACT:
+        return v
     if v is None:
         return math.nan
     if isinstance(v, bool) or not isinstance(v, numbers.Real):

@@ -102,6 +102,12 @@ def _dense(sparse, size, what):
     if not isinstance(sparse, dict):
         raise fields.BadField(what, f"must be an object of slot: count, got {fields.show(sparse)}")
     out = np.zeros(size, dtype=np.int64)
+    if sparse and all(k.isdigit() and len(k) < 6 for k in sparse) and \
+            all(type(c) is int and 0 <= c <= fields.INT64_MAX for c in sparse.values()):
+        slots = np.fromiter(map(int, sparse), np.int64, len(sparse))
+        if slots.max() < size:  # every slot and count valid: one vectorized store
+            out[slots] = np.fromiter(sparse.values(), np.int64, len(sparse))
+            return out
     for k, c in sparse.items():
         if not (k.isdigit() and int(k) < size):
             raise fields.BadField(what, f"slot {fields.show(k)} outside 0..{size - 1}")
@@ -158,6 +164,8 @@ def read_jsonl(path):
 
 
 KEYS = ("target", "module", "kind", "leaf")
+_NOT_SCALARS = frozenset(KEYS) | {"type", "step", "hist", "hist_range", "log2_hist", "float_hist"}
+_SCALARS = frozenset(SCALARS)  # sets: a history has a million fields to look up
 
 
 def _alert(obj):
@@ -182,9 +190,9 @@ def _record(obj, lines):
     out["phase"] = fields.key(obj.get("phase", "train"), "phase")  # files of versions without phases
     log2_off = "log2_hist" in obj and obj["log2_hist"] is None  # written with log_hist=False
     for k, v in obj.items():
-        if k in KEYS or k in ("type", "step", "hist", "hist_range", "log2_hist", "float_hist"):
+        if k in _NOT_SCALARS:
             continue
-        if k in SCALARS:
+        if k in _SCALARS:
             out[k] = fields.scalar(k, v)
         elif isinstance(v, str):  # a field of a later version (e.g. a phase name): kept when plain
             out[k] = fields.name(v, k, lines)

@@ -358,6 +358,51 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
 SHARE_MIN = 1e-4  # the heatmaps' color scale starts here: a bin holding 1 value in 10,000
 
 
+@literal_text
+def plot_hist_overview(series, path=None, hist="linear", kind=Kind.OUTPUT.value):
+    """plot_hist_heatmap for runs with more targets than panels can show: two images, each target's first and last
+    histogram record (row = target in forward order, column = bin, color = the share of the record's values in the
+    bin, the heatmaps' log scale). hist="log2": the columns are log2 `|x|` for every row (the first: ~0);
+    hist="linear": each row's own bins (the configured ones, or its view of the float buckets), so a column is a
+    place within the target's span, not one value. One figure of two images whatever the number of targets."""
+    if hist not in ("linear", "log2"):
+        raise ValueError(f"hist must be 'linear' or 'log2', got {hist!r}")
+    targets = [t for t, s in series.items() if (kind is None or s["kind"] == kind) and _hist_key(s, hist) is not None]
+    ends = [series[t][_hist_key(series[t], hist)][[0, -1]].astype(np.float64) for t in targets]  # [2, bins] each
+    if hist == "log2" and ends:
+        both = np.stack(ends)  # [T, 2, LOG_SLOTS]
+        used = np.flatnonzero(both[:, :, 2:].sum((0, 1)))
+        lo, hi = (used[0], used[-1] + 1) if used.size else (0, 1)
+        both = np.concatenate([both[:, :, :2].sum(2, keepdims=True), both[:, :, 2 + lo: 2 + hi]], axis=2)
+        extent_x = (lo + layout.LOG_EXP_MIN - 1, hi + layout.LOG_EXP_MIN)
+    else:
+        width = max((e.shape[1] for e in ends), default=1)
+        both = np.full((len(targets), 2, width), np.nan)
+        for r, e in enumerate(ends):
+            both[r, :, : e.shape[1]] = e
+        extent_x = (-0.5, width - 0.5)
+    fig = new_figure(figsize=(15, 7))  # fixed margins: a layout engine would draw every text twice to place it
+    fig.subplots_adjust(left=0.17, right=0.92, top=0.88, bottom=0.09, wspace=0.08)
+    axes = fig.subplots(1, 2, sharey=True)
+    cmap = _cmap("viridis").with_extremes(bad=_cmap("viridis")(0.0), under=_cmap("viridis")(0.0))
+    norm = _matplotlib("colors").LogNorm(vmin=SHARE_MIN, vmax=1.0)
+    n = len(targets)
+    for k, (ax, which) in enumerate(zip(axes, ("first", "last"))):
+        image = ax.imshow(column_shares(both[:, k, :]) if n else np.zeros((0, 1)), aspect="auto", cmap=cmap,
+                          norm=norm, interpolation="nearest", extent=(*extent_x, n - 0.5, -0.5))
+        ax.set_title(f"each target's {which} histogram record", fontsize=9)
+        ax.set_xlabel("log2 |x|  (first column: ~0)" if hist == "log2" else "bin of the target's own span", fontsize=8)
+    rows = np.arange(0, n, max(1, -(-n // MAX_LINES)))
+    axes[0].set_yticks(rows, [f"{r}  {short(targets[r])}" for r in rows], fontsize=6)
+    axes[0].set_ylabel("target (forward order)")
+    fig.suptitle(f"{'linear' if hist == 'linear' else 'log2-magnitude'} histograms ({kind or 'all kinds'}, {n} "
+                 f"targets, one row each); color: share of the record's values")
+    if n:
+        bar = fig.colorbar(image, cax=fig.add_axes((0.935, 0.09, 0.012, 0.79)))
+        bar.set_label("share of the record's values in the bin (log scale)", fontsize=8)
+    return save_figure(fig, path)
+
+
 def column_shares(counts):
     """counts [steps, bins] as each step's share per bin (its row over the row's sum); NaN rows where a step holds
     no values."""
@@ -440,7 +485,12 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     strip = strip / np.maximum(strip.max(1, keepdims=True), 1)
     Line2D = _matplotlib("lines").Line2D
     labelled = len(targets) <= MAX_LABELLED_ROWS
-    fig = new_figure(figsize=(16, 2.4 + 0.42 * max(min(len(targets), MAX_LABELLED_ROWS), 4)), layout="constrained")
+    height = 2.4 + 0.42 * max(min(len(targets), MAX_LABELLED_ROWS), 4)
+    # the layout engine draws every text twice to place it (most of the chart's time past a few hundred rows):
+    # fixed margins then, room below for the legend
+    fig = new_figure(figsize=(16, height), layout="constrained" if labelled else None)
+    if not labelled:
+        fig.subplots_adjust(left=0.12, right=0.97, top=1 - 0.5 / height, bottom=2.2 / height, wspace=0.12)
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     n = len(targets)
     left.imshow(strip, aspect="auto", cmap="Greys", extent=(lo, hi, n - 0.5, -0.5), interpolation="nearest",
@@ -520,8 +570,9 @@ def save_all(series, out_dir, run_totals=None, progress=None):
                        partial(plot_layer_stats_overview if many else plot_layer_stats, series, kind=kind)))
         for hist in ("linear", "log2"):
             if any(s["kind"] == kind and _hist_key(s, hist) is not None for s in series.values()):
-                charts.append((f"hist_{hist}_{_file_part(kind, kinds)}.png",
-                               partial(plot_hist_heatmap, series, hist=hist, kind=kind, max_targets=MAX_PANELS)))
+                draw = partial(plot_hist_overview, series, hist=hist, kind=kind) if many else \
+                    partial(plot_hist_heatmap, series, hist=hist, kind=kind, max_targets=MAX_PANELS)
+                charts.append((f"hist_{hist}_{_file_part(kind, kinds)}.png", draw))
     log2 = run_totals if run_totals is not None else totals(series)
     # one chart per kind: "dynamic_range.png" holds the forward outputs, the activations a lower precision
     # would store; the others are named after their kind
