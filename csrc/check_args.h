@@ -83,6 +83,10 @@ inline std::string istate_note(int nbins, int flags, const at::Tensor& istate) {
 
 inline void check_target(Op op, const at::Tensor& x, const at::Tensor& fstate, const at::Tensor& istate,
                          const at::Tensor& scratch, const at::Tensor& enabled, int64_t nbins, int64_t flags) {
+  // None passed for a Tensor argument arrives as an undefined tensor: name it before anything asks its device
+  const std::pair<const char*, const at::Tensor*> args[] = {
+      {"x", &x}, {"fstate", &fstate}, {"istate", &istate}, {"scratch", &scratch}, {"enabled", &enabled}};
+  for (const auto& [name, t] : args) TORCH_CHECK(t->defined(), op, name, " must be a tensor, got None");
   const auto t = x.scalar_type();
   TORCH_CHECK(t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16,
               op, "x must be float32, float64, float16 or bfloat16, got ", t);
