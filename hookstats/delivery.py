@@ -3,6 +3,7 @@
 with a HistoryWarning, and new alerts are told to the user once."""
 import numpy as np
 
+from . import layout
 from .amax_window import AmaxWindow
 from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
                       step_records)
@@ -31,10 +32,12 @@ class Delivery:
         self._reported = set()
         self.amaxes = AmaxWindow(cfg.amax_history_len)
 
-    def deliver(self, arow, fs, counts, steps, keys, host_b, hist, phase="train"):
+    def deliver(self, arow, fs, counts, steps, keys, host_b, hist, phase="train", amax=None):
         """One copy of a ring: arow its alert rows, fs [S, T, F] and counts [S, T, step slots] its step slots, steps
         their step numbers, host_b the float buckets' growth over the window (or None), hist per step whether it
-        counted the histograms."""
+        counted the histograms, amax [S, T] each step's own largest |x| (None: the running one stands in)."""
+        if amax is None:
+            amax = np.fmax(np.abs(fs[..., layout.MIN]), np.abs(fs[..., layout.MAX]))
         cols = step_columns(fs, counts, self.cfg)
         present = cols["count"] != 0
         active = np.flatnonzero(present.any(axis=1))  # steps where nothing was measured go nowhere
@@ -43,6 +46,7 @@ class Delivery:
             steps = [steps[s] for s in active.tolist()]
             cols = select_steps(cols, active)
             present = present[active]
+            amax = amax[active]
         if steps:
             grown = None if host_b is None else host_b.numpy()
             if grown is not None and not grown.any():  # a window without a histogram step: no buckets, not empty ones
@@ -54,8 +58,7 @@ class Delivery:
             self._write_runs(steps[:at], keys, no_bucket_columns(cols, range(at), self.cfg), present[:at], hist[:at],
                              phase)
             ids = [k.id for k in keys]
-            self.amaxes.add(phase, ids, steps, np.fmax(np.abs(cols["running_min"]), np.abs(cols["running_max"])),
-                            present)
+            self.amaxes.add(phase, ids, steps, amax, present)
             before = self.amaxes.before(phase, ids, steps[at])
             self.amaxes.prune(phase, steps[-1])
             tail = bucket_columns(fs[active[at]], counts[active[at]], grown, self.cfg, before)
