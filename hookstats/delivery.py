@@ -3,7 +3,6 @@
 with a HistoryWarning, and new alerts are told to the user once."""
 import numpy as np
 
-from . import layout
 from .amax_window import AmaxWindow
 from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
                       step_records)
@@ -32,12 +31,10 @@ class Delivery:
         self._reported = set()
         self.amaxes = AmaxWindow(cfg.amax_history_len)
 
-    def deliver(self, arow, fs, counts, steps, keys, host_b, hist, phase="train", amax=None):
+    def deliver(self, arow, fs, counts, steps, keys, host_b, hist, phase="train", *, amax):
         """One copy of a ring: arow its alert rows, fs [S, T, F] and counts [S, T, step slots] its step slots, steps
         their step numbers, host_b the float buckets' growth over the window (or None), hist per step whether it
-        counted the histograms, amax [S, T] each step's own largest |x| (None: the running one stands in)."""
-        if amax is None:
-            amax = np.fmax(np.abs(fs[..., layout.MIN]), np.abs(fs[..., layout.MAX]))
+        counted the histograms, amax [S, T] each step's own largest |x| (NaN where it measured nothing)."""
         cols = step_columns(fs, counts, self.cfg)
         present = cols["count"] != 0
         active = np.flatnonzero(present.any(axis=1))  # steps where nothing was measured go nowhere
