@@ -28,7 +28,8 @@ class AlertRules:
     """dead_fraction/dead_steps: a target whose near-zero fraction is above dead_fraction for dead_steps
     recorded steps in a row is dead. std_factor: a step std above factor x (or below 1/factor x) the
     target's exponential average of past step stds (weight `ema` per step, after `warmup` steps; flagged
-    steps are left out of the average)."""
+    steps are left out of the average). flight=K: when a flush raises alerts, the last K recorded steps of every
+    target up to the first alert's step go to the sinks and mon.flights (hookstats/flight.py; 0: none)."""
 
     enabled: bool = True
     nonfinite: bool = True
@@ -37,11 +38,12 @@ class AlertRules:
     std_factor: float = 10.0
     warmup: int = 10
     ema: float = 0.1
+    flight: int = 0
     warning = AlertWarning
 
     def __post_init__(self):
         checks = {"enabled": (bool,), "nonfinite": (bool,), "dead_fraction": (float, 0, 1), "dead_steps": (int, 1),
-                  "std_factor": (float, 1, None, True), "warmup": (int, 1), "ema": (float, 0, 1, True)}
+                  "std_factor": (float, 1, None, True), "warmup": (int, 1), "ema": (float, 0, 1, True), "flight": (int, 0)}
         for name, rule in checks.items():  # frozen: the checked (Python) values replace NumPy scalars
             object.__setattr__(self, name, check_arg(name, getattr(self, name), *rule))
 

@@ -4,6 +4,8 @@ with a HistoryWarning, and new alerts are told to the user once."""
 import numpy as np
 
 from .amax_window import AmaxWindow
+from .flight import FlightRecorder
+from .grad_norms import PARAM_GRAD, from_columns as grad_norm_columns
 from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
                       step_records)
 from .sinks.base import Steps, protocol
@@ -18,10 +20,14 @@ class HistoryWarning(RuntimeWarning):
 
 class Delivery:
     """The sinks of one history: `memory_sink` (keeps the last `keep` steps) and the user's; `alerts`, every alert
-    raised so far, oldest first. rules: the AlertRules that read the alert rows; order: the targets' step order."""
+    raised so far, oldest first; `flights`, the flight.Flight of each flush that raised alerts (rules.flight > 0).
+    rules: the AlertRules that read the alert rows; order: the targets' step order; clip_norm: the max_norm of
+    the clipping the parameter gradients' norms are told against (grad_norms.py), or None."""
 
-    def __init__(self, cfg, sinks, keep, rules, order):
-        self.cfg, self.rules, self._order = cfg, rules, order
+    def __init__(self, cfg, sinks, keep, rules, order, clip_norm=None):
+        self.cfg, self.rules, self._order, self.clip_norm = cfg, rules, order, clip_norm
+        self.flight = FlightRecorder(rules.flight, order) if rules.enabled and rules.flight else None
+        self.flights = []
         self.memory_sink = MemorySink(max_steps=keep)
         self.sinks = [self.memory_sink] + sinks
         run_id = new_run_id()  # one run, one id: every file sink of this history names it
@@ -63,12 +69,29 @@ class Delivery:
             rest = range(at + 1, len(steps))
             self._write_runs(steps[at + 1:], keys, no_bucket_columns(cols, rest, self.cfg), present[at + 1:],
                              hist[at + 1:], phase)
+            if phase == "train" and any(k.kind == PARAM_GRAD for k in keys):
+                self._write("write_grad_norms", grad_norm_columns(steps, [key_fields(k) for k in keys], cols, present,
+                                                                  self.clip_norm))
         new = self.rules.read(arow, keys, self._reported, order=self._order) if phase == "train" else None
         if new:
             self.alerts.extend(new)
             for msg in brief(new):
                 warn_user(f"hookstats alert: {msg}", self.rules.warning)
             self._write("write_alerts", new[0]["step"], new)
+            if self.flight is not None:
+                self._record_flight(new)
+        if self.flight is not None and phase == "train":
+            self.flight.trim()
+
+    def _record_flight(self, alerts):
+        try:
+            flight = self.flight.take(alerts)
+        except Exception as e:  # the alerts and the steps went out already: only the flight is lost
+            self.flight = None
+            warn_user(f"hookstats: the flight recorder stopped after an error: {e!r}", HistoryWarning)
+            return
+        self.flights.append(flight)
+        self._write("write_flight", flight)
 
     def _write_runs(self, steps, keys, cols, present, hist, phase="train"):
         """_write_steps per run of steps that did (hist[k]) or did not count histograms."""
@@ -83,6 +106,8 @@ class Delivery:
     def _write_steps(self, steps, keys, cols, present, phase="train"):
         """Every sink gets the steps as one Steps: arrays, and records built only if a sink reads them."""
         if steps:
+            if self.flight is not None and phase == "train":
+                self.flight.add(steps, keys, cols, present)
             self._write("write_steps", Steps(steps, [key_fields(k, phase) for k in keys], cols, present,
                                              lambda: step_records(keys, cols, present, phase)))
 

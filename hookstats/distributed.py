@@ -12,7 +12,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from . import rawstate
+from . import rawstate, replicas
 from .records import stats_records
 from .state import order
 
@@ -66,6 +66,7 @@ class Reduced:
         self._keys = keys  # [(phase, TargetKey)], rows of fstates [K, 5] and istates [K, S]
         self._f, self._i = fstates, istates
         self.hist_steps = None  # the train steps the histograms hold (Monitor.reduce() sets it)
+        self.replicated = None  # with reduce(mesh=...): the train target ids counted once, replicated over TP
 
     def states(self):
         return {k: (self._f[r], self._i[r]) for r, k in enumerate(self._keys)}
@@ -115,9 +116,13 @@ def _check_same_config(configs):
                          f"ranks {ranks} differ); every rank must attach with the same configuration")
 
 
-def reduce(monitor, group=None):
+def reduce(monitor, group=None, mesh=None, tp="tp"):
     """Merges `monitor`'s state over the ranks of `group` (default: the whole world); every rank of the group
-    must call it. Without an initialized process group it returns the local state as a world of one."""
+    must call it. Without an initialized process group it returns the local state as a world of one.
+    mesh (a DeviceMesh over every rank, instead of group): a tensor-parallel model's monitor; every rank is
+    merged, each target replicated over the mesh's dimension `tp` once (hookstats.replicas)."""
+    if mesh is not None and group is not None:
+        raise ValueError("hookstats reduce: give group= or mesh=, not both (with mesh= every rank is merged)")
     monitor.eager_point()  # allocates states first reached inside compiled code
     devices = {st.fstate.device for _, _, st in monitor.states(reached_only=False)} or {torch.device("cpu")}
     if not is_initialized():
@@ -128,6 +133,7 @@ def reduce(monitor, group=None):
         return Reduced(monitor.cfg, keys, f, i, 1)
     if dist.get_rank(group) < 0:
         raise ValueError("hookstats reduce: this process is not a member of the given group")
+    tp_group = replicas.tp_group_of(mesh, tp) if mesh is not None else None
     device, world = _comm_device(group), dist.get_world_size(group)
     local = _local_rows(monitor, device)
     layout = _layouts.get(monitor)
@@ -138,6 +144,9 @@ def reduce(monitor, group=None):
         keys = layout[2]
         fits = set(local) <= set(keys)
         f, i = _pack(monitor.cfg, local, keys, device)
+        if tp_group is not None and keys:
+            same = replicas.replicated(f, i, tp_group)
+            f, i = replicas.keep_one_copy(f, i, same, first=dist.get_rank(tp_group) == 0)
         i = torch.cat([i.reshape(-1), torch.tensor([int(fits)], dtype=torch.int64, device=device)])
         dist.all_reduce(i, op=dist.ReduceOp.SUM, group=group)
         if keys:
@@ -152,7 +161,11 @@ def reduce(monitor, group=None):
         f = gathered[0]
         for r in range(1, world):
             f = rawstate.combine(f, gathered[r])
-    return Reduced(monitor.cfg, keys, f, i, world)
+    reduced = Reduced(monitor.cfg, keys, f, i, world)
+    if tp_group is not None:
+        flags = same.tolist() if keys else []
+        reduced.replicated = {key.id for (ph, key), s in zip(keys, flags) if s and ph == "train"}
+    return reduced
 
 
 def _agree_on_keys(cfg, local, group, world):

@@ -15,6 +15,7 @@ from .state import order
 from .alerts import ROW_WIDTH, AlertRules, step_order
 from .config import check_count
 from .delivery import Delivery, HistoryWarning
+from .grad_norms import check_clip_norm
 from .device_memory import available_bytes, host_available_bytes
 from .sinks.base import check_sinks
 from .user_warning import warn_user
@@ -87,8 +88,9 @@ class Ring:
             self.carrying = old.carrying
             self.alert_row.index_copy_(0, sel, old.alert_row)
         pinned = device.type == "cuda"
-        self.host = [torch.empty(self.buf.shape, dtype=torch.int64, pin_memory=pinned) for _ in range(2 if pinned else 1)]
-        self.host_b = [torch.empty((t, layout.FLOAT_SLOTS), dtype=torch.int64, pin_memory=pinned)
+        self.host = [torch.empty(self.buf.shape, dtype=torch.int64, device="cpu", pin_memory=pinned)
+                     for _ in range(2 if pinned else 1)]
+        self.host_b = [torch.empty((t, layout.FLOAT_SLOTS), dtype=torch.int64, device="cpu", pin_memory=pinned)
                        for _ in self.host] if cfg.float_hist else []
         self.which = 0
         self.steps = []  # step number of each filled slot (host side: the step count is host-side)
@@ -199,10 +201,11 @@ class History:
     (sinks/base.py), or any object with write(step, records); rules: an AlertRules (enabled=False for none).
     """
 
-    def __init__(self, monitor, log_every, capacity, sinks, rules, keep):
+    def __init__(self, monitor, log_every, capacity, sinks, rules, keep, clip_norm=None):
         self.monitor, self.cfg = monitor, monitor.cfg
         self.log_every, self.capacity, self.rules = log_every, capacity, rules
-        self.delivery = Delivery(self.cfg, sinks, keep, rules, step_order(monitor.modules, monitor.forward_order))
+        self.delivery = Delivery(self.cfg, sinks, keep, rules, step_order(monitor.modules, monitor.forward_order),
+                                 clip_norm)
         self.rings = {}  # (device, phase) -> Ring
         self._pending = []
         self._last_flush = monitor.step_count  # a run resumed at step N (attach(start_step=N)) flushes from there
@@ -225,6 +228,10 @@ class History:
     @property
     def alerts(self):
         return self.delivery.alerts
+
+    @property
+    def flights(self):
+        return self.delivery.flights
 
     # ---- recording ----
     def _states(self, phase):
@@ -351,10 +358,11 @@ class History:
         return dev, host
 
 
-def history_options(history=True, log_every=10, keep=1000, sinks=None, alerts=True):
+def history_options(history=True, log_every=10, keep=1000, sinks=None, alerts=True, clip_norm=None):
     """attach()'s history arguments, checked (one clear error each) and given as History's keywords; None
     when no history is kept (history=False and no sinks). history: True/False, or the ring's capacity in
-    steps (default log_every; a full ring flushes early)."""
+    steps (default log_every; a full ring flushes early). clip_norm: the max_norm the parameter gradients' norms
+    are told against (grad_norms.py)."""
     if isinstance(history, np.bool_):
         history = bool(history)
     capacity = None if isinstance(history, bool) else check_count("history", history)
@@ -367,7 +375,7 @@ def history_options(history=True, log_every=10, keep=1000, sinks=None, alerts=Tr
         return None
     rules = AlertRules() if alerts is True else alerts or AlertRules(enabled=False)
     return {"log_every": log_every, "capacity": capacity or log_every, "sinks": check_sinks(sinks), "rules": rules,
-            "keep": keep}
+            "keep": keep, "clip_norm": check_clip_norm(clip_norm)}
 
 
 def attach_history(monitor, options):

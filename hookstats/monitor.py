@@ -156,12 +156,14 @@ class Monitor:
             self.store.reset()
             self._hist_steps.reset()
 
-    def reduce(self, group=None):
+    def reduce(self, group=None, mesh=None, tp="tp"):
         """Under torch.distributed: every target's statistics merged over the ranks of `group` (default: all),
         returned as a snapshot whose .stats() reads like mon.stats(). Every rank must call it; this monitor's own
-        totals are left as they are."""
+        totals are left as they are. A tensor-parallel model: ``mesh=world_mesh`` (the DeviceMesh over every rank)
+        and `tp`, the name of its tensor-parallel dimension: targets sharded over it are merged, targets the same on
+        every tensor-parallel rank counted once; every other dimension (data, FSDP, pipeline stages) is merged."""
         from . import distributed
-        reduced = distributed.reduce(self, group)
+        reduced = distributed.reduce(self, group, mesh=mesh, tp=tp)
         reduced.hist_steps = self._hist_steps.read(self.clock)  # every rank counts histograms on the same steps
         return reduced
 
@@ -206,6 +208,19 @@ class Monitor:
     def alerts(self):
         """Every alert raised so far (NaN/Inf, dead units, exploding or vanishing std), oldest first."""
         return list(self.step_history.alerts) if self.step_history is not None else []
+
+    @property
+    def flights(self):
+        """With ``alerts=AlertRules(flight=K)``: one flight per alert burst, oldest first, each holding the last K
+        steps of every target up to the alert, the alert and the first target to show it."""
+        return list(self.step_history.flights) if self.step_history is not None else []
+
+    def grad_norms(self, clip_norm=None):
+        """The gradient norm of each parameter (``param_grads=True``) and their global norm, per kept step, each
+        parameter's share of it, and with `clip_norm` what ``clip_grad_norm_(max_norm=clip_norm)`` would scale."""
+        from .grad_norms import grad_norms
+        self.history()  # a monitor without a history says so; flushes
+        return grad_norms(self.history_sink.items(), clip_norm)
 
     # ---- checkpoints (hookstats/checkpoint.py) ----
     def state_dict(self):
@@ -302,7 +317,7 @@ def attached_monitor(model):
 def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=None,
            steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
            params=False, separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True,
-           rank_zero_only=True, start_step=0, config=None, **config_kwargs):
+           clip_norm=None, rank_zero_only=True, start_step=0, config=None, **config_kwargs):
     """Hooks `model` and returns a :class:`Monitor` that measures it while it trains.
 
     The monitor is also a context manager: ``with hookstats.attach(model) as mon:`` removes the hooks on exit.
@@ -357,7 +372,11 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
         Giving sinks keeps a history.
     alerts : bool or AlertRules, default True
         Warn when a target turns NaN/Inf, explodes or dies; an :class:`AlertRules` sets the thresholds, False
-        turns the alerts off.
+        turns the alerts off. ``AlertRules(flight=K)`` keeps the last K steps of every target before an alert
+        (``mon.flights``, a ``flight_<step>.jsonl`` beside the file sinks).
+    clip_norm : float, optional
+        With `param_grads`, the ``max_norm`` of a ``clip_grad_norm_`` that the per-step gradient norms given to the
+        sinks are told against (``mon.grad_norms(clip_norm)`` asks any max afterwards).
     rank_zero_only : bool, default True
         Under ``torch.distributed``, only rank 0 writes to the sinks (each rank keeps its own statistics;
         ``mon.reduce()`` merges them). False lets every rank write (rank ``r > 0`` to
@@ -383,7 +402,9 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
         raise ValueError(f"attach: model must be an nn.Module (or a paddle.nn.Layer), got "
                          f"{type(model).__module__}.{type(model).__name__}")
     from .history import attach_history, history_options
-    history = history_options(history, log_every, keep, sinks, alerts)  # History's keywords, or None
+    history = history_options(history, log_every, keep, sinks, alerts, clip_norm)  # History's keywords, or None
+    if clip_norm is not None and param_grads is not True:
+        raise ValueError("clip_norm is told against the parameter gradients' norms: attach(..., param_grads=True)")
     eval = history is not None if eval is None else eval  # validation passes recorded wherever records go
     flags = dict(include_paramless=include_paramless, eval=eval, inputs=inputs, outputs=outputs, grads=grads,
                  input_grads=input_grads, param_grads=param_grads, params=params, separate_calls=separate_calls,

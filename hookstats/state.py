@@ -74,7 +74,7 @@ class TargetState:
     def split_steps(self):
         if self.closed_f is None:
             self.closed_f = self.fstate.clone()
-            self.fstate.copy_(rawstate.empty())
+            self.fstate.copy_(rawstate.empty(device=self.fstate.device))
 
     def total_fstate(self):
         """The running fstate since attach or reset(), on the device."""
@@ -87,12 +87,12 @@ class TargetState:
             self.fstate.copy_(total_f)
         else:
             self.closed_f.copy_(total_f)
-            self.fstate.copy_(rawstate.empty())
+            self.fstate.copy_(rawstate.empty(device=self.fstate.device))
         self.istate.copy_(istate)
         self.reached = True
 
     def reset(self):
-        self.fstate.copy_(rawstate.empty())
+        self.fstate.copy_(rawstate.empty(device=self.fstate.device))
         if self.closed_f is not None:
             self.closed_f.copy_(self.fstate)
         self.istate.zero_()

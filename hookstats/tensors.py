@@ -14,7 +14,9 @@ def measured(t):
     quantized and float8 tensors, meta and sparse tensors, lazy parameters, and tensor subclasses whose
     data hookstats cannot read (a __torch_dispatch__ wrapper). A nested tensor is read through its packed
     values (TransformerEncoder's eval fast path), a DTensor through this rank's shard (mon.reduce() merges
-    the ranks). Never an error: a monitor must not stop the forward."""
+    the ranks; a Partial one is not measured: its local values are addends of the value, not values), an
+    AsyncCollectiveTensor (a tensor-parallel output) once its collective is done. Never an error: a monitor
+    must not stop the forward."""
     kind = type(t)
     if (kind is torch.Tensor or kind is torch.nn.Parameter) and t.dtype in MEASURED_DTYPES \
             and t.layout == torch.strided and t.device.type != "meta" and not t.is_nested:
@@ -30,10 +32,18 @@ def measured(t):
     if is_lazy(t):
         return None
     if hasattr(t, "to_local"):  # DTensor
-        return measured(t.to_local())
+        return None if is_partial(t) else measured(t.to_local())
+    if hasattr(t, "trigger_wait"):  # AsyncCollectiveTensor
+        # the wait its first consumer would make anyway (torch's own rule for these tensors), made a moment
+        # earlier and only once: on CUDA a wait of the stream on the collective, not a host sync
+        return measured(t.trigger_wait())
     if isinstance(t, FakeTensor):  # stands for a real tensor: the op's fake kernel takes it (hookstats.plan)
         return t
     return t if kind.__torch_dispatch__ is torch.Tensor.__torch_dispatch__ else None
+
+
+def is_partial(dtensor):
+    return any(p.is_partial() for p in dtensor.placements)
 
 
 def is_measurable(t):
@@ -48,7 +58,19 @@ def unread_reason(t):
         return None
     if t.layout != torch.strided:
         return f"a {t.layout} tensor"
+    if hasattr(t, "to_local") and is_partial(t):
+        return ("a DTensor with a Partial placement, whose local values are addends of the value, not values "
+                "(attach after parallelize_module, so that the module's output is measured after its reduction)")
     return f"a {type(t).__name__}, a tensor subclass whose data hookstats cannot read"
+
+
+def watch_unread_reason(t):
+    """Why a floating tensor given to watch() is not measured, or None when it is: unread_reason's, and a meta
+    tensor too (watch names the tensor itself, so its having no values is worth saying)."""
+    if isinstance(t, torch.Tensor) and t.dtype in MEASURED_DTYPES and t.device.type == "meta" \
+            and not torch.compiler.is_compiling():
+        return "a meta tensor, which holds no values"
+    return unread_reason(t)
 
 
 def tensor_leaves(obj, path="", kind=torch.Tensor):

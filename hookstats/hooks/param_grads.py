@@ -1,5 +1,6 @@
 """Parameter gradients (param_grads=True): held when accumulated, measured once per optimizer step."""
 import torch
+from torch.nn.parameter import is_lazy
 
 from ..state import Kind, TargetKey
 from ..tensors import measured
@@ -25,6 +26,11 @@ class ParamGrads:
         if meta:
             raise ValueError(f"param_grads=True: parameters {meta[:4]} are on the meta device; materializing them "
                              "(to_empty) makes new parameter objects, which would never be measured: attach after it")
+        lazy = [name for name, p in named_params if is_lazy(p)]
+        if lazy:
+            raise ValueError(f"param_grads=True: parameters {lazy[:4]} are not initialized yet (a lazy module such as "
+                             "LazyLinear), and a gradient hook needs the parameter: run one forward (a dummy batch) "
+                             "before attach")
         for name, p in named_params:
             if p.requires_grad and p.is_floating_point() and id(p) not in self.params:
                 self.params[id(p)] = (TargetKey(name, Kind.PARAM_GRAD, "", None), p)

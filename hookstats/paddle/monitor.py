@@ -77,6 +77,8 @@ class PaddleMonitor(Monitor):
             return tensor
         calls.saw(name)
         call = calls.next_watch_call(name)
+        if self.taps.readable(TargetKey(name, Kind.WATCH, "", call), tensor) is None:
+            return tensor  # said once; its gradient, no more readable, is not tapped (as torch's watch)
         self.taps.measure(TargetKey(name, Kind.WATCH, "", call), tensor, phase)
         self.taps.tap_grad(TargetKey(name, Kind.WATCH_GRAD, "", call), tensor, phase)
         return tensor

@@ -161,6 +161,12 @@ class FileSink(Sink):
     def close_files(self):
         """Closes the files the subclass has open (the next write opens them again)."""
 
+    def write_flight(self, flight):
+        """flight_<step>.jsonl beside this process's file (flight_<step>.rank<r>.jsonl on a rank r > 0)."""
+        from .flight_file import flight_path, write_flight_file
+        path = self.claim()
+        write_flight_file(flight_path(path.parent, flight, path.stem[len(self.path.stem):]), flight, self.run_id)
+
     def close(self):
         try:
             self.close_files()  # may raise (a full disk): the lock goes all the same

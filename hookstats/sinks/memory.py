@@ -229,6 +229,15 @@ class _Block:
         for name, span in self.hists.items():
             span.put(at, *hists.get(name, (None, None, None)))
 
+    def drop_from(self, first_step):
+        """Forgets the rows of `first_step` and later (the newest: rows are kept in step order)."""
+        keep = int((self.steps[self.order()] < first_step).sum())
+        for p in self.order()[keep:].tolist():
+            for span in self.hists.values():
+                if isinstance(span, _Sparse):
+                    span.at.pop(p, None)
+        self.n = keep
+
     def rows_from(self, first_step):
         """Physical indices of the rows at or after `first_step`, oldest first."""
         order = self.order()
@@ -347,6 +356,15 @@ class MemorySink(Sink):
 
     def write_alerts(self, step, alerts):
         self.alerts.extend(alerts)
+
+    def resume(self, step):
+        """A rewind in this process (load_state_dict of an earlier checkpoint): the steps from `step` on are
+        superseded, so each step is kept once, with the values of the run that goes on."""
+        for block in self._blocks.values():
+            block.drop_from(step)
+        self._blocks = {t: b for t, b in self._blocks.items() if b.n}
+        while self._window and self._window[-1] >= step:
+            self._window.pop()
 
     def nbytes(self):
         """Bytes of the arrays held (the host side of the history)."""

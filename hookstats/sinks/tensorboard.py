@@ -89,6 +89,25 @@ class TensorBoardSink(Sink):
         for a in alerts:
             self.writer.add_text(self.prefix + "alerts", a["message"], a["step"])
 
+    def write_flight(self, flight):
+        self.writer.add_text(self.prefix + "flight", f"{flight.message}: steps {flight.steps[0]}..{flight.steps[-1]} "
+                             f"of {len(flight.targets)} targets recorded" if flight.steps else flight.message,
+                             flight.step)
+
+    def write_grad_norms(self, norms):
+        """grad_norm/total per step and grad_norm/<target>/share (the target's share of its square); with
+        clip_norm the clipping factor (1: no clipping)."""
+        total, share = norms.total, norms.share
+        coef = norms.clip_coef if norms.clip_norm is not None else None
+        base = self.prefix + "grad_norm/"
+        for s, step in enumerate(norms.steps):
+            self.writer.add_scalar(base + "total", float(total[s]), step)
+            if coef is not None:
+                self.writer.add_scalar(base + "clip_coef", float(coef[s]), step)
+            for p, t in enumerate(norms.targets):
+                if norms.present[s, p]:
+                    self.writer.add_scalar(f"{base}{t}/share", float(share[s, p]), step)
+
     def close(self):
         self.writer.flush()
         if self._own:

@@ -158,9 +158,27 @@ def _report_run(run_dir, out, log, show_progress):
     log(f"== {run_dir}: {len(steps)} recorded steps ({steps[0]}..{steps[-1]}), {len(series)} targets")
     log(stats_table(rows, title="last recorded step of each target (|x| quantiles and near 0 rel: its last "
                                 "flush window with float buckets)" if last_buckets else "last recorded step of each target"))
+    paths += extra_charts(run_dir, items, out)
     msgs = brief(alerts)
     log(f"alerts ({len(alerts)}):" + "".join(f"\n  {m}" for m in msgs) if alerts else "alerts: none")
     log(f"wrote {len(paths)} charts to {out}")
+    return paths
+
+
+def extra_charts(run_dir, items, out):
+    """The flight recorder's charts (flight_<step>.png, of the run folder's flight files) and the gradient norms'
+    (grad_norms.png, when the history has parameter gradients)."""
+    from ..grad_norms import grad_norms
+    from ..sinks.flight_file import find_flights, read_flight
+    from .flight_plots import plot_flight, plot_grad_norms
+    paths = []
+    for f in find_flights(run_dir if run_dir.is_dir() else run_dir.parent):
+        paths.append(out / f"{f.stem}.png")
+        plot_flight(read_flight(f), path=paths[-1])
+    norms = grad_norms(items)
+    if norms.targets:
+        paths.append(out / "grad_norms.png")
+        plot_grad_norms(norms, path=paths[-1])
     return paths
 
 

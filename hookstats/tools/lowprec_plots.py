@@ -7,12 +7,12 @@ import numpy as np
 
 from .. import whatif
 from ..records import last_records
-from .plots import _figure, _literal_text, _save
+from .plots import literal_text, new_figure, save_figure
 
 RECIPE_TITLES = {"": "no scaling", "_current": "current scaling", "_delayed": "delayed scaling"}
 
 
-@_literal_text
+@literal_text
 def plot_lowprec(records, fmt="e4m3", recipe="", path=None):
     """One chart: per target (records: {target: record}, e.g. mon.stats()) the share of its finite values that a
     cast to `fmt` would underflow and overflow under `recipe` ("", "_current" or "_delayed"); a target without
@@ -22,7 +22,7 @@ def plot_lowprec(records, fmt="e4m3", recipe="", path=None):
     if recipe not in RECIPE_TITLES:
         raise ValueError(f"recipe must be one of {', '.join(map(repr, RECIPE_TITLES))}, got {recipe!r}")
     names = list(records)
-    fig = _figure(figsize=(7, 0.3 * len(names) + 1.5))
+    fig = new_figure(figsize=(7, 0.3 * len(names) + 1.5))
     ax = fig.subplots()
     y = np.arange(len(names))
     for k, (side, color) in enumerate((("underflow", "tab:blue"), ("overflow", "tab:red"))):
@@ -34,7 +34,7 @@ def plot_lowprec(records, fmt="e4m3", recipe="", path=None):
     ax.set_title(f"{fmt}, {RECIPE_TITLES[recipe]}")
     ax.legend(loc="lower right")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_lowprec_all(records, folder):
@@ -56,7 +56,7 @@ def _columns():
     return [(fmt, recipe) for recipe in RECIPE_TITLES for fmt in whatif.FORMATS]
 
 
-@_literal_text
+@literal_text
 def plot_lowprec_grid(records, path=None):
     """One figure: a row per target (records: {target: record}), a column per format and recipe, the shares of
     its finite values that would underflow (left) and overflow (right), in %, on one color scale up to the
@@ -65,7 +65,7 @@ def plot_lowprec_grid(records, path=None):
     shares = {side: np.array([[100 * _number(records[t].get(f"{fmt}_{side}{recipe}")) for fmt, recipe in cols]
                               for t in names]).reshape(len(names), len(cols)) for side in whatif.SIDES}
     top = max([1.0] + [float(np.nanmax(v)) for v in shares.values() if np.isfinite(v).any()])
-    fig = _figure(figsize=(11, min(14.0, 0.22 * len(names) + 2.2)))
+    fig = new_figure(figsize=(11, min(14.0, 0.22 * len(names) + 2.2)))
     axes = fig.subplots(1, 2, sharey=True)
     for ax, side in zip(axes, whatif.SIDES):
         image = ax.imshow(np.ma.masked_invalid(shares[side]), aspect="auto", cmap="Reds", vmin=0, vmax=top,
@@ -78,7 +78,7 @@ def plot_lowprec_grid(records, path=None):
     else:
         axes[0].set_ylabel(f"{len(names)} targets")
     fig.colorbar(image, ax=axes, shrink=0.8, label="%")
-    return _save(fig, path, whole_legend=len(names) <= MAX_LABELS)
+    return save_figure(fig, path, whole_legend=len(names) <= MAX_LABELS)
 
 
 def _number(v):

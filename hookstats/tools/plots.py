@@ -20,12 +20,18 @@ HEATMAP_BINS = 64
 HEATMAP_SPAN_Q = (0.001, 0.999)
 MAX_STEP_TICKS = 12  # step labels under a heatmap's columns  # each step's p0.1 .. p99.9: the span is the widest of the steps shown
 
+# Past these many targets a chart draws an overview, not one line, panel or labelled row per target: each of those
+# costs ~10 ms to draw, and a large model has thousands of targets
+MAX_LINES = 40  # layer stats: one image per statistic beyond (a row per target)
+MAX_PANELS = 24  # histogram heatmaps: the first ones, the title says of how many
+MAX_LABELLED_ROWS = 60  # dynamic range: rows without their share written in them, every k-th name beside them
+
 FORMATS = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8 e4m3": torch.float8_e4m3fn,
            "fp8 e5m2": torch.float8_e5m2}
 FORMAT_COLORS = {"fp16": "tab:red", "bf16": "tab:blue", "fp8 e4m3": "tab:green", "fp8 e5m2": "tab:orange"}
 
 
-def _figure(**kw):
+def new_figure(**kw):
     return _matplotlib("figure").Figure(**kw)
 
 
@@ -35,7 +41,7 @@ def _matplotlib(module=None):
     return require("matplotlib" + ("" if module is None else f".{module}"), "hookstats charts")
 
 
-def _literal_text(plot):
+def literal_text(plot):
     """Draws `plot`'s figure with mathtext and TeX off, from its first artist to the saved file: names come from
     users and files, and mathtext of a crafted name aborts the drawing."""
     @functools.wraps(plot)
@@ -148,7 +154,7 @@ def _count(shown, total):
     return f"{total} targets" if shown == total else f"first {shown} of {total} targets"
 
 
-def _save(fig, path, whole_legend=False):
+def save_figure(fig, path, whole_legend=False):
     if path is not None:  # bbox "tight" keeps a legend's long target names whole, at the cost of a second draw
         fig.savefig(path, dpi=110, bbox_inches="tight" if whole_legend else None)
     return fig
@@ -157,7 +163,7 @@ def _save(fig, path, whole_legend=False):
 PLOT_MAX = 1e300
 
 # ---- layer stats ----
-@_literal_text
+@literal_text
 def plot_layer_stats(series, path=None, targets=None, kind=Kind.OUTPUT.value, max_targets=None):
     """Mean, std and near-zero % of each target over steps, one line per target in forward order (every
     target of the kind; max_targets: the first ones, and the title says how many of how many). Each target has
@@ -166,7 +172,7 @@ def plot_layer_stats(series, path=None, targets=None, kind=Kind.OUTPUT.value, ma
     data, so 0.15 % is not flattened into a line."""
     targets, total = _pick(series, targets, kind, max_targets)
     height = max(4.6, 1.4 + 0.13 * len(targets))  # the legend holds one line per target
-    fig = _figure(figsize=(15, height))
+    fig = new_figure(figsize=(15, height))
     fig.subplots_adjust(left=0.05, right=0.8, top=1 - 0.64 / height, bottom=0.55 / height, wspace=0.3)
     plotted = _panels(series, targets)
     axes = fig.subplots(1, len(plotted))
@@ -204,7 +210,47 @@ def plot_layer_stats(series, path=None, targets=None, kind=Kind.OUTPUT.value, ma
         fig.legend(handles, [f"{k}  {short(t)}" for k, t in enumerate(targets)], loc="upper left",
                    bbox_to_anchor=(0.81, 1 - 0.55 / height), fontsize=7, title="target (forward order)",
                    title_fontsize=8)
-    return _save(fig, path, whole_legend=True)
+    return save_figure(fig, path, whole_legend=True)
+
+
+@literal_text
+def plot_layer_stats_overview(series, path=None, kind=Kind.OUTPUT.value):
+    """plot_layer_stats' panels as images, for runs with more targets than lines can tell apart: row = target
+    (forward order), column = step, color = value (a log scale where the panel is logarithmic and the values
+    positive). One image per panel costs the same for 20 targets as for 20,000."""
+    targets = [t for t, s in series.items() if kind is None or s["kind"] == kind]
+    plotted = _panels(series, targets)
+    fig = new_figure(figsize=(15, 7))  # fixed margins: a layout engine would draw every text twice to place it
+    fig.subplots_adjust(left=0.17, right=0.97, top=0.9, bottom=0.08, wspace=0.25)
+    axes = np.atleast_1d(fig.subplots(1, len(plotted)))
+    every = max(1, -(-len(targets) // MAX_LINES))
+    steps = np.unique(np.concatenate([series[t]["steps"] for t in targets])) if targets else np.zeros(0, np.int64)
+    for ax, st in zip(axes, plotted):
+        m = np.full((len(targets), len(steps)), np.nan)
+        for r, t in enumerate(targets):
+            m[r, np.searchsorted(steps, series[t]["steps"])] = series[t][st.name]
+        m = st.plot.scale * np.where(np.isfinite(m), np.clip(m, -PLOT_MAX, PLOT_MAX), np.nan)
+        positive = m[m > 0]
+        log = st.plot.log and positive.size and not (m <= 0).any()
+        norm = _matplotlib("colors").LogNorm(positive.min(), max(positive.max(), positive.min() * (1 + 1e-9))) \
+            if log else None
+        im = ax.imshow(np.ma.masked_invalid(m), aspect="auto", interpolation="nearest", cmap="viridis", norm=norm,
+                       extent=(-0.5, len(steps) - 0.5, len(targets) - 0.5, -0.5))
+        bar = fig.colorbar(im, ax=ax, shrink=0.8, pad=0.02)
+        if log:  # plain numbers: a log axis' default labels are mathtext, which names drawn literally turn off
+            ticker = _matplotlib("ticker")
+            bar.ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
+            bar.ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.set_title(st.plot.label)
+        ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 8)).round().astype(int)) if len(steps) else []
+        ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
+        ax.set_xlabel("step")
+        ax.set_yticks([])
+    rows = np.arange(0, len(targets), every)  # the names once, beside the first panel
+    axes[0].set_yticks(rows, [f"{r}  {short(targets[r])}" for r in rows], fontsize=6)
+    axes[0].set_ylabel("target (forward order)")
+    fig.suptitle(f"layer stats over steps ({kind or 'all kinds'}, {len(targets)} targets, one row each)")
+    return save_figure(fig, path)
 
 
 LINE_STYLES = ("-", "--", ":", "-.")
@@ -243,7 +289,7 @@ def _panels(series, targets):
 
 
 # ---- histogram heatmaps ----
-@_literal_text
+@literal_text
 def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.OUTPUT.value, max_targets=None,
                       ncols=3):
     """Per target, the histogram of each step as one column (fastai's color_dim), in a grid that grows with the
@@ -265,7 +311,7 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
     nrows = max(1, math.ceil(len(targets) / ncols))
     head = 0.8 + 0.2 * bool(without)  # inches above the panels for the title, whatever the grid's height
     height = head + 2.6 * nrows
-    fig = _figure(figsize=(4.6 * ncols, height))
+    fig = new_figure(figsize=(4.6 * ncols, height))
     top, bottom = 1 - head / height, 0.6 / height
     fig.subplots_adjust(left=0.06, right=0.93, top=top, bottom=bottom, hspace=0.45, wspace=0.25)
     axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
@@ -306,7 +352,7 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
     if targets:
         bar = fig.colorbar(image, cax=fig.add_axes((0.945, bottom, 0.012, top - bottom)))
         bar.set_label("share of the column's values in the bin (log scale)", fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 SHARE_MIN = 1e-4  # the heatmaps' color scale starts here: a bin holding 1 value in 10,000
@@ -377,7 +423,7 @@ def _log2_of(hist):
     return buckets.log2_hist(h.astype(np.int64)) if h.shape[-1] == layout.FLOAT_SLOTS else h
 
 
-@_literal_text
+@literal_text
 def plot_dynamic_range(by_target, path=None, max_targets=None):
     """Left: each target's log2 `|x|` distribution (one row per target, forward order; max_targets: the first
     ones, and the title says how many of how many) with each format's range marked (solid: smallest
@@ -393,7 +439,8 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     strip = hists[:, 2 + k0: 2 + k1]
     strip = strip / np.maximum(strip.max(1, keepdims=True), 1)
     Line2D = _matplotlib("lines").Line2D
-    fig = _figure(figsize=(16, 2.4 + 0.42 * max(len(targets), 4)), layout="constrained")
+    labelled = len(targets) <= MAX_LABELLED_ROWS
+    fig = new_figure(figsize=(16, 2.4 + 0.42 * max(min(len(targets), MAX_LABELLED_ROWS), 4)), layout="constrained")
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     n = len(targets)
     left.imshow(strip, aspect="auto", cmap="Greys", extent=(lo, hi, n - 0.5, -0.5), interpolation="nearest",
@@ -408,30 +455,34 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
                 shown = True
         label = f"{name}: {sub:.3g} (2^{math.log2(sub):.0f}) .. {mx:.4g}" + ("" if shown else "  (beyond the axis)")
         handles.append(Line2D([], [], color=c, lw=1.3, label=label))
-    left.set_yticks(range(n), [short(t) for t in targets], fontsize=7)
+    rows = range(0, n, max(1, -(-n // MAX_LABELLED_ROWS)))
+    left.set_yticks(rows, [short(targets[r]) if labelled else f"{r}  {short(targets[r])}" for r in rows], fontsize=7)
     left.set_xlabel("log2 |x|   (grey: share of the target's values per power of two; solid: smallest subnormal "
                     "and max, dashed: smallest normal)")
     left.set_xlim(lo, hi)
-    left.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.16 * 6 / max(n, 4)), ncol=2, fontsize=8,
+    left.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.16 * 6 / max(min(n, MAX_LABELLED_ROWS), 4)), ncol=2, fontsize=8,
                 title="representable range", title_fontsize=8, frameon=False)
     left.set_title(f"dynamic range per target ({_count(n, total)})")
 
     shares = [shares_of(by_target[t]) for t in targets]
     cols = [(f, k) for f in FORMATS for k in ("underflow", "overflow")]
     mat = np.array([[s[f][k] for f, k in cols] for s in shares]) * 100 if shares else np.zeros((0, len(cols)))
-    right.imshow(np.nan_to_num(mat), aspect="auto", cmap="Reds", vmin=0, vmax=max(1.0, np.nanmax(mat, initial=0)))
-    for i in range(mat.shape[0]):
+    im = right.imshow(np.nan_to_num(mat), aspect="auto", cmap="Reds", vmin=0,
+                      vmax=max(1.0, np.nanmax(mat, initial=0)))
+    if not labelled:
+        fig.colorbar(im, ax=right, shrink=0.6, label="%")
+    for i in range(mat.shape[0] if labelled else 0):  # past that, the colors alone (the bar gives the scale)
         for j in range(mat.shape[1]):
             v = mat[i, j]
             right.text(j, i, "-" if math.isnan(v) else (f"{v:.3g}" if v else "0"), ha="center", va="center",
                        fontsize=7)
     right.set_xticks(range(len(cols)), [f"{f}\n{'under' if k == 'underflow' else 'over'}" for f, k in cols],
                      fontsize=7)
-    right.set_yticks(range(n), [""] * n)
+    right.set_yticks(rows, [""] * len(rows))
     exact = all(np.asarray(by_target[t]).shape[-1] == layout.FLOAT_SLOTS for t in targets)
     right.set_title("% of values out of range" + (" (fp16 overflow, bf16: at least)" if exact
                                                     else " (overflow and bf16 underflow: at least)"))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _cmap(name):
@@ -464,11 +515,13 @@ def save_all(series, out_dir, run_totals=None, progress=None):
     charts = []  # (file name, draw(path))
     kinds = list(dict.fromkeys(s["kind"] for s in series.values()))
     for kind in kinds:
-        charts.append((f"layer_stats_{_file_part(kind, kinds)}.png", partial(plot_layer_stats, series, kind=kind)))
+        many = sum(s["kind"] == kind for s in series.values()) > MAX_LINES
+        charts.append((f"layer_stats_{_file_part(kind, kinds)}.png",
+                       partial(plot_layer_stats_overview if many else plot_layer_stats, series, kind=kind)))
         for hist in ("linear", "log2"):
             if any(s["kind"] == kind and _hist_key(s, hist) is not None for s in series.values()):
                 charts.append((f"hist_{hist}_{_file_part(kind, kinds)}.png",
-                               partial(plot_hist_heatmap, series, hist=hist, kind=kind)))
+                               partial(plot_hist_heatmap, series, hist=hist, kind=kind, max_targets=MAX_PANELS)))
     log2 = run_totals if run_totals is not None else totals(series)
     # one chart per kind: "dynamic_range.png" holds the forward outputs, the activations a lower precision
     # would store; the others are named after their kind

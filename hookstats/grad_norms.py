@@ -1,0 +1,116 @@
+"""The gradient norm by layer, derived on the host from the history's parameter-gradient targets (param_grads=True):
+each target's per-step L2 norm is sqrt(M2 + n * mean^2) of its state (the `l2` statistic), the global norm the
+root of their sum of squares, as torch.nn.utils.clip_grad_norm_ computes it; a target that saw NaN (Inf) has a NaN
+(Inf) norm there, and so has the global one, as in torch. With clip_norm, what a clip_grad_norm_(max_norm=clip_norm)
+would do: scale every gradient by clip_norm / (total + 1e-6) where that is below 1."""
+import dataclasses
+import math
+
+import numpy as np
+
+from .config import check_arg
+from .state import Kind
+
+PARAM_GRAD = Kind.PARAM_GRAD
+CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s own
+
+
+@dataclasses.dataclass
+class GradNorms:
+    """steps [S]; targets [P]: the parameter-gradient target ids; norms [S, P] float64: each target's gradient L2
+    norm (NaN where it has no record at the step, or saw NaN; Inf where it saw Inf); present [S, P] bool;
+    clip_norm: the max_norm of the clipping asked about, or None."""
+
+    steps: list
+    targets: list
+    norms: np.ndarray
+    present: np.ndarray
+    clip_norm: float = None
+
+    @property
+    def total(self):
+        """[S]: the global gradient norm of each step, over the targets measured in it."""
+        return np.sqrt(np.sum(np.where(self.present, self.norms, 0.0) ** 2, axis=1))
+
+    @property
+    def share(self):
+        """[S, P]: each target's share of the squared global norm (the shares of a step sum to 1)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self.norms ** 2 / self.total[:, None] ** 2
+
+    @property
+    def clip_coef(self):
+        """[S]: the factor clip_grad_norm_(max_norm=clip_norm) scales every gradient by (1: not clipped)."""
+        if self.clip_norm is None:
+            raise ValueError("clip_coef needs a clip_norm: grad_norms(..., clip_norm=max_norm)")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.minimum(1.0, self.clip_norm / (self.total + CLIP_EPS))
+
+    @property
+    def clipped(self):
+        """[S] bool: whether the clipping scales the gradients at the step."""
+        return self.clip_coef < 1.0
+
+    @property
+    def norms_after(self):
+        """[S, P]: each target's norm after the clipping."""
+        return self.norms * self.clip_coef[:, None]
+
+    def rows(self):
+        """Per step a dict: step, total, and with clip_norm clip_coef and clipped; then per target norm and share
+        (and norm_after)."""
+        total, share = self.total, self.share
+        coef = self.clip_coef if self.clip_norm is not None else None
+        for s, step in enumerate(self.steps):
+            row = {"step": step, "total": float(total[s])}
+            if coef is not None:
+                row.update(clip_coef=float(coef[s]), clipped=bool(coef[s] < 1.0))
+            row["targets"] = {t: {"norm": float(self.norms[s, p]), "share": float(share[s, p]),
+                                  **({"norm_after": float(self.norms[s, p] * coef[s])} if coef is not None else {})}
+                              for p, t in enumerate(self.targets) if self.present[s, p]}
+            yield row
+
+
+def check_clip_norm(clip_norm):
+    """clip_norm: None, or the max_norm of a clip_grad_norm_ (a positive number)."""
+    return None if clip_norm is None else check_arg("clip_norm", clip_norm, float, lo=0, lo_open=True)
+
+
+def target_norms(l2, nan, inf):
+    """Per-target norms from the l2 of the finite values and the NaN and Inf counts (arrays of one shape)."""
+    norms = np.asarray(l2, dtype=np.float64).copy()
+    norms[np.asarray(inf) > 0] = math.inf
+    norms[np.asarray(nan) > 0] = math.nan
+    return norms
+
+
+def from_columns(steps, keys, cols, present, clip_norm=None):
+    """GradNorms of a flush's columns (records.step_columns: [S, T] arrays; keys [T]: KEY_FIELDS dicts), or None
+    when it has no parameter-gradient target."""
+    idx = [t for t, k in enumerate(keys) if k["kind"] == PARAM_GRAD and (k.get("phase") or "train") == "train"]
+    if not idx:
+        return None
+    inf = cols["posinf"][:, idx] + cols["neginf"][:, idx]
+    return GradNorms(list(steps), [keys[t]["target"] for t in idx],
+                     target_norms(cols["l2"][:, idx], cols["nan"][:, idx], inf),
+                     np.asarray(present)[:, idx], check_clip_norm(clip_norm))
+
+
+def grad_norms(items, clip_norm=None):
+    """GradNorms of a history: (step, record) pairs (mon.history_sink.items(), hookstats.sinks.read_history(path)[0]),
+    from the train records of the parameter gradients."""
+    by_step, targets = {}, {}
+    for step, rec in items:
+        if rec.get("kind") == PARAM_GRAD and (rec.get("phase") or "train") == "train":
+            by_step.setdefault(step, {})[rec["target"]] = rec
+            targets.setdefault(rec["target"], len(targets))
+    steps = sorted(by_step)
+    norms = np.full((len(steps), len(targets)), np.nan)
+    present = np.zeros(norms.shape, dtype=bool)
+    for s, step in enumerate(steps):
+        for t, rec in by_step[step].items():
+            inf = (rec.get("posinf") or 0) + (rec.get("neginf") or 0)
+            l2 = rec.get("l2")
+            norms[s, targets[t]] = target_norms(np.nan if l2 is None else l2, rec.get("nan") or 0, inf)
+            present[s, targets[t]] = True
+    return GradNorms(steps, list(targets), norms, present, check_clip_norm(clip_norm))
