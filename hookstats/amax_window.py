@@ -1,8 +1,7 @@
 """The amaxes (largest |x|) of the recorded steps of each target, kept on the host for the delayed-scaling what-if
 (hookstats/whatif.py): before(step) is the largest of the amaxes of the `length` steps before `step`, as
 TransformerEngine's amax history with amax_compute_algo "max" gives the scale of that step. Fed at each delivery
-with the steps' amaxes from the history's min/max, which are running values (since attach or reset()): a step's
-own amax is not kept, so a step's entry is the largest |x| since then, at least its own."""
+with each step's own amax, which the history's ring keeps beside the running min/max (hookstats/history.py)."""
 import numpy as np
 
 

@@ -122,6 +122,7 @@ class Prepared:
     def __init__(self, counts):
         self.c, self.lead = _check(counts)
         self.cols = _occupied_slots(self.c)
+        self.orders = {}  # absolute -> _ordered(): the quantiles, abs_below and abs_max_bound share it
 
 
 def prepare(counts):
@@ -173,6 +174,12 @@ def _ordered(p, absolute):
     """The counts of a Prepared in ascending order of x (or of |x|) at the positions some row occupies, and the
     tables at those positions: (ordered [rows, k], positions [k] into the full order, (lower, upper, linear)
     [k]). Rows use a few dozen of the 4096 slots: the work is on those."""
+    if absolute not in p.orders:
+        p.orders[absolute] = _order(p, absolute)
+    return p.orders[absolute]
+
+
+def _order(p, absolute):
     pos_table, tables = (_POS_A, (_A_LO, _A_HI, _A_LINEAR)) if absolute else (_POS_X, (_X_LO, _X_HI, _X_LINEAR))
     c, cols = p.c, p.cols
     if cols.size == 0:
@@ -445,20 +452,24 @@ def abs_below(counts, thresholds, *, maximum=None):
     the bucket holding t); otherwise the bucket's count is taken as spread over it as quantiles() takes it
     (log-linearly, linearly below 2**-126), so the error is below that one bucket's count. maximum: a known
     bound on |x| (NaN: none), narrowing the bucket's span: a t above it counts the whole bucket."""
-    c, lead = _rows(counts)
+    p = prepare(counts)
+    lead = p.lead
     t = np.asarray(thresholds, dtype=np.float64)
     k = t.shape[-1]
-    t = np.broadcast_to(t, lead + (k,)).reshape(c.shape[0], k)
+    t = np.broadcast_to(t, lead + (k,)).reshape(p.c.shape[0], k)
     bound = _per_row("maximum", maximum, lead)[:, None]
-    mags = _absolute(c)
-    before = _before(mags)
+    ordered, keep, _ = _ordered(p, True)
+    before = _before(ordered)
     j = np.clip(np.searchsorted(_A_LO, t, side="right") - 1, 1, len(_A_LO) - 1)  # t > 0 never picks the zeros
-    rows = np.arange(c.shape[0])[:, None]
+    at = np.searchsorted(keep, j)  # the occupied buckets below bucket j: before[:, at] counts them
+    inside = np.minimum(at, len(keep) - 1)
+    rows = np.arange(p.c.shape[0])[:, None]
+    held = np.where(keep[inside] == j, ordered[rows, inside], 0)  # bucket j's count (0 where no row occupies it)
     a, b = _A_LO[j], np.fmin(_A_HI[j], bound)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         frac = np.where(_A_LINEAR[j], (t - a) / (b - a), np.log(t / a) / np.log(b / a))
     frac = np.where(t >= b, 1.0, np.where(t <= a, 0.0, frac))
-    est = before[rows, j] + mags[rows, j] * frac
+    est = before[rows, at] + held * frac
     return np.where(t > 0, est, 0.0).reshape(lead + (k,))
 
 

@@ -37,10 +37,10 @@ class Delivery:
         self._reported = set()
         self.amaxes = AmaxWindow(cfg.amax_history_len)
 
-    def deliver(self, arow, fs, counts, steps, keys, host_b, hist, phase="train"):
+    def deliver(self, arow, fs, counts, steps, keys, host_b, hist, phase="train", *, amax):
         """One copy of a ring: arow its alert rows, fs [S, T, F] and counts [S, T, step slots] its step slots, steps
         their step numbers, host_b the float buckets' growth over the window (or None), hist per step whether it
-        counted the histograms."""
+        counted the histograms, amax [S, T] each step's own largest |x| (NaN where it measured nothing)."""
         cols = step_columns(fs, counts, self.cfg)
         present = cols["count"] != 0
         active = np.flatnonzero(present.any(axis=1))  # steps where nothing was measured go nowhere
@@ -49,6 +49,7 @@ class Delivery:
             steps = [steps[s] for s in active.tolist()]
             cols = select_steps(cols, active)
             present = present[active]
+            amax = amax[active]
         if steps:
             grown = None if host_b is None else host_b.numpy()
             if grown is not None and not grown.any():  # a window without a histogram step: no buckets, not empty ones
@@ -60,8 +61,7 @@ class Delivery:
             self._write_runs(steps[:at], keys, no_bucket_columns(cols, range(at), self.cfg), present[:at], hist[:at],
                              phase)
             ids = [k.id for k in keys]
-            self.amaxes.add(phase, ids, steps, np.fmax(np.abs(cols["running_min"]), np.abs(cols["running_max"])),
-                            present)
+            self.amaxes.add(phase, ids, steps, amax, present)
             before = self.amaxes.before(phase, ids, steps[at])
             self.amaxes.prune(phase, steps[-1])
             tail = bucket_columns(fs[active[at]], counts[active[at]], grown, self.cfg, before)

@@ -1,7 +1,8 @@
 """The per-step history on the device: at each step end the step's statistics go into a preallocated device ring
 with device ops only, each field by its per-step rule (hookstats/rawstate.py): moments as measured (a state's fstate
 holds the open step alone, closed_f the steps before it: nothing is subtracted), min/max running, counts as the
-istate's growth since the previous step (exact integers; no float buckets: step_slots). Every `log_every` steps the
+istate's growth since the previous step (exact integers; no float buckets: step_slots), and the step's own amax
+(largest |x|, from the step's own min/max the running ones replace: the delayed-scaling what-if reads it). Every `log_every` steps the
 ring goes to the host in one packed transfer (pinned + non_blocking on CUDA) and on to delivery.py (records, sinks,
 alerts); the float buckets go once per flush, the window's growth, with the record of its last step."""
 import sys
@@ -19,7 +20,7 @@ from .device_memory import available_bytes, host_available_bytes
 from .sinks.base import check_sinks
 from .user_warning import warn_user
 
-F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits) then the istate deltas
+F = layout.FSTATE_SIZE  # per target and slot: F float64 (stored as int64 bits), the istate deltas, the step's amax
 
 
 def step_slots(cfg):
@@ -28,11 +29,16 @@ def step_slots(cfg):
     return rawstate.step_slots(cfg.nbins, cfg.flags)
 
 
+def slot_width(cfg):
+    """int64 columns per target of one step slot: the fstate, step_slots, the step's own amax."""
+    return F + step_slots(cfg) + 1
+
+
 def check_ring_fits(capacity, targets, cfg, device):
     """Raises a ValueError naming history= when a ring of `capacity` steps for `targets` targets would take more
     than `device` (and the host, for its staging copies) has available now."""
     device = torch.device(device)
-    buf = targets * (ROW_WIDTH + capacity * (F + step_slots(cfg))) * 8
+    buf = targets * (ROW_WIDTH + capacity * slot_width(cfg)) * 8
     copies = 2 if device.type == "cuda" else 1  # host staging buffers (Ring.host)
     needs = [(str(device), buf, available_bytes(device)), ("host (staging)", copies * buf, host_available_bytes())]
     if device.type == "cpu":  # one memory for both
@@ -47,7 +53,7 @@ def check_ring_fits(capacity, targets, cfg, device):
 class Ring:
     """The ring of one device and phase ("train": a slot per step; "eval": a slot per validation pass, stamped with
     the step it ran in; the alert rules read the train phase only): the alert rows [T, alerts.ROW_WIDTH], then the step slots 0..capacity-1, each
-    [T, F + step_slots] int64, all in one flat buffer so a flush is one contiguous transfer of its filled start.
+    [T, slot_width] int64, all in one flat buffer so a flush is one contiguous transfer of its filled start.
     Float64 columns are stored bit-for-bit through an int64 view. With float buckets, prev_b holds the
     buckets at the last flush that took them: a flush sends their growth since."""
 
@@ -55,7 +61,7 @@ class Ring:
         self.device, self.states, self.capacity, self.cfg, self.phase = device, list(states), capacity, cfg, phase
         self.keys = [s.key for s in self.states]
         t, isz = len(self.states), step_slots(cfg)
-        self.width = F + isz
+        self.isz, self.width = isz, slot_width(cfg)
         self.buf = torch.zeros(t * ROW_WIDTH + capacity * t * self.width, dtype=torch.int64, device=device)
         self.alert_row = self.buf[: t * ROW_WIDTH].view(t, ROW_WIDTH)
         self.slots = self.buf[t * ROW_WIDTH:].view(capacity, t, self.width)
@@ -133,20 +139,23 @@ class Ring:
         fs, closed = self._gather(), [s.closed_f for s in self.states]
         torch.cat(closed, out=self.closed_f.view(-1))
         row = self.slots[len(self.steps)]
-        torch.sub(self.cur_i, self.prev_i, out=row[:, F:])
+        stats_row, floats = row[:, :F + self.isz], row.view(torch.float64)
+        torch.sub(self.cur_i, self.prev_i, out=stats_row[:, F:])
         total = rawstate.combine(self.closed_f, self.cur_f)
         measured = self.cur_f
         if self.carrying:
             measured = rawstate.combine(self.carry_f, self.cur_f)
             self.carry_f.copy_(self.empty_f)
             self.carrying = False
-        # per field its per-step rule: what the step measured, or running since attach or reset (min/max)
-        row.view(torch.float64)[:, :F].copy_(torch.where(self.running, total, measured))
+        # per field its per-step rule: what the step measured, or running since attach or reset (min/max); written
+        # in place, so the step's own amax (one reduction) costs no more kernels than a where and a copy did
+        torch.where(self.running, total, measured, out=floats[:, :F])
+        torch.linalg.vector_norm(measured[:, layout.MIN:layout.MAX + 1], ord=float("inf"), dim=1, out=floats[:, -1])
         torch._foreach_copy_(closed, list(total.unbind(0)))
         torch._foreach_copy_(fs, [self.empty_f] * len(fs))
         self.prev_i.copy_(self.cur_i)
         if self.phase == "train":
-            rules.update(self.alert_row, row, step, self.cfg)
+            rules.update(self.alert_row, stats_row, step, self.cfg)
         self.steps.append(step)
 
     def start_copy(self, buckets=False):
@@ -174,11 +183,12 @@ class Ring:
 
     @staticmethod
     def unpack(host, steps, targets, cfg):
-        """(alert rows [T, ROW_WIDTH], fstates [S, T, F], counts [S, T, step_slots]) of a copy start_copy() made."""
+        """(alert rows [T, ROW_WIDTH], fstates [S, T, F], counts [S, T, step_slots], the steps' own amax [S, T]) of
+        a copy start_copy() made."""
         buf = host.numpy()
         arow = buf[: targets * ROW_WIDTH].reshape(targets, ROW_WIDTH)
-        slots = buf[targets * ROW_WIDTH:].reshape(steps, targets, F + step_slots(cfg))
-        return arow, slots.view(np.float64)[..., :F], slots[..., F:]
+        slots = buf[targets * ROW_WIDTH:].reshape(steps, targets, slot_width(cfg))
+        return arow, slots.view(np.float64)[..., :F], slots[..., F:-1], slots.view(np.float64)[..., -1]
 
 
 class History:
@@ -302,8 +312,8 @@ class History:
         hist = [ring.phase != "train" or s not in self._no_hist for s in steps]  # eval counts them always
         if ring.phase == "train":
             self._no_hist.difference_update(steps)
-        self.delivery.deliver(*Ring.unpack(host, len(steps), len(keys), self.cfg), steps, keys, host_b, hist,
-                              ring.phase)
+        arow, fs, counts, amax = Ring.unpack(host, len(steps), len(keys), self.cfg)
+        self.delivery.deliver(arow, fs, counts, steps, keys, host_b, hist, ring.phase, amax=amax)
 
     # ---- flushing ----
     def flush(self, wait=True):

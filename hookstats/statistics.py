@@ -225,9 +225,10 @@ def _quantiles(s):
 
 
 def _whatif(s):
-    """Every what-if share (hookstats/whatif.py). Current scaling's amax: a stats() record's exact one where its
-    buckets hold every finite value; else the upper edge of the buckets' top bucket, within the running max |x|
-    (the history's records: their own amax is not kept), so that it bounds every value as the true amax does."""
+    """Every what-if share (hookstats/whatif.py), the three recipes in one pass. Current scaling's amax: a stats()
+    record's exact one where its buckets hold every finite value; else the upper edge of the buckets' top bucket,
+    within the running max |x| (a history record's buckets may hold several steps), so that it bounds every value
+    as the true amax does."""
     lo, hi = s.exact_range()
     running = np.fmax(np.abs(s.fcol(layout.MIN)), np.abs(s.fcol(layout.MAX)))
     if lo is not None:
@@ -238,12 +239,12 @@ def _whatif(s):
     def shares(c, has):
         exact = running[has] if lo is not None else np.full(c.c.shape[0], np.nan)
         amax = np.where(np.isnan(exact), np.fmin(buckets.abs_max_bound(c), running[has]), exact)
-        out = {**whatif.shares(c, None, amax), **whatif.shares(c, whatif.scales_for(amax), amax, recipe="_current")}
+        recipes = {"": None, "_current": whatif.scales_for(amax)}
+        if before is not None:
+            recipes["_delayed"] = whatif.scales_for(np.broadcast_to(before, has.shape)[has], s.cfg.amax_margin)
+        out = whatif.shares_of(c, recipes, amax)
         if before is None:
             out.update((k, np.full(len(amax), np.nan)) for k in whatif.field_names(["_delayed"]))
-        else:
-            scales = whatif.scales_for(np.broadcast_to(before, has.shape)[has], s.cfg.amax_margin)
-            out.update(whatif.shares(c, scales, amax, recipe="_delayed"))
         return out
     return _on_occupied(s, shares)
 

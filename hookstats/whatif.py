@@ -68,22 +68,31 @@ def shares(counts, scales=None, maximum=None, *, recipe=""):
     """{f"{fmt}_{side}{recipe}": share [...]} for every format, of the finite values counts holds (NaN where it
     holds none). scales: {fmt: s [...]} (scales_for), or None: s = 1; maximum [...]: a known bound on |x| (NaN:
     none) that narrows the top bucket."""
+    return shares_of(counts, {recipe: scales}, maximum)
+
+
+def shares_of(counts, scales_by_recipe, maximum=None):
+    """shares() of several recipes at once, {recipe: scales or None}: one pass over the buckets for all of them
+    (a stats() or flush of thousands of targets derives them all)."""
     p = buckets.prepare(counts)
     c, lead = p.c, p.lead
+    rows = c.shape[0]
     n = c.sum(axis=1).astype(np.float64)
-    zeros = c[:, layout.FLOAT_ZERO] + c[:, layout.FLOAT_HALF + layout.FLOAT_ZERO]
+    zeros = (c[:, layout.FLOAT_ZERO] + c[:, layout.FLOAT_HALF + layout.FLOAT_ZERO]).astype(np.float64)
+    limits = np.array([thresholds(fmt)[:2] for fmt in FORMATS])  # [formats, 2]: U, O
     ts = []
-    for fmt in FORMATS:
-        s = np.ones(len(n)) if scales is None else np.broadcast_to(np.asarray(scales[fmt], np.float64), lead).reshape(-1)
-        u, o, _ = thresholds(fmt)
-        ts += [u / s, o / s]
-    t = np.stack(ts, axis=-1).reshape(lead + (len(ts),))
-    below = buckets.abs_below(p, t, maximum=maximum).reshape(len(n), len(ts))
-    out = {}
+    for recipe, scales in scales_by_recipe.items():
+        s = np.ones((rows, len(FORMATS))) if scales is None else np.stack(
+            [np.broadcast_to(np.asarray(scales[fmt], np.float64), lead).reshape(-1) for fmt in FORMATS], axis=-1)
+        ts.append(limits[None] / s[..., None])  # [rows, formats, 2]
+    t = np.concatenate(ts, axis=1).reshape(lead + (len(ts) * len(FORMATS) * 2,))
+    below = buckets.abs_below(p, t, maximum=maximum).reshape(rows, len(ts), len(FORMATS), 2)
     with np.errstate(invalid="ignore", divide="ignore"):
+        lost = np.stack([below[..., 0] - zeros[:, None, None], n[:, None, None] - below[..., 1]], axis=-1)
+        lost = np.where(n[:, None, None, None] > 0, lost / n[:, None, None, None], np.nan)
+    out = {}
+    for r, recipe in enumerate(scales_by_recipe):
         for k, fmt in enumerate(FORMATS):
-            under, over = below[:, 2 * k] - zeros, n - below[:, 2 * k + 1]
-            out[f"{fmt}_underflow{recipe}"] = np.where(n > 0, under / n, np.nan).reshape(lead)
-            out[f"{fmt}_overflow{recipe}"] = np.where(n > 0, over / n, np.nan).reshape(lead)
+            for side_i, side in enumerate(SIDES):
+                out[f"{fmt}_{side}{recipe}"] = lost[:, r, k, side_i].reshape(lead)
     return out
-

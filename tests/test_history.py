@@ -256,7 +256,7 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     assert {k: mon.memory()[k] for k in device} == {k: first[k] for k in device}
     # the byte counts from the layout alone: per state 5 float64 + istate int64 (no scratch on CPU), one
     # flag byte per device and phase (train, eval); the ring: the alert rows [T, 11] int64 and log_every slots of
-    # [T, 5 + c] int64 with c the compact counts
+    # [T, 5 + c + 1] int64 with c the compact counts and the step's own amax
     # (count, near-zero, NaN/+Inf/-Inf: at defaults no linear bins, no log2 slots, no float buckets), plus [T, 5]
     # float64 (the open step, the closed steps, the carry over a reset), [T, c] int64 (current, previous) and
     # [T, 4096] int64 (the float buckets at the last flush); the host staging: one ring copy and one of the buckets
@@ -265,7 +265,7 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     # + every state's closed steps (validation is recorded too, so the eval states keep theirs), + the CPU's flags
     assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_states * 5 * 8 + 2
     c = 2 + 3
-    ring = t_ring * 11 * 8 + 5 * t_ring * (5 + c) * 8
+    ring = t_ring * 11 * 8 + 5 * t_ring * (5 + c + 1) * 8
     assert first["history_bytes"] == ring + 2 * t_ring * (5 + c) * 8 + t_ring * 5 * 8 + t_ring * 4096 * 8
     assert first["host_staging_bytes"] == ring + t_ring * 4096 * 8
     assert len(copies) == 9  # steps 0..44 ended: flushes after steps 4, 9, ..., 44

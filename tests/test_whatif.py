@@ -9,6 +9,7 @@ from torch import nn
 import hookstats
 from hookstats import buckets, whatif
 from cast_oracle import FORMATS, lost, rounded, te_scale
+from hookstats.whatif import SIDES
 from float_oracle import float_counts, slots_from_bits
 
 TORCH = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -88,35 +89,57 @@ def test_te_scale_follows_transformer_engine():
     assert whatif.te_scale(0.0, "e4m3") == 1.0 and whatif.te_scale(np.nan, "e5m2") == 1.0
 
 
-def _run(scales, history_len, margin):
-    """A linear layer's outputs over steps of inputs scaled by `scales` (one step each), and its history frame."""
+def _run(scales, history_len, margin, log_every=1):
+    """A linear layer's outputs (float32) over steps of inputs scaled by `scales` (one step each), and its history
+    frame."""
     torch.manual_seed(0)
     model = nn.Linear(16, 16)
-    with hookstats.attach(model, history=True, log_every=1, hist_every=1, grads=False, steps="manual",
+    with hookstats.attach(model, history=True, log_every=log_every, hist_every=1, grads=False, steps="manual",
                           amax_history_len=history_len, amax_margin=margin) as mon:
         outs = []
         for s in scales:
             with torch.no_grad():
-                outs.append(model(torch.randn(8, 16) * s).double().numpy().ravel())
+                outs.append(model(torch.randn(8, 16) * s).numpy().ravel())
             mon.step()
         frame = mon.history()
     return outs, frame
 
 
-def test_delayed_scaling_in_the_history_uses_the_amax_of_the_steps_before():
-    scales = [1.0, 100.0, 1.0, 1.0, 1.0]
-    outs, frame = _run(scales, history_len=2, margin=1)
+def _te_delayed_amax(outs, history_len):
+    """TransformerEngine's amax_compute_algo "max" per step: the largest of the own amaxes of the history_len
+    steps before it (NaN for the first step: no history yet)."""
+    own = [float(np.abs(o).max()) for o in outs]
+    return [max(own[max(0, k - history_len):k]) if k else np.nan for k in range(len(outs))]
+
+
+@pytest.mark.parametrize("log_every", [1, 3])
+def test_delayed_scaling_in_the_history_follows_transformer_engine_with_each_steps_own_amax(log_every):
+    scales = [1.0, 1e4, 1.0, 1.0, 1.0, 1.0]  # the large step leaves the window of 2 at step 4
+    outs, frame = _run(scales, history_len=2, margin=1, log_every=log_every)
     rows = frame[frame.target == "Linear:output"]
+    amax_h = _te_delayed_amax(outs, history_len=2)
     running = np.maximum.accumulate([np.abs(o).max() for o in outs])
-    for step in range(1, 4):
-        amax_h = max(running[max(0, step - 2):step])
+    checked = 0
+    for step in range(len(scales)):
+        got_rows = rows[(rows.step == step) & (rows.stat == "e4m3_underflow_delayed")]
+        if got_rows.empty:  # with log_every > 1 only a window's last step carries the buckets
+            continue
+        checked += 1
+        values = np.concatenate(outs[step - log_every + 1:step + 1])  # the buckets hold the window's steps
         for fmt in FORMATS:
-            under, over = lost(outs[step], te_scale(amax_h, fmt, margin=1), fmt)
-            for side, want in (("underflow", under), ("overflow", over)):
+            s = te_scale(amax_h[step], fmt, margin=1)
+            u_t, o_t, _ = whatif.thresholds(fmt)
+            for side, want, thr in zip(SIDES, lost(values, s, fmt), (u_t / s, o_t / s)):
                 got = rows[(rows.step == step) & (rows.stat == f"{fmt}_{side}_delayed")].value.item()
-                assert abs(got - want.mean()) <= 1 / 8 + 1e-12, (step, fmt, side)  # one bucket of 128 values at most
-    first = rows[(rows.step == 0) & (rows.stat == "e4m3_underflow_delayed")].value.item()
-    assert first == rows[(rows.step == 0) & (rows.stat == "e4m3_underflow")].value.item()  # scale 1 at the start
+                assert abs(got * len(values) - want.sum()) <= _bucket_bound(values, thr) + 1e-9, (step, fmt, side)
+        if step >= 4:  # the running amax would scale otherwise: this test tells the two apart
+            stale = lost(values, te_scale(running[step - 1], "e4m3", margin=1), "e4m3")[0]
+            fresh = lost(values, te_scale(amax_h[step], "e4m3", margin=1), "e4m3")[0]
+            assert abs(stale.sum() - fresh.sum()) > _bucket_bound(values, whatif.thresholds("e4m3")[0])
+    assert checked == len(scales) // log_every
+    first = rows[(rows.step == log_every - 1) & (rows.stat == "e4m3_underflow_delayed")].value.item()
+    if log_every == 1:  # scale 1 at the start
+        assert first == rows[(rows.step == 0) & (rows.stat == "e4m3_underflow")].value.item()
 
 
 def test_stats_have_no_delayed_figure_and_bad_arguments_are_refused():

@@ -144,13 +144,14 @@ def _report_run(run_dir, out, log, show_progress):
     from .progress import progress
     from ..records import last_records
     from .summary import FLOAT_CELLS, stats_table
+    from .lowprec_plots import save_run_lowprec
     items, alerts = load_run(run_dir)
     if not items:
         raise ValueError("the history holds no steps")
     series = plots.collect(items)
     out = out or (run_dir if run_dir.is_dir() else run_dir.parent) / "charts"
     paths = plots.save_all(series, out, progress=lambda charts: progress(
-        charts, desc=f"charts of {run_dir.name}", unit="chart", enabled=show_progress))
+        charts, desc=f"charts of {run_dir.name}", unit="chart", enabled=show_progress)) + save_run_lowprec(items, out)
     # per target and phase: its last train step, its last validation pass
     rows, last_buckets = last_records(items, [k for k, _ in FLOAT_CELLS.values()])
     steps = sorted({s for s, _ in items})

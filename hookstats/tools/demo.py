@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from . import plots
+from .lowprec_plots import save_run_lowprec
 from ..delivery import brief
 from ..monitor import attach
 from .progress import progress as show
@@ -127,7 +128,8 @@ def write_reports(name, run_dir, mon, model, example, seconds, log=print, progre
     totals = {k: v["float_hist"] if v.get("float_hist") is not None else v["log2_hist"]
               for k, v in mon.stats().items() if v.get("float_hist") is not None or v["log2_hist"] is not None}
     charts = plots.save_all(series, run_dir / "charts", run_totals=totals, progress=lambda todo: show(
-        todo, desc=f"{name} charts", unit="chart", enabled=progress))
+        todo, desc=f"{name} charts", unit="chart", enabled=progress)) + save_run_lowprec(mon.history_sink.items(),
+                                                                                          run_dir / "charts")
     log(f"\n== {name}: {mon.step_count} steps in {seconds:.1f} s, {len(mon.stats())} targets, monitor memory "
         f"{mon.memory()['device_bytes'] / 2**20:.2f} MiB on the device")
     log(table)
