@@ -6,7 +6,8 @@ import dataclasses
 import torch
 
 from . import layout, rawstate
-from .state import KINDS, PHASES, Kind, TargetKey, order
+from .phases import CHOICES, PHASES, Phase
+from .state import KINDS, Kind, TargetKey, order
 
 FORMAT = 1
 INT64_MAX = 2 ** 63 - 1
@@ -22,8 +23,8 @@ def state_dict(mon):
     mon.flush()
     with mon.store.exclusive():
         order([st for _, _, st in mon.states()])
-        states = [{"phase": st.phase, "module": key.module, "kind": str(key.kind), "leaf": key.leaf, "call": key.call,
-                   "fstate": st.total_fstate().detach().clone(), "istate": st.istate.detach().clone()}
+        states = [{"phase": str(st.phase), "module": key.module, "kind": str(key.kind), "leaf": key.leaf,
+                   "call": key.call, "fstate": st.total_fstate().detach().clone(), "istate": st.istate.detach().clone()}
                   for key, _, st in mon.states()]
     return {"format": FORMAT, "step": mon.step_count, "manual": mon.clock.manual, **identity(mon), "states": states}
 
@@ -66,7 +67,7 @@ def load_state_dict(mon, sd):
         why = rawstate.invalid(f.numpy(), i.numpy(), mon.cfg.nbins, mon.cfg.flags)
         if why:
             raise ValueError(f"{where}: {why}")
-        loaded.append((key, s["phase"], f.to(device), i.to(device)))
+        loaded.append((key, Phase(s["phase"]), f.to(device), i.to(device)))
     mon.eager_point()
     with mon.store.exclusive():
         mon.store.reset()
@@ -101,7 +102,7 @@ def _key(s):
         elif name == "kind":
             ok, want = v in KINDS, "one of " + ", ".join(KINDS)
         elif name == "phase":
-            ok, want = v in PHASES, "'train' or 'eval'"
+            ok, want = v in PHASES, CHOICES
         else:
             ok = isinstance(v, str) and len(v) <= NAME_MAX and (name != "leaf" or v[:1] in ("", "[", "."))
             want = f"a string of at most {NAME_MAX} characters" + (", empty or a path starting with [ or ."

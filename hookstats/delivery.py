@@ -3,6 +3,7 @@
 with a HistoryWarning, and new alerts are told to the user once."""
 import numpy as np
 
+from .phases import Phase
 from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
                       step_records)
 from .sinks.base import Steps, protocol
@@ -29,7 +30,7 @@ class Delivery:
         self.alerts = []
         self._reported = set()
 
-    def deliver(self, arow, fs, counts, steps, keys, host_b, hist, phase="train"):
+    def deliver(self, arow, fs, counts, steps, keys, host_b, hist, phase=Phase.TRAIN):
         """One copy of a ring: arow its alert rows, fs [S, T, F] and counts [S, T, step slots] its step slots, steps
         their step numbers, host_b the float buckets' growth over the window (or None), hist per step whether it
         counted the histograms."""
@@ -56,14 +57,14 @@ class Delivery:
             rest = range(at + 1, len(steps))
             self._write_runs(steps[at + 1:], keys, no_bucket_columns(cols, rest, self.cfg), present[at + 1:],
                              hist[at + 1:], phase)
-        new = self.rules.read(arow, keys, self._reported, order=self._order) if phase == "train" else None
+        new = self.rules.read(arow, keys, self._reported, order=self._order) if phase == Phase.TRAIN else None
         if new:
             self.alerts.extend(new)
             for msg in brief(new):
                 warn_user(f"hookstats alert: {msg}", self.rules.warning)
             self._write("write_alerts", new[0]["step"], new)
 
-    def _write_runs(self, steps, keys, cols, present, hist, phase="train"):
+    def _write_runs(self, steps, keys, cols, present, hist, phase=Phase.TRAIN):
         """_write_steps per run of steps that did (hist[k]) or did not count histograms."""
         start = 0
         for end in range(1, len(steps) + 1):
@@ -73,7 +74,7 @@ class Delivery:
                                   present[start:end], phase)
                 start = end
 
-    def _write_steps(self, steps, keys, cols, present, phase="train"):
+    def _write_steps(self, steps, keys, cols, present, phase=Phase.TRAIN):
         """Every sink gets the steps as one Steps: arrays, and records built only if a sink reads them."""
         if steps:
             self._write("write_steps", Steps(steps, [key_fields(k, phase) for k in keys], cols, present,

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from . import rawstate
+from .phases import Phase, check_phase
 from .records import stats_records
 from .state import order
 
@@ -70,16 +71,15 @@ class Reduced:
     def states(self):
         return {k: (self._f[r], self._i[r]) for r, k in enumerate(self._keys)}
 
-    def stats(self, phase="train", kind=None):
+    def stats(self, phase=Phase.TRAIN, kind=None):
         """{target id: record} over all ranks: the same records as Monitor.stats()."""
-        if phase not in ("train", "eval"):
-            raise ValueError(f"phase must be 'train' or 'eval', got {phase!r}")
+        check_phase(phase)
         f, i = self._f.cpu().numpy(), self._i.cpu().numpy()
         keyed = [(key, f[r], i[r]) for r, (ph, key) in enumerate(self._keys)
                  if ph == phase and (kind is None or key.kind == kind)]
         records = stats_records(keyed, self.cfg, phase)
         for rec in records.values():
-            rec["hist_steps"] = self.hist_steps if phase == "train" else None
+            rec["hist_steps"] = self.hist_steps if phase == Phase.TRAIN else None
         return records
 
     def __repr__(self):

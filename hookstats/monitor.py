@@ -13,7 +13,7 @@ from .config import attach_config, check_arg
 from .hooks import Hooks, Port
 from .hooks.watch import watch
 from .selection import select_modules
-from .state import KINDS, PHASES, StateStore
+from .state import KINDS, PHASES, Phase, StateStore
 from .records import HISTOGRAM_FIELDS, stats_records
 from .user_warning import WarnOnce, warn_user
 
@@ -105,7 +105,7 @@ class Monitor:
         return watch(self.port, name, tensor)
 
     # ---- reading ----
-    def stats(self, phase="train", kind=None):
+    def stats(self, phase=Phase.TRAIN, kind=None):
         """{target id: record} of running totals since attach or reset(). The one place that reads the device."""
         check_arg("phase", phase, PHASES)
         if kind is not None:
@@ -120,7 +120,7 @@ class Monitor:
                                "torch.optim optimizer has stepped: call mon.step() after each step (outside the "
                                "compiled function) for every=N and history.")
         chosen = [st for key, _, st in self.states(phase) if kind is None or key.kind == kind]
-        if not chosen and phase == "train" and kind is None:
+        if not chosen and phase == Phase.TRAIN and kind is None:
             warn_user("hookstats: stats() is {}: no step was measured yet (run a training forward through the "
                       "model, in model.train() mode, first)")
         with self.store.exclusive():  # not halfway through another thread's step end (open step read twice)
@@ -130,7 +130,7 @@ class Monitor:
             grouped.setdefault(st.key, []).append(host[id(st)])
         keyed = [(key, *(rawstate.combine_all(parts))) for key, parts in grouped.items()]
         records = stats_records(keyed, self.cfg, phase)
-        covered = self._hist_steps.read(self.clock) if phase == "train" else None
+        covered = self._hist_steps.read(self.clock) if phase == Phase.TRAIN else None
         for rec in records.values():
             rec["hist_steps"] = covered
         return records
@@ -164,7 +164,7 @@ class Monitor:
         self.clock.end_stepped_step()  # a step whose optimizer has stepped is finished: it is in the read
         return self.step_history.frame()
 
-    def histogram(self, target, phase="train"):
+    def histogram(self, target, phase=Phase.TRAIN):
         """The running histograms of one target id: linear (when configured), log2 and the float buckets."""
         stats = self.stats(phase=phase)
         if target not in stats:

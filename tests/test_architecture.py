@@ -376,6 +376,50 @@ def test_the_kind_check_finds_a_spelled_kind(tmp_path):
     assert [f.split(": ", 1)[1] for f in kind_spellings(pkg)] == ["'param_grad'", "':(grad_output|output)$'"]
 
 
+PHASE_VALUES = ("train", "eval")
+# The files that may spell a phase: phases.py, which defines Phase (no other file needs to).
+PHASE_OWNERS = ("phases.py",)
+
+
+def phase_spellings(package=PACKAGE, owners=PHASE_OWNERS):
+    """{file: ['line: text']} of every phase name spelled in code outside `owners`: a string equal to a phase's
+    value, or quoting one ("phase must be 'train' or 'eval'"). Docstrings may name phases."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel in owners:
+            continue
+        tree = ast.parse(path.read_text())
+        skip = docstrings(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in skip:
+                continue
+            if node.value in PHASE_VALUES or any(repr(p) in node.value for p in PHASE_VALUES):
+                found.setdefault(rel, []).append(f"{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_phase_names_come_from_phase():
+    """A phase is spelled in phases.py alone: the others compare with Phase members, take a record's phase with
+    record_phase() (no phase: train) and a target's label with phase_label(), so a new phase touches one file."""
+    from hookstats.phases import PHASES, Phase
+    assert PHASES == PHASE_VALUES == tuple(Phase)
+    found = phase_spellings()
+    assert not found, "phase names spelled outside phases.py:\n" + "\n".join(
+        f"{path}:{line}" for path, lines in found.items() for line in lines)
+
+
+def test_the_phase_check_finds_a_spelled_phase(tmp_path):
+    pkg = tmp_path / "hookstats"
+    pkg.mkdir()
+    (pkg / "phases.py").write_text("PHASES = ('train', 'eval')\n")
+    (pkg / "a.py").write_text('"""The train phase."""\n'
+                              "def f(p):\n    '''eval'''\n    return p == 'eval' or p == 'training'\n"
+                              "def g(p):\n    raise ValueError(f\"phase must be 'train', got {p!r}\")\n")
+    (pkg / "b.py").write_text("x = 'trainer'\n")
+    assert phase_spellings(pkg) == {"a.py": ["4: 'eval'", "6: \"phase must be 'train', got \""]}
+
+
 def names_used(tree):
     """Every name a file uses: plain names, attributes and imported names."""
     out = set()

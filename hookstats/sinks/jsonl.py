@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import layout, records
+from ..phases import Phase, record_phase
 from . import claim, fields, purge
 from .base import SCALARS, file_lines, json_number, open_parent, warn_skipped
 from .runs import Ledger, run_header
@@ -38,7 +39,7 @@ class JSONLSink(claim.FileSink):
         f = self._out()
         for rec in records:
             line = {"type": "stats", "step": step, "target": rec["target"], "module": rec["module"],
-                    "kind": rec["kind"], "leaf": rec["leaf"], "phase": rec.get("phase") or "train"}
+                    "kind": rec["kind"], "leaf": rec["leaf"], "phase": record_phase(rec)}
             line.update((k, json_number(v)) for k, v in self.values(rec))
             if rec.get("hist") is not None:
                 line["hist"] = [int(c) for c in rec["hist"]]
@@ -179,7 +180,7 @@ def _record(obj, lines):
             out[k] = fields.key(obj.get(k), k, lines)
         else:
             out[k] = ""
-    out["phase"] = fields.key(obj.get("phase", "train"), "phase")  # files of versions without phases
+    out["phase"] = fields.key(obj.get("phase", Phase.TRAIN), "phase")  # files of versions without phases
     log2_off = "log2_hist" in obj and obj["log2_hist"] is None  # written with log_hist=False
     for k, v in obj.items():
         if k in KEYS or k in ("type", "step", "hist", "hist_range", "log2_hist", "float_hist"):
