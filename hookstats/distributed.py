@@ -14,48 +14,12 @@ import torch.distributed as dist
 
 from . import rawstate
 from .phases import Phase, check_phase
+from .ranks import is_initialized, rank, world_size  # noqa: F401 (hookstats.distributed.rank() and the others)
 from .records import stats_records
 from .state import order
 
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _layouts = weakref.WeakKeyDictionary()  # monitor -> (group, world size, [(phase, TargetKey)]) agreed at its last reduce()
-
-
-def is_initialized():
-    return dist.is_available() and dist.is_initialized()
-
-
-def rank(group=None):
-    """This process's rank in `group` (0 without torch.distributed): sinks write where this is 0."""
-    return dist.get_rank(group) if is_initialized() else 0
-
-
-def world_size(group=None):
-    return dist.get_world_size(group) if is_initialized() else 1
-
-
-class MutedSink:
-    """A sink of a rank other than 0: never written, closed with the others."""
-
-    def __init__(self, sink):
-        self.sink = sink
-
-    def write(self, step, records):
-        pass
-
-    def close(self):
-        self.sink.close()
-
-    def __repr__(self):
-        return f"MutedSink({self.sink!r})"
-
-
-def rank_zero_sinks(sinks):
-    """attach()'s default: rank 0 (or a process without torch.distributed) keeps its sinks, the other
-    ranks get them muted. Decided at attach time: initialize the process group first."""
-    from .sinks.base import check_sinks
-    sinks = check_sinks(sinks)
-    return sinks if rank() == 0 else [MutedSink(s) for s in sinks]
 
 
 class Reduced:

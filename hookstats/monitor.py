@@ -326,7 +326,7 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     config = attach_config(config, config_kwargs, None if history is None else history["log_every"], every,
                            keywords=ATTACH_KEYWORDS)
     if history is not None and rank_zero_only:
-        from .distributed import rank_zero_sinks
+        from .sinks.muted import rank_zero_sinks
         history["sinks"] = rank_zero_sinks(history["sinks"])
     selected = select_modules(model, modules, types, exclude, include_paramless)
     if attached_monitor(model) is not None:

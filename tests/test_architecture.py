@@ -540,6 +540,47 @@ def test_no_import_cycle_among_the_modules():
     assert not gone, f"these cycles are gone: remove them from KNOWN_CYCLES: {gone}"
 
 
+def folder_graph(graph, package="hookstats"):
+    """The import graph with each subpackage (hookstats/sinks/, hookstats/tools/, ...) one node, the package's entry
+    points left out: two files of two folders that import each other's folder around a loop are one cycle here."""
+    def node(m):
+        return ".".join(m.split(".")[:2])
+    out = {}
+    for m, targets in graph.items():
+        if m in ENTRY_POINTS or m.split(".")[0] != package:
+            continue
+        out.setdefault(node(m), set()).update(node(t) for t in targets if t not in ENTRY_POINTS and node(t) != node(m))
+    for targets in list(out.values()):
+        for t in targets:
+            out.setdefault(t, set())
+    return out
+
+
+def test_no_import_cycle_among_the_folders():
+    """No back-and-forth between a module and a folder (distributed.py and sinks/ share the rank through ranks.py)."""
+    graph = folder_graph(import_graph())
+    cycles = import_cycles(graph)
+    assert not cycles, "folders and modules that import each other:\n" + "\n".join(
+        "; ".join(f"{m} -> {sorted(graph[m] & c)}" for m in sorted(c)) for c in cycles)
+
+
+def test_the_folder_cycle_check_finds_a_loop(tmp_path):
+    """distributed.py importing sinks/base.py while sinks/claim.py imports distributed.py is no module cycle, but
+    a folder one; the package's __init__ importing what imports it is neither."""
+    pkg = tmp_path / "hookstats"
+    (pkg / "sinks").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .distributed import reduce\n")
+    (pkg / "distributed.py").write_text("def reduce():\n    from .sinks.base import check\n")
+    (pkg / "sinks" / "__init__.py").write_text("")
+    (pkg / "sinks" / "base.py").write_text("def check():\n    pass\n")
+    (pkg / "sinks" / "claim.py").write_text("import hookstats\nfrom ..distributed import reduce\n")
+    graph = import_graph(pkg)
+    assert import_cycles(graph) == []
+    assert import_cycles(folder_graph(graph)) == [{"hookstats.distributed", "hookstats.sinks"}]
+    (pkg / "sinks" / "claim.py").write_text("import hookstats\n")
+    assert import_cycles(folder_graph(import_graph(pkg))) == []
+
+
 def test_the_engine_never_imports_the_tools():
     found = [f"{m} -> {sorted(t for t in targets if t.startswith(TOOLS))}" for m, targets in import_graph().items()
              if not m.startswith(TOOLS) and m not in ENTRY_POINTS and any(t.startswith(TOOLS) for t in targets)]
@@ -563,3 +604,4 @@ def test_the_cycle_check_finds_a_loop(tmp_path):
     assert import_cycles(graph) == [{"hookstats.a", "hookstats.b", "hookstats.sub.c"}]
     (pkg / "b.py").write_text("")
     assert import_cycles(import_graph(pkg)) == []
+
