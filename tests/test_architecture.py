@@ -3,6 +3,9 @@ class of another file defines, and no file uses another module's private functio
 hookstats through public names too; the hooks never import the Monitor; no import cycles among the modules; the
 engine never imports hookstats.tools. Read from the AST."""
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -605,3 +608,24 @@ def test_the_cycle_check_finds_a_loop(tmp_path):
     (pkg / "b.py").write_text("")
     assert import_cycles(import_graph(pkg)) == []
 
+
+# ---- `import hookstats` stays light: the tools load when first used ----
+HEAVY = ("hookstats.tools", "torch.utils.flop_counter", "matplotlib")  # the tools, the planner's FLOP counter, charts
+
+
+def loaded_after(code):
+    """The HEAVY modules (and their submodules) in sys.modules after `code` runs in a fresh interpreter."""
+    probe = (f"import sys\n{code}\n"
+             f"print(sorted(m for m in sys.modules if any(m == h or m.startswith(h + '.') for h in {HEAVY!r})))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return ast.literal_eval(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_hookstats_loads_no_tool():
+    """A training script's `import hookstats` (and attach) imports neither the planner nor the summary nor the
+    charts; hookstats.plan and hookstats.summary load them when first used."""
+    assert loaded_after("import hookstats\nhookstats.attach, hookstats.Monitor, hookstats.Phase") == []
+    used = loaded_after("import hookstats\nfrom hookstats import summary\nhookstats.plan")
+    assert {"hookstats.tools.planner", "hookstats.tools.summary", "torch.utils.flop_counter"} <= set(used)
