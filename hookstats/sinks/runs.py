@@ -20,6 +20,11 @@ class RunsWarning(HistoryFileWarning):
     """A history file holds several runs, duplicate (step, target) records, or incomplete steps."""
 
 
+class LayoutWarning(HistoryFileWarning):
+    """A history file's run was written with another state layout: its slots (log2 histogram, float buckets) are
+    left out, its other statistics read."""
+
+
 def new_run_id():
     return uuid.uuid4().hex[:12]
 
