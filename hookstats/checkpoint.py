@@ -1,6 +1,7 @@
 """A monitor's state through a checkpoint, as optimizers and LR schedulers keep theirs: Monitor.state_dict() holds
 the step clock and every target's running totals (device tensors, torch.save-able), load_state_dict() puts
-them into a monitor attached with the same targets and configuration, on the model's device."""
+them into a monitor attached with the same targets and configuration, on the model's device. The state dict names
+the state layout its istates are in (rawstate.LAYOUT): one of another layout is refused, saying which."""
 import dataclasses
 
 import torch
@@ -26,7 +27,8 @@ def state_dict(mon):
         states = [{"phase": str(st.phase), "module": key.module, "kind": str(key.kind), "leaf": key.leaf,
                    "call": key.call, "fstate": st.total_fstate().detach().clone(), "istate": st.istate.detach().clone()}
                   for key, _, st in mon.states()]
-    return {"format": FORMAT, "step": mon.step_count, "manual": mon.clock.manual, **identity(mon), "states": states}
+    return {"format": FORMAT, "layout": rawstate.LAYOUT, "step": mon.step_count, "manual": mon.clock.manual,
+            **identity(mon), "states": states}
 
 
 def identity(mon):
@@ -41,6 +43,9 @@ def load_state_dict(mon, sd):
     configuration, every= or attach() options is a ValueError naming what differs."""
     if not isinstance(sd, dict) or sd.get("format") != FORMAT or "states" not in sd:
         raise ValueError("load_state_dict: not a hookstats Monitor state dict (from mon.state_dict())")
+    other = rawstate.other_layout(sd.get("layout"))
+    if other is not None:
+        raise ValueError(f"load_state_dict: {other}: load it with the hookstats version that saved it")
     mine = identity(mon)
     diff = [f"{k}: {_differ(sd.get(k), v)}" for k, v in mine.items() if sd.get(k) != v]
     if diff:

@@ -89,3 +89,20 @@ def test_a_run_saved_without_a_layout_reads_its_slots(history, tmp_path):
                 if a.get(k) is not None:
                     np.testing.assert_array_equal(a[k], b[k])
 
+
+def test_a_checkpoint_names_its_layout_and_another_is_refused(tmp_path):
+    model, mon = trained()
+    sd = mon.state_dict()
+    assert sd["layout"] == rawstate.LAYOUT
+    torch.save(sd, tmp_path / "ck.pt")
+    sd = torch.load(tmp_path / "ck.pt", weights_only=True)
+    before = mon.stats()
+    with pytest.raises(ValueError, match=f"state layout {OTHER['version']} .*this version of hookstats reads layout "
+                                         f"{rawstate.LAYOUT_VERSION} ") as e:
+        mon.load_state_dict({**sd, "layout": OTHER})
+    assert "\n" not in str(e.value)
+    assert mon.stats()["0:output"]["count"] == before["0:output"]["count"]
+    mon.reset()
+    mon.load_state_dict({k: v for k, v in sd.items() if k != "layout"})  # saved before layouts were named
+    assert mon.stats()["0:output"]["count"] == before["0:output"]["count"]
+    mon.remove()
