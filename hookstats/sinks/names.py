@@ -17,7 +17,7 @@ def target_name(target, module, phase=Phase.TRAIN, prefix=PREFIX):
     check_phase(phase)
     rest = target[len(module) + 1:] if target.startswith(module + ":") else target.split(":", 1)[-1]
     name = prefix + _UNSAFE.sub("_", f"{module or 'model'}/{rest}")
-    return name + f"/{phase}" if phase == Phase.EVAL else name
+    return name if phase == Phase.TRAIN else f"{name}/{phase}"
 
 
 def record_name(record, prefix=PREFIX, target=None):
