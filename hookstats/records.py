@@ -33,7 +33,7 @@ def finalize_rows(fstate, istate, cfg):
 
 def key_fields(key, phase=Phase.TRAIN):
     """The KEY_FIELDS of a TargetKey in `phase`, as history records and sinks.Steps carry them."""
-    return {"target": key.id, "module": key.module, "kind": key.kind, "leaf": key.leaf, "phase": phase}
+    return {"target": key.id, "module": key.module, "kind": key.kind, "leaf": key.leaf, "phase": str(phase)}
 
 
 def stats_records(keyed, cfg, phase):
@@ -50,7 +50,7 @@ def stats_records(keyed, cfg, phase):
     for r, key in enumerate(keys):
         if counts[r] == 0 and not key.leaf and (key.module, key.kind) in leafy:
             continue
-        out[key.id] = {"module": key.module, "kind": key.kind, "leaf": key.leaf, "call": key.call, "phase": phase,
+        out[key.id] = {"module": key.module, "kind": key.kind, "leaf": key.leaf, "call": key.call, "phase": str(phase),
                        **_row(cols, (r,))}
     return out
 
