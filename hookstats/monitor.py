@@ -13,6 +13,7 @@ from .config import attach_config, check_arg
 from .hooks import Hooks, Port
 from .hooks.watch import watch
 from .selection import select_modules
+from .phases import TRAIN
 from .state import KINDS, PHASES, Phase, StateStore
 from .records import HISTOGRAM_FIELDS, stats_records
 from .user_warning import WarnOnce, warn_user
@@ -105,7 +106,7 @@ class Monitor:
         return watch(self.port, name, tensor)
 
     # ---- reading ----
-    def stats(self, phase=Phase.TRAIN, kind=None):
+    def stats(self, phase=TRAIN, kind=None):
         """{target id: record} of running totals since attach or reset(). The one place that reads the device."""
         check_arg("phase", phase, PHASES)
         if kind is not None:
@@ -164,7 +165,7 @@ class Monitor:
         self.clock.end_stepped_step()  # a step whose optimizer has stepped is finished: it is in the read
         return self.step_history.frame()
 
-    def histogram(self, target, phase=Phase.TRAIN):
+    def histogram(self, target, phase=TRAIN):
         """The running histograms of one target id: linear (when configured), log2 and the float buckets."""
         stats = self.stats(phase=phase)
         if target not in stats:

@@ -18,6 +18,7 @@ class Phase(str, enum.Enum):
 
 PHASES = tuple(p.value for p in Phase)
 CHOICES = " or ".join(repr(p) for p in PHASES)  # for messages: 'train' or 'eval'
+TRAIN = Phase.TRAIN.value  # the default of a public phase argument: a plain str, as users pass it and autodoc shows
 
 
 def record_phase(record):
