@@ -1,12 +1,14 @@
 """A monitor's state through a checkpoint, as optimizers and LR schedulers keep theirs: Monitor.state_dict() holds
 the step clock and every target's running totals (device tensors, torch.save-able), load_state_dict() puts
-them into a monitor attached with the same targets and configuration, on the model's device."""
+them into a monitor attached with the same targets and configuration, on the model's device. The state dict names
+the state layout its istates are in (rawstate.LAYOUT): one of another layout is refused, saying which."""
 import dataclasses
 
 import torch
 
 from . import layout, rawstate
-from .state import KINDS, PHASES, Kind, TargetKey, order
+from .phases import CHOICES, PHASES, Phase
+from .state import KINDS, Kind, TargetKey, order
 
 FORMAT = 1
 INT64_MAX = 2 ** 63 - 1
@@ -22,10 +24,11 @@ def state_dict(mon):
     mon.flush()
     with mon.store.exclusive():
         order([st for _, _, st in mon.states()])
-        states = [{"phase": st.phase, "module": key.module, "kind": str(key.kind), "leaf": key.leaf, "call": key.call,
-                   "fstate": st.total_fstate().detach().clone(), "istate": st.istate.detach().clone()}
+        states = [{"phase": str(st.phase), "module": key.module, "kind": str(key.kind), "leaf": key.leaf,
+                   "call": key.call, "fstate": st.total_fstate().detach().clone(), "istate": st.istate.detach().clone()}
                   for key, _, st in mon.states()]
-    return {"format": FORMAT, "step": mon.step_count, "manual": mon.clock.manual, **identity(mon), "states": states}
+    return {"format": FORMAT, "layout": rawstate.LAYOUT, "step": mon.step_count, "manual": mon.clock.manual,
+            **identity(mon), "states": states}
 
 
 def identity(mon):
@@ -40,6 +43,9 @@ def load_state_dict(mon, sd):
     configuration, every= or attach() options is a ValueError naming what differs."""
     if not isinstance(sd, dict) or sd.get("format") != FORMAT or "states" not in sd:
         raise ValueError("load_state_dict: not a hookstats Monitor state dict (from mon.state_dict())")
+    other = rawstate.other_layout(sd.get("layout"))
+    if other is not None:
+        raise ValueError(f"load_state_dict: {other}: load it with the hookstats version that saved it")
     mine = identity(mon)
     diff = [f"{k}: {_differ(sd.get(k), v)}" for k, v in mine.items() if sd.get(k) != v]
     if diff:
@@ -66,7 +72,7 @@ def load_state_dict(mon, sd):
         why = rawstate.invalid(f.numpy(), i.numpy(), mon.cfg.nbins, mon.cfg.flags)
         if why:
             raise ValueError(f"{where}: {why}")
-        loaded.append((key, s["phase"], f.to(device), i.to(device)))
+        loaded.append((key, Phase(s["phase"]), f.to(device), i.to(device)))
     mon.eager_point()
     with mon.store.exclusive():
         mon.store.reset()
@@ -101,7 +107,7 @@ def _key(s):
         elif name == "kind":
             ok, want = v in KINDS, "one of " + ", ".join(KINDS)
         elif name == "phase":
-            ok, want = v in PHASES, "'train' or 'eval'"
+            ok, want = v in PHASES, CHOICES
         else:
             ok = isinstance(v, str) and len(v) <= NAME_MAX and (name != "leaf" or v[:1] in ("", "[", "."))
             want = f"a string of at most {NAME_MAX} characters" + (", empty or a path starting with [ or ."

@@ -8,6 +8,7 @@ import torch
 
 from . import layout
 from .config import check_arg, check_count
+from .phases import Phase
 
 
 def in_recompute():
@@ -80,7 +81,7 @@ class StepClock:
         self.manual = check_arg("steps", steps, ("forward", "manual")) == "manual"
         self.step_count = 0  # the step being run now
         self.paused = False
-        self.phase = "train"
+        self.phase = Phase.TRAIN
         self.measuring = True  # this step is sampled and its phase is measured: the eager hooks' fast check
         self.sampling = True  # this step is sampled (not paused, step % every == 0): what the device flags hold
         self.hist = True  # and it counts the histograms (is_hist_step): the flags hold it too
@@ -102,11 +103,11 @@ class StepClock:
         self._optimizers = weakref.WeakKeyDictionary()  # optimizer -> it steps this model's parameters
 
     def on_root_forward(self, module, args):
-        self.phase = "train" if module.training else "eval"
+        self.phase = Phase.TRAIN if module.training else Phase.EVAL
         compiling = torch.compiler.is_compiling()
         # Compiled code must not read `paused` (Dynamo would guard on it and recompile at each pause/resume): a
         # pass run wholly paused under compile still marks the step; its record then holds what was measured.
-        if self.phase == "eval" and self.track_eval and (compiling or not self.paused):
+        if self.phase == Phase.EVAL and self.track_eval and (compiling or not self.paused):
             self.step_eval = True
         # Compiled code keeps no count of running root forwards: Dynamo guards on every int a hook reads, and
         # a count its replayed side effects leave behind recompiled the model at every step.
@@ -244,13 +245,13 @@ class StepClock:
         return train, 0 if self.paused else 1
 
     def measures_phase(self):
-        return self.phase == "train" or self.track_eval
+        return self.phase == Phase.TRAIN or self.track_eval
 
     def measures(self, phase):
         """Whether values of `phase` are measured now: train values on sampled steps (every=N, not paused), eval
         values (eval=True) whenever the clock is not paused, whatever step they fall in: a validation pass after
         an unsampled train step must not be lost whole. The device flags hold the same (flag_modes)."""
-        return self.sampling if phase == "train" else self.track_eval and not self.paused
+        return self.sampling if phase == Phase.TRAIN else self.track_eval and not self.paused
 
     def hook_phase(self, recompute=False, compiling=None):
         """The phase a hook running now measures into, or None when it measures nothing. Inside a root forward
@@ -265,10 +266,10 @@ class StepClock:
             return self.phase if self.measures_phase() else None
         if not recompute and self.root_running > 0:
             return self.phase if self.measuring else None
-        phase = "train" if self.model.training else "eval"
+        phase = Phase.TRAIN if self.model.training else Phase.EVAL
         if not self.measures(phase):
             return None
-        if phase == "eval":
+        if phase == Phase.EVAL:
             self.step_eval = True
         return phase
 

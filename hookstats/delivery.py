@@ -6,6 +6,7 @@ import numpy as np
 from .amax_window import AmaxWindow
 from .flight import FlightRecorder
 from .grad_norms import PARAM_GRAD, from_columns as grad_norm_columns
+from .phases import Phase
 from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
                       step_records)
 from .sinks.base import Steps, protocol
@@ -37,7 +38,7 @@ class Delivery:
         self._reported = set()
         self.amaxes = AmaxWindow(cfg.amax_history_len)
 
-    def deliver(self, arow, fs, counts, steps, keys, host_b, hist, phase="train", *, amax):
+    def deliver(self, arow, fs, counts, steps, keys, host_b, hist, phase=Phase.TRAIN, *, amax):
         """One copy of a ring: arow its alert rows, fs [S, T, F] and counts [S, T, step slots] its step slots, steps
         their step numbers, host_b the float buckets' growth over the window (or None), hist per step whether it
         counted the histograms, amax [S, T] each step's own largest |x| (NaN where it measured nothing)."""
@@ -69,10 +70,10 @@ class Delivery:
             rest = range(at + 1, len(steps))
             self._write_runs(steps[at + 1:], keys, no_bucket_columns(cols, rest, self.cfg), present[at + 1:],
                              hist[at + 1:], phase)
-            if phase == "train" and any(k.kind == PARAM_GRAD for k in keys):
+            if phase == Phase.TRAIN and any(k.kind == PARAM_GRAD for k in keys):
                 self._write("write_grad_norms", grad_norm_columns(steps, [key_fields(k) for k in keys], cols, present,
                                                                   self.clip_norm))
-        new = self.rules.read(arow, keys, self._reported, order=self._order) if phase == "train" else None
+        new = self.rules.read(arow, keys, self._reported, order=self._order) if phase == Phase.TRAIN else None
         if new:
             self.alerts.extend(new)
             for msg in brief(new):
@@ -80,7 +81,7 @@ class Delivery:
             self._write("write_alerts", new[0]["step"], new)
             if self.flight is not None:
                 self._record_flight(new)
-        if self.flight is not None and phase == "train":
+        if self.flight is not None and phase == Phase.TRAIN:
             self.flight.trim()
 
     def _record_flight(self, alerts):
@@ -93,7 +94,7 @@ class Delivery:
         self.flights.append(flight)
         self._write("write_flight", flight)
 
-    def _write_runs(self, steps, keys, cols, present, hist, phase="train"):
+    def _write_runs(self, steps, keys, cols, present, hist, phase=Phase.TRAIN):
         """_write_steps per run of steps that did (hist[k]) or did not count histograms."""
         start = 0
         for end in range(1, len(steps) + 1):
@@ -103,10 +104,10 @@ class Delivery:
                                   present[start:end], phase)
                 start = end
 
-    def _write_steps(self, steps, keys, cols, present, phase="train"):
+    def _write_steps(self, steps, keys, cols, present, phase=Phase.TRAIN):
         """Every sink gets the steps as one Steps: arrays, and records built only if a sink reads them."""
         if steps:
-            if self.flight is not None and phase == "train":
+            if self.flight is not None and phase == Phase.TRAIN:
                 self.flight.add(steps, keys, cols, present)
             self._write("write_steps", Steps(steps, [key_fields(k, phase) for k in keys], cols, present,
                                              lambda: step_records(keys, cols, present, phase)))

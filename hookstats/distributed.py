@@ -13,48 +13,13 @@ import torch
 import torch.distributed as dist
 
 from . import rawstate, replicas
+from .phases import Phase, check_phase
+from .ranks import is_initialized, rank, world_size  # noqa: F401 (hookstats.distributed.rank() and the others)
 from .records import stats_records
 from .state import order
 
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _layouts = weakref.WeakKeyDictionary()  # monitor -> (group, world size, [(phase, TargetKey)]) agreed at its last reduce()
-
-
-def is_initialized():
-    return dist.is_available() and dist.is_initialized()
-
-
-def rank(group=None):
-    """This process's rank in `group` (0 without torch.distributed): sinks write where this is 0."""
-    return dist.get_rank(group) if is_initialized() else 0
-
-
-def world_size(group=None):
-    return dist.get_world_size(group) if is_initialized() else 1
-
-
-class MutedSink:
-    """A sink of a rank other than 0: never written, closed with the others."""
-
-    def __init__(self, sink):
-        self.sink = sink
-
-    def write(self, step, records):
-        pass
-
-    def close(self):
-        self.sink.close()
-
-    def __repr__(self):
-        return f"MutedSink({self.sink!r})"
-
-
-def rank_zero_sinks(sinks):
-    """attach()'s default: rank 0 (or a process without torch.distributed) keeps its sinks, the other
-    ranks get them muted. Decided at attach time: initialize the process group first."""
-    from .sinks.base import check_sinks
-    sinks = check_sinks(sinks)
-    return sinks if rank() == 0 else [MutedSink(s) for s in sinks]
 
 
 class Reduced:
@@ -71,16 +36,15 @@ class Reduced:
     def states(self):
         return {k: (self._f[r], self._i[r]) for r, k in enumerate(self._keys)}
 
-    def stats(self, phase="train", kind=None):
+    def stats(self, phase=Phase.TRAIN, kind=None):
         """{target id: record} over all ranks: the same records as Monitor.stats()."""
-        if phase not in ("train", "eval"):
-            raise ValueError(f"phase must be 'train' or 'eval', got {phase!r}")
+        check_phase(phase)
         f, i = self._f.cpu().numpy(), self._i.cpu().numpy()
         keyed = [(key, f[r], i[r]) for r, (ph, key) in enumerate(self._keys)
                  if ph == phase and (kind is None or key.kind == kind)]
         records = stats_records(keyed, self.cfg, phase)
         for rec in records.values():
-            rec["hist_steps"] = self.hist_steps if phase == "train" else None
+            rec["hist_steps"] = self.hist_steps if phase == Phase.TRAIN else None
         return records
 
     def __repr__(self):
@@ -164,7 +128,7 @@ def reduce(monitor, group=None, mesh=None, tp="tp"):
     reduced = Reduced(monitor.cfg, keys, f, i, world)
     if tp_group is not None:
         flags = same.tolist() if keys else []
-        reduced.replicated = {key.id for (ph, key), s in zip(keys, flags) if s and ph == "train"}
+        reduced.replicated = {key.id for (ph, key), s in zip(keys, flags) if s and ph == Phase.TRAIN}
     return reduced
 
 

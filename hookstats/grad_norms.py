@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from .config import check_arg
+from .phases import Phase, record_phase
 from .state import Kind
 
 PARAM_GRAD = Kind.PARAM_GRAD
@@ -87,7 +88,7 @@ def target_norms(l2, nan, inf):
 def from_columns(steps, keys, cols, present, clip_norm=None):
     """GradNorms of a flush's columns (records.step_columns: [S, T] arrays; keys [T]: KEY_FIELDS dicts), or None
     when it has no parameter-gradient target."""
-    idx = [t for t, k in enumerate(keys) if k["kind"] == PARAM_GRAD and (k.get("phase") or "train") == "train"]
+    idx = [t for t, k in enumerate(keys) if k["kind"] == PARAM_GRAD and record_phase(k) == Phase.TRAIN]
     if not idx:
         return None
     inf = cols["posinf"][:, idx] + cols["neginf"][:, idx]
@@ -101,7 +102,7 @@ def grad_norms(items, clip_norm=None):
     from the train records of the parameter gradients."""
     by_step, targets = {}, {}
     for step, rec in items:
-        if rec.get("kind") == PARAM_GRAD and (rec.get("phase") or "train") == "train":
+        if rec.get("kind") == PARAM_GRAD and record_phase(rec) == Phase.TRAIN:
             by_step.setdefault(step, {})[rec["target"]] = rec
             targets.setdefault(rec["target"], len(targets))
     steps = sorted(by_step)

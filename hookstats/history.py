@@ -16,6 +16,7 @@ from .alerts import ROW_WIDTH, AlertRules, step_order
 from .config import check_count
 from .delivery import Delivery, HistoryWarning
 from .grad_norms import check_clip_norm
+from .phases import Phase
 from .device_memory import available_bytes, host_available_bytes
 from .sinks.base import check_sinks
 from .user_warning import warn_user
@@ -57,7 +58,7 @@ class Ring:
     Float64 columns are stored bit-for-bit through an int64 view. With float buckets, prev_b holds the
     buckets at the last flush that took them: a flush sends their growth since."""
 
-    def __init__(self, device, states, capacity, cfg, rules, old=None, phase="train"):
+    def __init__(self, device, states, capacity, cfg, rules, old=None, phase=Phase.TRAIN):
         self.device, self.states, self.capacity, self.cfg, self.phase = device, list(states), capacity, cfg, phase
         self.keys = [s.key for s in self.states]
         t, isz = len(self.states), step_slots(cfg)
@@ -154,7 +155,7 @@ class Ring:
         torch._foreach_copy_(closed, list(total.unbind(0)))
         torch._foreach_copy_(fs, [self.empty_f] * len(fs))
         self.prev_i.copy_(self.cur_i)
-        if self.phase == "train":
+        if self.phase == Phase.TRAIN:
             rules.update(self.alert_row, stats_row, step, self.cfg)
         self.steps.append(step)
 
@@ -211,7 +212,7 @@ class History:
         self._last_flush = monitor.step_count  # a run resumed at step N (attach(start_step=N)) flushes from there
         self._no_hist = set()  # recorded steps that counted no histograms (hist_every), until delivered
         self._broken = self._closed = False
-        known = self._states("train")
+        known = self._states(Phase.TRAIN)
         devices = {p.device for m in monitor.modules.values() for p in m.parameters(recurse=False)}
         for device in known or devices or {torch.device("cpu")}:
             check_ring_fits(capacity, max(1, len(known.get(device, ()))), self.cfg, device)
@@ -257,7 +258,7 @@ class History:
         phase was measured; evaluated: whether a validation pass (eval forwards) ran in it."""
         if sampled and not hist:
             self._no_hist.add(step)
-        for phase in ("train",) * sampled + ("eval",) * evaluated:
+        for phase in (Phase.TRAIN,) * sampled + (Phase.EVAL,) * evaluated:
             for device, states in self._states(phase).items():
                 ring = self._ring(device, states, phase)
                 if len(ring.steps) == ring.capacity:
@@ -269,7 +270,7 @@ class History:
         if self._broken or self._closed:
             return
         try:
-            for phase in ("train", "eval"):
+            for phase in Phase:
                 for device, states in self._states(phase).items():
                     self._ring(device, states, phase).before_reset()
         except Exception as e:  # the user's training step must go on
@@ -280,14 +281,14 @@ class History:
         """After Monitor.load_state_dict(): the loaded totals are every ring's starting point, so the next step's
         record holds what that step measures alone."""
         self.flush(wait=True)
-        for device, states in self._states("train").items():
+        for device, states in self._states(Phase.TRAIN).items():
             ring = self._ring(device, states)
             ring.rebase()
             self.rules.forget(ring.alert_row, self.monitor.step_count)
         self._last_flush = self.monitor.step_count
         self.delivery.resume(self.monitor.step_count)
 
-    def _ring(self, device, states, phase="train"):
+    def _ring(self, device, states, phase=Phase.TRAIN):
         """The ring of `device` and `phase`, remade (keeping what it knew) when targets appeared since."""
         ring = self.rings.get((device, phase))
         if ring is None or len(ring.states) != len(states):
@@ -309,8 +310,8 @@ class History:
         ring, host, steps, event, keys, host_b = pending
         if event is not None:
             event.synchronize()
-        hist = [ring.phase != "train" or s not in self._no_hist for s in steps]  # eval counts them always
-        if ring.phase == "train":
+        hist = [ring.phase != Phase.TRAIN or s not in self._no_hist for s in steps]  # eval counts them always
+        if ring.phase == Phase.TRAIN:
             self._no_hist.difference_update(steps)
         arow, fs, counts, amax = Ring.unpack(host, len(steps), len(keys), self.cfg)
         self.delivery.deliver(arow, fs, counts, steps, keys, host_b, hist, ring.phase, amax=amax)

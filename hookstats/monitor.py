@@ -13,7 +13,8 @@ from .config import attach_config, check_arg
 from .hooks import Hooks, Port
 from .hooks.watch import watch
 from .selection import select_modules
-from .state import KINDS, PHASES, StateStore
+from .phases import TRAIN
+from .state import KINDS, PHASES, Phase, StateStore
 from .records import HISTOGRAM_FIELDS, stats_records
 from .user_warning import WarnOnce, warn_user
 
@@ -114,7 +115,7 @@ class Monitor:
         return watch(self.port, name, tensor)
 
     # ---- reading ----
-    def stats(self, phase="train", kind=None):
+    def stats(self, phase=TRAIN, kind=None):
         """The statistics of every target since attach or reset(): ``{target id: record}``, where a record is a
         dict of mean, std, min, max, near-zero shares, NaN/Inf counts, quantiles and histograms (Concepts says
         how to read each). phase: "train" or "eval" (validation passes); kind: only targets of that kind
@@ -132,7 +133,7 @@ class Monitor:
                                "torch.optim optimizer has stepped: call mon.step() after each step (outside the "
                                "compiled function) for every=N and history.")
         chosen = [st for key, _, st in self.states(phase) if kind is None or key.kind == kind]
-        if not chosen and phase == "train" and kind is None:
+        if not chosen and phase == Phase.TRAIN and kind is None:
             warn_user("hookstats: stats() is {}: no step was measured yet (run a training forward through the "
                       "model, in model.train() mode, first)")
         with self.store.exclusive():  # not halfway through another thread's step end (open step read twice)
@@ -142,7 +143,7 @@ class Monitor:
             grouped.setdefault(st.key, []).append(host[id(st)])
         keyed = [(key, *(rawstate.combine_all(parts))) for key, parts in grouped.items()]
         records = stats_records(keyed, self.cfg, phase)
-        covered = self._hist_steps.read(self.clock) if phase == "train" else None
+        covered = self._hist_steps.read(self.clock) if phase == Phase.TRAIN else None
         for rec in records.values():
             rec["hist_steps"] = covered
         return records
@@ -180,7 +181,7 @@ class Monitor:
         self.clock.end_stepped_step()  # a step whose optimizer has stepped is finished: it is in the read
         return self.step_history.frame()
 
-    def histogram(self, target, phase="train"):
+    def histogram(self, target, phase=TRAIN):
         """The histograms of one target since attach or reset(): the log2 histogram, the float buckets, the
         linear one (when configured, with its edges and under/overflow) and NaN/Inf counts."""
         stats = self.stats(phase=phase)
@@ -415,7 +416,7 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     config = attach_config(config, config_kwargs, None if history is None else history["log_every"], every,
                            keywords=ATTACH_KEYWORDS)
     if history is not None and rank_zero_only:
-        from .distributed import rank_zero_sinks
+        from .sinks.muted import rank_zero_sinks
         history["sinks"] = rank_zero_sinks(history["sinks"])
     selected = select_modules(model, modules, types, exclude, include_paramless)
     if attached_monitor(model) is not None:

@@ -38,6 +38,29 @@ FLOAT_HALF = 1 << (31 - FLOAT_SHIFT)  # slots per sign: + half first, then - hal
 FLOAT_SLOTS = 2 * FLOAT_HALF
 FLOAT_BELOW, FLOAT_ABOVE, FLOAT_ZERO = FLOAT_HALF - 3, FLOAT_HALF - 2, FLOAT_HALF - 1
 
+# The layout saved with what holds slots (JSONL histories, checkpoints), since a reader of another layout would
+# misread every bucket: raise LAYOUT_VERSION with any change to what a slot means; the slot counts catch a change
+# that forgot to.
+LAYOUT_VERSION = 1
+LAYOUT = {"version": LAYOUT_VERSION, "float_slots": FLOAT_SLOTS, "log_slots": LOG_SLOTS}
+UNSTAMPED = {"version": 1, "float_slots": 4096, "log_slots": 256}  # files and checkpoints saved without a layout
+
+
+def other_layout(saved):
+    """None when `saved` (a LAYOUT read back from a file or checkpoint; None: saved without one) is this version's
+    layout, else one line saying which layout it is and that its slots cannot be read here."""
+    saved = UNSTAMPED if saved is None else saved
+    if saved == LAYOUT:
+        return None
+    return (f"its slots are of state layout {_describe(saved)}, and this version of hookstats reads layout "
+            f"{_describe(LAYOUT)} alone")
+
+
+def _describe(layout):
+    if not (isinstance(layout, dict) and all(isinstance(layout.get(k), int) for k in LAYOUT)):
+        return f"{layout!r:.80} (not a layout)"
+    return f"{layout['version']} ({layout['float_slots']} float buckets, {layout['log_slots']} log2 slots)"
+
 
 def lin_slots(nbins):
     """The kernels' linear numbering: under, nbins bins, over, NaN, +Inf, -Inf."""

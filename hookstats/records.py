@@ -7,6 +7,7 @@ import functools
 import numpy as np
 
 from . import buckets, layout, rawstate, statistics
+from .phases import Phase, phase_label, record_phase
 
 KEY_FIELDS = ("target", "module", "kind", "leaf", "phase")  # what a history record says of its target, first
 # mon.histogram(): the running histograms of one target (linear: edges, counts, under/overflow; log2; float buckets)
@@ -30,9 +31,9 @@ def finalize_rows(fstate, istate, cfg):
         return statistics.derive_rows(f, i, cfg, statistics.STATS)
 
 
-def key_fields(key, phase="train"):
+def key_fields(key, phase=Phase.TRAIN):
     """The KEY_FIELDS of a TargetKey in `phase`, as history records and sinks.Steps carry them."""
-    return {"target": key.id, "module": key.module, "kind": key.kind, "leaf": key.leaf, "phase": phase}
+    return {"target": key.id, "module": key.module, "kind": key.kind, "leaf": key.leaf, "phase": str(phase)}
 
 
 def stats_records(keyed, cfg, phase):
@@ -49,7 +50,7 @@ def stats_records(keyed, cfg, phase):
     for r, key in enumerate(keys):
         if counts[r] == 0 and not key.leaf and (key.module, key.kind) in leafy:
             continue
-        out[key.id] = {"module": key.module, "kind": key.kind, "leaf": key.leaf, "call": key.call, "phase": phase,
+        out[key.id] = {"module": key.module, "kind": key.kind, "leaf": key.leaf, "call": key.call, "phase": str(phase),
                        **_row(cols, (r,))}
     return out
 
@@ -134,7 +135,7 @@ def select_steps(cols, slots):
     return {k: v if v is None or statistics.BY_NAME[k].type == statistics.EDGES else v[slots] for k, v in cols.items()}
 
 
-def step_records(keys, cols, present, phase="train"):
+def step_records(keys, cols, present, phase=Phase.TRAIN):
     """Per step slot, the records (dicts) of the targets present, from step_columns()."""
     lists = {k: v.tolist() for k, v in cols.items() if v is not None and v.ndim == 2}
     for s, row in enumerate(present.tolist()):
@@ -181,7 +182,7 @@ def record(fields, **extra):
     buckets where only those were kept."""
     fields = {**fields, **extra}
     out = {k: fields.get(k, "") for k in KEY_FIELDS if k != "phase"}
-    out["phase"] = fields.get("phase") or "train"
+    out["phase"] = record_phase(fields)
     known = [st.name for st in statistics.TABLE if st.name in fields]
     out.update((k, fields[k]) for k in known)
     out.update((k, v) for k, v in fields.items() if k not in out)
@@ -202,8 +203,7 @@ def last_records(items, bucket_figures=()):
     record that has buckets: a flush window without a histogram step has empty ones, not NaN figures."""
     last, with_buckets = {}, {}
     for step, rec in items:
-        phase = rec.get("phase") or "train"
-        t = rec["target"] if phase == "train" else f"{rec['target']} ({phase})"
+        t = phase_label(rec["target"], record_phase(rec))
         if step >= last.get(t, (-1, None))[0]:
             last[t] = (step, record(rec, target=t))
         if has_buckets(rec) and step >= with_buckets.get(t, (-1, None))[0]:

@@ -9,8 +9,7 @@ import threading
 import torch
 
 from . import accumulate, layout, rawstate
-
-PHASES = ("train", "eval")
+from .phases import PHASES, Phase  # noqa: F401 (what a state is measured in, beside Kind)
 
 
 class Kind(str, enum.Enum):
@@ -155,7 +154,7 @@ class StateStore:
     def __len__(self):
         return len(self._states)
 
-    def flag(self, device, phase="train"):
+    def flag(self, device, phase=Phase.TRAIN):
         flag = self._flags.get((device, phase))
         if flag is None:
             flag = self._flags[(device, phase)] = torch.tensor([self.modes[PHASES.index(phase)]], dtype=torch.uint8,
@@ -261,7 +260,7 @@ class StateStore:
         with self._lock:
             return eager(x, *args)
 
-    def accumulate_many(self, ts, sts, device, phase="train"):
+    def accumulate_many(self, ts, sts, device, phase=Phase.TRAIN):
         with self.exclusive():
             accumulate.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],
                                         self.flag(device, phase), self._op_params)

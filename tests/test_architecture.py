@@ -3,6 +3,9 @@ class of another file defines, and no file uses another module's private functio
 hookstats through public names too; the hooks never import the Monitor; no import cycles among the modules; the
 engine never imports hookstats.tools. Read from the AST."""
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -376,6 +379,50 @@ def test_the_kind_check_finds_a_spelled_kind(tmp_path):
     assert [f.split(": ", 1)[1] for f in kind_spellings(pkg)] == ["'param_grad'", "':(grad_output|output)$'"]
 
 
+PHASE_VALUES = ("train", "eval")
+# The files that may spell a phase: phases.py, which defines Phase (no other file needs to).
+PHASE_OWNERS = ("phases.py",)
+
+
+def phase_spellings(package=PACKAGE, owners=PHASE_OWNERS):
+    """{file: ['line: text']} of every phase name spelled in code outside `owners`: a string equal to a phase's
+    value, or quoting one ("phase must be 'train' or 'eval'"). Docstrings may name phases."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel in owners:
+            continue
+        tree = ast.parse(path.read_text())
+        skip = docstrings(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in skip:
+                continue
+            if node.value in PHASE_VALUES or any(repr(p) in node.value for p in PHASE_VALUES):
+                found.setdefault(rel, []).append(f"{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_phase_names_come_from_phase():
+    """A phase is spelled in phases.py alone: the others compare with Phase members, take a record's phase with
+    record_phase() (no phase: train) and a target's label with phase_label(), so a new phase touches one file."""
+    from hookstats.phases import PHASES, Phase
+    assert PHASES == PHASE_VALUES == tuple(Phase)
+    found = phase_spellings()
+    assert not found, "phase names spelled outside phases.py:\n" + "\n".join(
+        f"{path}:{line}" for path, lines in found.items() for line in lines)
+
+
+def test_the_phase_check_finds_a_spelled_phase(tmp_path):
+    pkg = tmp_path / "hookstats"
+    pkg.mkdir()
+    (pkg / "phases.py").write_text("PHASES = ('train', 'eval')\n")
+    (pkg / "a.py").write_text('"""The train phase."""\n'
+                              "def f(p):\n    '''eval'''\n    return p == 'eval' or p == 'training'\n"
+                              "def g(p):\n    raise ValueError(f\"phase must be 'train', got {p!r}\")\n")
+    (pkg / "b.py").write_text("x = 'trainer'\n")
+    assert phase_spellings(pkg) == {"a.py": ["4: 'eval'", "6: \"phase must be 'train', got \""]}
+
+
 def names_used(tree):
     """Every name a file uses: plain names, attributes and imported names."""
     out = set()
@@ -496,6 +543,47 @@ def test_no_import_cycle_among_the_modules():
     assert not gone, f"these cycles are gone: remove them from KNOWN_CYCLES: {gone}"
 
 
+def folder_graph(graph, package="hookstats"):
+    """The import graph with each subpackage (hookstats/sinks/, hookstats/tools/, ...) one node, the package's entry
+    points left out: two files of two folders that import each other's folder around a loop are one cycle here."""
+    def node(m):
+        return ".".join(m.split(".")[:2])
+    out = {}
+    for m, targets in graph.items():
+        if m in ENTRY_POINTS or m.split(".")[0] != package:
+            continue
+        out.setdefault(node(m), set()).update(node(t) for t in targets if t not in ENTRY_POINTS and node(t) != node(m))
+    for targets in list(out.values()):
+        for t in targets:
+            out.setdefault(t, set())
+    return out
+
+
+def test_no_import_cycle_among_the_folders():
+    """No back-and-forth between a module and a folder (distributed.py and sinks/ share the rank through ranks.py)."""
+    graph = folder_graph(import_graph())
+    cycles = import_cycles(graph)
+    assert not cycles, "folders and modules that import each other:\n" + "\n".join(
+        "; ".join(f"{m} -> {sorted(graph[m] & c)}" for m in sorted(c)) for c in cycles)
+
+
+def test_the_folder_cycle_check_finds_a_loop(tmp_path):
+    """distributed.py importing sinks/base.py while sinks/claim.py imports distributed.py is no module cycle, but
+    a folder one; the package's __init__ importing what imports it is neither."""
+    pkg = tmp_path / "hookstats"
+    (pkg / "sinks").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .distributed import reduce\n")
+    (pkg / "distributed.py").write_text("def reduce():\n    from .sinks.base import check\n")
+    (pkg / "sinks" / "__init__.py").write_text("")
+    (pkg / "sinks" / "base.py").write_text("def check():\n    pass\n")
+    (pkg / "sinks" / "claim.py").write_text("import hookstats\nfrom ..distributed import reduce\n")
+    graph = import_graph(pkg)
+    assert import_cycles(graph) == []
+    assert import_cycles(folder_graph(graph)) == [{"hookstats.distributed", "hookstats.sinks"}]
+    (pkg / "sinks" / "claim.py").write_text("import hookstats\n")
+    assert import_cycles(folder_graph(import_graph(pkg))) == []
+
+
 def test_the_engine_never_imports_the_tools():
     found = [f"{m} -> {sorted(t for t in targets if t.startswith(TOOLS))}" for m, targets in import_graph().items()
              if not m.startswith(TOOLS) and m not in ENTRY_POINTS and any(t.startswith(TOOLS) for t in targets)]
@@ -519,3 +607,25 @@ def test_the_cycle_check_finds_a_loop(tmp_path):
     assert import_cycles(graph) == [{"hookstats.a", "hookstats.b", "hookstats.sub.c"}]
     (pkg / "b.py").write_text("")
     assert import_cycles(import_graph(pkg)) == []
+
+
+# ---- `import hookstats` stays light: the tools load when first used ----
+HEAVY = ("hookstats.tools", "torch.utils.flop_counter", "matplotlib")  # the tools, the planner's FLOP counter, charts
+
+
+def loaded_after(code):
+    """The HEAVY modules (and their submodules) in sys.modules after `code` runs in a fresh interpreter."""
+    probe = (f"import sys\n{code}\n"
+             f"print(sorted(m for m in sys.modules if any(m == h or m.startswith(h + '.') for h in {HEAVY!r})))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return ast.literal_eval(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_hookstats_loads_no_tool():
+    """A training script's `import hookstats` (and attach) imports neither the planner nor the summary nor the
+    charts; hookstats.plan and hookstats.summary load them when first used."""
+    assert loaded_after("import hookstats\nhookstats.attach, hookstats.Monitor, hookstats.Phase") == []
+    used = loaded_after("import hookstats\nfrom hookstats import summary\nhookstats.plan")
+    assert {"hookstats.tools.planner", "hookstats.tools.summary", "torch.utils.flop_counter"} <= set(used)

@@ -240,7 +240,7 @@ def test_a_lock_of_a_process_that_is_gone_is_taken_over_and_another_live_ones_is
 
 
 def test_each_rank_writes_its_own_file(tmp_path, monkeypatch):
-    import hookstats.distributed as distributed
+    import hookstats.ranks as distributed
     monkeypatch.setattr(distributed, "is_initialized", lambda: True)
     monkeypatch.setattr(distributed, "world_size", lambda group=None: 3)
     for r in (0, 2):

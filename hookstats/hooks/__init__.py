@@ -4,7 +4,7 @@ the parameters themselves after each optimizer step (params.py) and any tensor (
 resolves a preallocated state and calls the fused op through its Port (state owner and step clock); none of
 them changes what it observes."""
 
-from ..state import PHASES, Kind, TargetKey
+from ..state import Kind, Phase, TargetKey
 from ..tensors import is_measurable
 from .calls import CallIndex
 from .handles import hook_module, optimizer_hooks
@@ -46,7 +46,7 @@ class Hooks:
             if outputs:
                 self.preallocate(name, Kind.OUTPUT, m)
             if grads and any(p.requires_grad for p in m.parameters(recurse=False)):
-                self.preallocate(name, Kind.GRAD_OUTPUT, m, phases=PHASES[:1])
+                self.preallocate(name, Kind.GRAD_OUTPUT, m, phases=(Phase.TRAIN,))
             if inputs:
                 self.handles.append(hook_module(m, input_hook(port, name, m), pre=True, with_kwargs=True))
                 self.preallocate(name, Kind.INPUT, m)
@@ -62,7 +62,7 @@ class Hooks:
         p = next(m.parameters(recurse=False), None)
         if is_measurable(p):
             clock, calls = self.port.clock, self.port.calls
-            for phase in phases or (PHASES if clock.track_eval else PHASES[:1]):
+            for phase in phases or (tuple(Phase) if clock.track_eval else (Phase.TRAIN,)):
                 self.port.store.state(TargetKey(name, kind, "", 0 if calls.separate else None), p.device, phase)
 
     def new_forward(self):

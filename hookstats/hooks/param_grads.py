@@ -2,7 +2,7 @@
 import torch
 from torch.nn.parameter import is_lazy
 
-from ..state import Kind, TargetKey
+from ..state import Kind, Phase, TargetKey
 from ..tensors import measured
 from .handles import weakly
 
@@ -39,7 +39,7 @@ class ParamGrads:
         self.handles = [weakly(self._mark, p.register_post_accumulate_grad_hook) for _, p in self.params.values()]
         self.clock.before_optimizer.append(self.before_optimizer)
         for key, p in self.params.values():
-            self.store.resolve(key, p.device, "train", reach=False)
+            self.store.resolve(key, p.device, Phase.TRAIN, reach=False)
 
     def _mark(self, p):
         g = p.grad
@@ -78,7 +78,7 @@ class ParamGrads:
             g = measured(g)  # a DTensor (FSDP2): this rank's shard
             if g is None:
                 continue
-            target = self.store.resolve(self.params[i][0], g.device, "train", compiling=compiling)
+            target = self.store.resolve(self.params[i][0], g.device, Phase.TRAIN, compiling=compiling)
             if target is not None:
                 by_dev.setdefault(g.device, []).append((g, target[0]))
         for dev, items in by_dev.items():

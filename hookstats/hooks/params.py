@@ -2,7 +2,7 @@
 them, once per optimizer step, with one multi-tensor op per device and no host read."""
 import torch
 
-from ..state import Kind, TargetKey
+from ..state import Kind, Phase, TargetKey
 from ..tensors import measured
 
 
@@ -31,7 +31,7 @@ class ParamValues:
         self.measured_any = False
         self.clock.after_optimizer.append(self.after_optimizer)
         for key, p in self.params.values():
-            self.store.resolve(key, p.device, "train", reach=False)
+            self.store.resolve(key, p.device, Phase.TRAIN, reach=False)
 
     def after_optimizer(self, optimizer, ids):
         ids = [i for i in ids if i in self.params]
@@ -57,7 +57,7 @@ class ParamValues:
             x = measured(p.detach())  # a DTensor (FSDP2): this rank's shard
             if x is None or not self.clock.sampling:
                 continue
-            target = self.store.resolve(key, x.device, "train", compiling=compiling)
+            target = self.store.resolve(key, x.device, Phase.TRAIN, compiling=compiling)
             if target is not None:
                 by_dev.setdefault(x.device, []).append((x, target[0]))
         for dev, items in by_dev.items():

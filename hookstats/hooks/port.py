@@ -4,6 +4,7 @@ one-time warnings; and what compiled code leaves to settle at the next eager poi
 import torch
 
 from ..clock import in_recompute
+from ..phases import phase_label
 from ..tensors import measured, unread_reason
 from .calls import Calls
 from .grad_taps import ViewTaps
@@ -37,7 +38,7 @@ class Port:
         self.view_taps.settle(self.tell)
         late = self.store.allocate_late()
         if late:
-            ids = list(dict.fromkeys(k[1].id + ("" if k[0] == "train" else f" ({k[0]})") for k in late))
+            ids = list(dict.fromkeys(phase_label(k[1].id, k[0]) for k in late))
             self.tell(("late", *ids), f"hookstats: {len(ids)} target(s) ({', '.join(ids)}) were first reached "
                               "inside torch.compile, where their state cannot be allocated; they are allocated now "
                               "and measured from the next call on (one recompile). Run one eager step before "

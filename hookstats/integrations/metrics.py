@@ -1,6 +1,7 @@
 """What the Lightning and HF callbacks log: the window's statistics merged over ranks, as flat scalars
 named as every sink names them (hookstats/sinks/names.py: `<prefix><module>/<kind><leaf>/<stat>`)."""
 from .. import distributed
+from ..phases import Phase
 from ..statistics import HIST_FIGURES
 from ..sinks.names import PREFIX, record_name, stat_name
 from ..sinks.tensorboard import add_histograms
@@ -22,7 +23,7 @@ def attach_for_windows(model, window, attach_kwargs):
     return hookstats.attach(model, steps="manual", **kwargs)
 
 
-def window_stats(monitor, phase="train"):
+def window_stats(monitor, phase=Phase.TRAIN):
     """The monitor's statistics over every rank (a collective when torch.distributed is initialized:
     every rank must call it), then a reset so the next window starts empty."""
     stats = distributed.reduce(monitor).stats(phase=phase) if distributed.world_size() > 1 else monitor.stats(phase=phase)

@@ -6,7 +6,7 @@ import paddle
 from ..hooks.calls import CallIndex
 from ..hooks.handles import hook_module
 from ..hooks.outputs import positional_names
-from ..state import PHASES, Kind, TargetKey
+from ..state import Kind, Phase, TargetKey
 from . import bridge
 from .taps import Taps
 
@@ -31,7 +31,7 @@ class LayerHooks:
             if outputs:
                 self.preallocate(name, Kind.OUTPUT, m)
             if grads and any(not p.stop_gradient for p in m.parameters(include_sublayers=False)):
-                self.preallocate(name, Kind.GRAD_OUTPUT, m, phases=PHASES[:1])
+                self.preallocate(name, Kind.GRAD_OUTPUT, m, phases=(Phase.TRAIN,))
             if inputs:
                 self.handles.append(hook_module(m, self.input_hook(name, m), pre=True, with_kwargs=True))
                 self.preallocate(name, Kind.INPUT, m)
@@ -83,7 +83,7 @@ class LayerHooks:
         root forward with grad. Its values were measured in the first pass; its gradients flow through this one."""
         grad, clock = paddle.is_grad_enabled(), self.port.clock
         if clock.root_running > 0:
-            if not grad and clock.phase == "train":
+            if not grad and clock.phase == Phase.TRAIN:
                 self.gradless.add(name)
             return False
         return grad and name in self.gradless
@@ -93,7 +93,7 @@ class LayerHooks:
         device = bridge.torch_device(p.place) if p is not None else None
         if device is not None:
             clock, calls = self.port.clock, self.port.calls
-            for phase in phases or (PHASES if clock.track_eval else PHASES[:1]):
+            for phase in phases or (tuple(Phase) if clock.track_eval else (Phase.TRAIN,)):
                 self.port.store.state(TargetKey(name, kind, "", 0 if calls.separate else None), device, phase)
 
     def remove(self):

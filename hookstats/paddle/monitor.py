@@ -7,9 +7,9 @@ import paddle
 
 from ..clock import StepClock
 from ..config import attach_config, check_arg
-from ..distributed import MutedSink
 from ..hooks import Port
 from ..monitor import HistSteps, Monitor
+from ..sinks.muted import MutedSink
 from ..state import StateStore, Kind, TargetKey
 from ..user_warning import WarnOnce
 from . import bridge

@@ -3,7 +3,7 @@ optimizer given to attach() has its step() wrapped on the instance: each selecte
 measured once per optimizer step, just before the update, after any gradient accumulation."""
 import paddle
 
-from ..state import Kind, TargetKey
+from ..state import Kind, Phase, TargetKey
 from . import bridge
 
 
@@ -21,7 +21,7 @@ class OptimizerGrads:
         self.params = [(TargetKey(name, Kind.PARAM_GRAD, "", None), p) for name, p in named_params
                        if not p.stop_gradient and p.dtype in bridge.MEASURED_DTYPES]
         for key, p in self.params:
-            self.store.resolve(key, bridge.torch_device(p.place), "train", reach=False)
+            self.store.resolve(key, bridge.torch_device(p.place), Phase.TRAIN, reach=False)
         self.optimizer, own_step = optimizer, optimizer.step
 
         def step(*args, **kwargs):
@@ -43,7 +43,7 @@ class OptimizerGrads:
         for items in by_place.values():
             place = items[0][1].place
             device = bridge.torch_device(place)
-            sts = [self.store.resolve(key, device, "train", compiling=False)[0] for key, _ in items]
+            sts = [self.store.resolve(key, device, Phase.TRAIN, compiling=False)[0] for key, _ in items]
             self.order.run(place, device, lambda: self.store.accumulate_many(
                 [bridge.as_torch(g) for _, g in items], sts, device))
 

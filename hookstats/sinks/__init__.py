@@ -8,7 +8,7 @@ from .csv import CSVSink, read_csv
 from .jsonl import JSONLSink, read_jsonl
 from .fields import BadRecordWarning
 from .memory import MemorySink
-from .runs import HistoryFileWarning, RunsWarning
+from .runs import HistoryFileWarning, LayoutWarning, RunsWarning
 from .tensorboard import TensorBoardSink
 from .wandb import WandbSink
 
@@ -41,5 +41,5 @@ def run_dir_sinks(out_dir, tensorboard=True):
 
 
 __all__ = ["DASHBOARD_CHOICES", "DASHBOARD_STATS", "SCALARS", "Sink", "Steps", "SkippedLinesWarning",
-           "BadRecordWarning", "HistoryFileWarning", "RunsWarning", "CSVSink", "JSONLSink",
+           "BadRecordWarning", "HistoryFileWarning", "RunsWarning", "LayoutWarning", "CSVSink", "JSONLSink",
            "MemorySink", "TensorBoardSink", "WandbSink", "read_csv", "read_jsonl", "read_history", "run_dir_sinks"]

@@ -8,6 +8,7 @@ import socket
 import weakref
 from pathlib import Path
 
+from .. import ranks
 from .base import Sink
 from .purge import drop_steps_from
 
@@ -29,15 +30,9 @@ def check_path(path, who):
     return path
 
 
-def distributed_initialized():
-    from ..distributed import is_initialized
-    return is_initialized()
-
-
 def rank_path(path):
     """`path` for rank 0 or without torch.distributed; `<stem>.rank<r><suffix>` for rank r > 0."""
-    from ..distributed import rank, world_size
-    r = rank() if world_size() > 1 else 0
+    r = ranks.rank() if ranks.world_size() > 1 else 0
     return path if r == 0 else path.with_name(f"{path.stem}.rank{r}{path.suffix}")
 
 
@@ -132,7 +127,7 @@ class FileSink(Sink):
     def __init__(self, path):
         super().__init__()
         self.path = check_path(path, type(self).__name__)
-        if not distributed_initialized():
+        if not ranks.is_initialized():
             check_free(self.path)
         self._claim = self._purge_from = None
         self.run_id = None  # the run header's id: the monitor's (join_run), else the file's own

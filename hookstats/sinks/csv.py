@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 from .. import statistics
+from ..phases import Phase, record_phase
 from . import claim, fields, purge
 from .base import KEY_FIELDS, SCALARS, file_lines, open_parent, warn_skipped
 from .runs import Ledger, run_header
@@ -40,7 +41,7 @@ class CSVSink(claim.FileSink):
         w = self._open(step)
         for rec in records:
             for stat, v in self.values(rec):
-                w.writerow((step, rec["target"], rec["module"], rec["kind"], rec["leaf"], rec.get("phase") or "train",
+                w.writerow((step, rec["target"], rec["module"], rec["kind"], rec["leaf"], record_phase(rec),
                             stat, repr(v)))
         w.writerow((step, "", "", STEP_END, "", "", "targets", len(records)))
         self._file.flush()
@@ -119,7 +120,7 @@ def read_csv(path):
             if row["stat"] in KEY_FIELDS:
                 raise fields.BadField("stat", f"{row['stat']!r} is not a statistic")
             value = fields.scalar(row["stat"], row["value"])
-            key = {k: fields.key(row.get(k, "train"), k, lines) for k in KEY_FIELDS}
+            key = {k: fields.key(row.get(k, Phase.TRAIN), k, lines) for k in KEY_FIELDS}
         except ValueError as e:
             lines.add(n, str(e), stacklevel=3)
             continue

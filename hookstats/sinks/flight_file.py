@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..flight import Flight
+from ..phases import Phase
 from ..records import KEY_FIELDS
 from .base import json_number
 
@@ -53,7 +54,7 @@ def read_flight(path):
         stats = list(dict.fromkeys(k for o in rows for k in o if k not in KEY_FIELDS and k not in ("type", "step")))
         columns = {k: np.full((len(steps), len(targets)), np.nan) for k in stats}
         present = np.zeros((len(steps), len(targets)), dtype=bool)
-        keys = {t: {"target": t, "module": "", "kind": "", "leaf": "", "phase": "train"} for t in targets}
+        keys = {t: {"target": t, "module": "", "kind": "", "leaf": "", "phase": Phase.TRAIN.value} for t in targets}
         s_ix, t_ix = {s: i for i, s in enumerate(steps)}, {t: i for i, t in enumerate(targets)}
         for o in rows:
             s, t = s_ix[int(o["step"])], t_ix[o["target"]]

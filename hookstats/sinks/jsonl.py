@@ -2,18 +2,21 @@
 with the step it ran in) with the scalars and the histograms (the float buckets and
 the log2 slots as {slot: count} of the occupied slots; the log2 ones also where there are buckets, a few dozen
 entries that keep the files readable by versions without buckets; null beside the buckets with log_hist=False),
-and one line per alert. read_jsonl() loads it back for `hookstats report`; files of versions without float
-buckets read as before."""
+and one line per alert. Each run header names the state layout its slots are in (rawstate.LAYOUT). read_jsonl()
+loads it back for `hookstats report`; files of versions without float buckets read as before, and a run of another
+layout without its slots (LayoutWarning)."""
 import json
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
 
-from .. import layout, records
+from .. import layout, rawstate, records
+from ..phases import Phase, record_phase
 from . import claim, fields, purge
 from .base import SCALARS, file_lines, json_number, open_parent, warn_skipped
-from .runs import Ledger, run_header
+from .runs import LayoutWarning, Ledger, run_header
 
 
 class JSONLSink(claim.FileSink):
@@ -31,14 +34,14 @@ class JSONLSink(claim.FileSink):
             self._file = open_parent(path, "a")
             if self._file.tell() and not _ends_with_newline(path):
                 self._file.write("\n")  # a torn last line stays one skipped line, not glued to the header
-            self._file.write(json.dumps({"type": "run", **run_header(self.run_id)}) + "\n")
+            self._file.write(json.dumps({"type": "run", **run_header(self.run_id), "layout": rawstate.LAYOUT}) + "\n")
         return self._file
 
     def write(self, step, records):
         f = self._out()
         for rec in records:
             line = {"type": "stats", "step": step, "target": rec["target"], "module": rec["module"],
-                    "kind": rec["kind"], "leaf": rec["leaf"], "phase": rec.get("phase") or "train"}
+                    "kind": rec["kind"], "leaf": rec["leaf"], "phase": record_phase(rec)}
             line.update((k, json_number(v)) for k, v in self.values(rec))
             if rec.get("hist") is not None:
                 line["hist"] = [int(c) for c in rec["hist"]]
@@ -119,10 +122,12 @@ def read_jsonl(path):
     """(step, record) pairs (histograms back as NumPy arrays, null back to NaN) and the alerts. Lines that
     are not whole JSON (a run that died while writing) are skipped with one SkippedLinesWarning per file; a
     whole line that is not a valid record with one BadRecordWarning naming the field (fields.py). Runs,
-    duplicates and incomplete steps: runs.Ledger (the last written record of a (step, target) wins)."""
+    duplicates and incomplete steps: runs.Ledger (the last written record of a (step, target) wins). A run whose
+    header names another state layout is read without its slots, with one LayoutWarning per such run."""
     path = Path(path)
     ledger, lines = Ledger(path), fields.BadLines(path)
     alerts, bad, read = [], [], 0
+    other, unread = None, {}  # why the current run's slots cannot be read (None: they can); run -> why
     for n, line in file_lines(path, bad):
         if not line.strip():
             continue
@@ -141,11 +146,17 @@ def read_jsonl(path):
         kind = obj.get("type") if isinstance(obj, dict) else None
         try:
             if kind == "stats":
+                if other is not None:
+                    obj = {k: v for k, v in obj.items() if k not in SLOT_FIELDS}
                 ledger.record(*_record(obj, lines))
             elif kind == "alert":
                 alerts.append(_alert(obj))
             elif kind == "run":
-                ledger.start_run(fields.name(obj.get("run"), "run"))
+                run = fields.name(obj.get("run"), "run")
+                other = rawstate.other_layout(obj.get("layout"))
+                if other is not None:
+                    unread.setdefault(run, other)
+                ledger.start_run(run)
             elif kind == "step_end":
                 ledger.step_end(fields.step(obj.get("step")))
             else:
@@ -159,6 +170,9 @@ def read_jsonl(path):
     if not read and lines.n and not bad:
         raise ValueError(f"{path}: not a hookstats JSONL history (no line is a hookstats record)")
     warn_skipped(path, bad, read, "JSON")
+    for run, why in unread.items():
+        warnings.warn(f"{path}: run {run}: {why}: its log2 histograms and float buckets are left out, its other "
+                      f"statistics read", LayoutWarning, stacklevel=2)
     lines.finish()
     return ledger.items(), alerts
 
@@ -166,6 +180,7 @@ def read_jsonl(path):
 KEYS = ("target", "module", "kind", "leaf")
 _NOT_SCALARS = frozenset(KEYS) | {"type", "step", "hist", "hist_range", "log2_hist", "float_hist"}
 _SCALARS = frozenset(SCALARS)  # sets: a history has a million fields to look up
+SLOT_FIELDS = ("log2_hist", "float_hist")  # what a record holds in the state layout's slots
 
 
 def _alert(obj):
@@ -187,7 +202,7 @@ def _record(obj, lines):
             out[k] = fields.key(obj.get(k), k, lines)
         else:
             out[k] = ""
-    out["phase"] = fields.key(obj.get("phase", "train"), "phase")  # files of versions without phases
+    out["phase"] = fields.key(obj.get("phase", Phase.TRAIN), "phase")  # files of versions without phases
     log2_off = "log2_hist" in obj and obj["log2_hist"] is None  # written with log_hist=False
     for k, v in obj.items():
         if k in _NOT_SCALARS:

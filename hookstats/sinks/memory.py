@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import records, statistics
 from ..config import check_count
+from ..phases import Phase, record_phase
 from .base import HIST_FIGURES, KEY_FIELDS, SCALARS, Sink, Steps
 
 INTS, FLOATS, HISTS, (EDGES,) = (statistics.names(statistics.HISTORY, t) for t in
@@ -271,12 +272,12 @@ def _histogram_row(name, records):
 
 def _key(record):
     """The KEY_FIELDS of a record (phase "train" where it has none)."""
-    return {k: record.get(k, "train") if k == "phase" else record[k] for k in KEY_FIELDS}
+    return {k: record.get(k, Phase.TRAIN) if k == "phase" else record[k] for k in KEY_FIELDS}
 
 
 def _block_id(key):
     """A target's rows are kept per phase: its train steps and its validation passes apart."""
-    return key["target"], key.get("phase") or "train"
+    return key["target"], record_phase(key)
 
 
 class MemorySink(Sink):

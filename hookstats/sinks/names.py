@@ -5,25 +5,26 @@ Characters that loggers such as MLflow reject (anything but letters, digits and 
 The eval phase adds `/eval` after the target, so a target's validation charts sit beside its training ones."""
 import re
 
+from ..phases import Phase, check_phase, record_phase
+
 PREFIX = "hookstats/"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/ ]")
 
 
-def target_name(target, module, phase="train", prefix=PREFIX):
+def target_name(target, module, phase=Phase.TRAIN, prefix=PREFIX):
     """`<prefix><module>/<kind><leaf>[@call]`, plus `/eval` for the eval phase: the part of a name before the
     statistic. target: the target id ("fc1:output[0]@1"); module: its module name (the id's part before the kind)."""
-    if phase not in ("train", "eval"):
-        raise ValueError(f"phase must be 'train' or 'eval', got {phase!r}")
+    check_phase(phase)
     rest = target[len(module) + 1:] if target.startswith(module + ":") else target.split(":", 1)[-1]
     name = prefix + _UNSAFE.sub("_", f"{module or 'model'}/{rest}")
-    return name + "/eval" if phase == "eval" else name
+    return name if phase == Phase.TRAIN else f"{name}/{phase}"
 
 
 def record_name(record, prefix=PREFIX, target=None):
     """target_name() of a record (a history record, or a stats() record with its id as `target`)."""
     target = target if target is not None else record["target"]
     module = record.get("module")
-    return target_name(target, target.split(":", 1)[0] if module is None else module, record.get("phase") or "train",
+    return target_name(target, target.split(":", 1)[0] if module is None else module, record_phase(record),
                        prefix)
 
 

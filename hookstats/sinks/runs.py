@@ -9,6 +9,8 @@ import socket
 import uuid
 import warnings
 
+from ..phases import record_phase
+
 
 class HistoryFileWarning(UserWarning):
     """Something a reader of a saved history file should know: `hookstats report` prints these."""
@@ -16,6 +18,11 @@ class HistoryFileWarning(UserWarning):
 
 class RunsWarning(HistoryFileWarning):
     """A history file holds several runs, duplicate (step, target) records, or incomplete steps."""
+
+
+class LayoutWarning(HistoryFileWarning):
+    """A history file's run was written with another state layout: its slots (log2 histogram, float buckets) are
+    left out, its other statistics read."""
 
 
 def new_run_id():
@@ -50,7 +57,7 @@ class Ledger:
         r = self._run()
         span = self.steps.setdefault(r, [step, step])
         span[0], span[1] = min(span[0], step), max(span[1], step)
-        self.entries.append((r, step, (rec["target"], rec.get("phase") or "train"), rec))
+        self.entries.append((r, step, (rec["target"], record_phase(rec)), rec))
 
     def step_end(self, step):
         self.last_end[self._run()] = len(self.entries)

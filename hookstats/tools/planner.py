@@ -24,6 +24,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .. import accumulate, layout
 from ..config import check_arg
+from ..phases import Phase
 from ..monitor import attach, attached_monitor
 from ..records import bucket_columns
 from ..sinks.memory import held_bytes
@@ -222,7 +223,7 @@ def _listed(monitor, recorded):
     """(TargetKey, [records]) of every train target stats() would list after this step (the states a hook
     reached), in first-call order."""
     by_key = {}
-    for key, _, st in monitor.states("train"):
+    for key, _, st in monitor.states(Phase.TRAIN):
         by_key.setdefault(key, []).append(id(st.fstate))
     order = {fid: i for i, fid in enumerate(recorded)}
     first = {key: min(order.get(f, math.inf) for f in fids) for key, fids in by_key.items()}

@@ -14,6 +14,7 @@ import torch
 from .. import buckets, layout, statistics
 from ..extras import require
 from ..names import short
+from ..phases import phase_label, record_phase
 from ..state import KINDS, Kind
 
 HEATMAP_BINS = 64
@@ -64,8 +65,7 @@ def collect(source):
     items = _items(source)
     rows = {}
     for step, rec in items:  # a target's validation passes are a series of their own, beside its train steps
-        phase = rec.get("phase") or "train"
-        rows.setdefault(rec["target"] if phase == "train" else f"{rec['target']} ({phase})", []).append((step, rec))
+        rows.setdefault(phase_label(rec["target"], record_phase(rec)), []).append((step, rec))
     out = {}
     for target, recs in rows.items():
         recs.sort(key=lambda p: p[0])
