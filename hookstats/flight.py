@@ -34,7 +34,15 @@ class Flight:
 
     @property
     def targets(self):
+        """[T]: the target ids, in step order."""
         return [k["target"] for k in self.keys]
+
+    @property
+    def headline(self):
+        """The flight in one line: the alert's message and the steps it holds."""
+        if not self.steps:
+            return self.message
+        return f"{self.message}: steps {self.steps[0]}..{self.steps[-1]} of {len(self.targets)} targets recorded"
 
     def series(self, stat, target):
         """Statistic `stat` of `target` at each of self.steps (NaN where it has no record)."""
