@@ -5,11 +5,14 @@ from .entry import attach
 from .monitor import Monitor
 from .state import Kind, TargetKey
 from .alerts import AlertRules
+from .flight import Flight
+from .grad_norms import GradNorms
 from .tools.summary import summary
 from .tools.planner import plan
 
 __version__ = "0.1.0"
-__all__ = ["attach", "Monitor", "StatsConfig", "TargetKey", "Kind", "accumulate_", "accumulate_many_", "backend", "AlertRules", "summary", "plan"]
+__all__ = ["attach", "Monitor", "StatsConfig", "TargetKey", "Kind", "accumulate_", "accumulate_many_", "backend", "AlertRules", "Flight", "GradNorms",
+           "summary", "plan"]
 
 
 def __getattr__(name):  # hookstats.plots: the charts (hookstats/tools/plots.py), imported on first use

@@ -16,11 +16,16 @@ from .statistics import SCALARS
 
 @dataclasses.dataclass
 class Flight:
-    """The steps before an alert. step, kind, target, message: the alert that triggered it (the first new one by
-    step, then step order); alerts: every alert raised in the same flush; steps [S]: the recorded steps up to and
-    including `step`; keys [T]: the KEY_FIELDS dicts of the train targets seen in them, in step order (the order in
-    which a training step reaches them); columns {statistic: float64 [S, T]} of the history's scalars (NaN where a
-    target has no record at a step); present [S, T] bool: the (step, target) pairs that have a record."""
+    """The steps before an alert, kept by ``attach(..., alerts=AlertRules(flight=K))``: ``mon.flights`` holds one
+    per flush that raised alerts, and every sink gets it (``Sink.write_flight``).
+
+    ``step``, ``kind``, ``target`` and ``message`` are those of the alert that triggered it (the first new one by
+    step, then in the order a training step reaches the targets); ``alerts`` lists every alert raised with it.
+    ``steps`` are the recorded steps up to and including ``step`` (at most K); ``keys`` describe the training
+    targets seen in them, in step order (dicts of target, module, kind, leaf and phase, as in a history record);
+    ``columns`` maps each scalar statistic of the history to a float64 array [steps, targets], NaN where a target
+    has no record at a step; ``present`` [steps, targets] says which (step, target) pairs have a record.
+    """
 
     step: int
     kind: str
@@ -49,7 +54,8 @@ class Flight:
         return self.columns[stat][:, self.targets.index(target)]
 
     def records(self):
-        """(step, record) of each present (step, target) pair, records with the KEY_FIELDS and the scalars."""
+        """Yields (step, record) of each (step, target) pair that has a record: a dict of the target's fields
+        (target, module, kind, leaf, phase) and every scalar statistic, as in a history record."""
         for s, step in enumerate(self.steps):
             for t, key in enumerate(self.keys):
                 if self.present[s, t]:

@@ -21,9 +21,15 @@ CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s own
 
 @dataclasses.dataclass
 class GradNorms:
-    """steps [S]; targets [P]: the parameter-gradient target ids; norms [S, P] float64: each target's gradient L2
-    norm (NaN where it has no record at the step, or saw NaN; Inf where it saw Inf); present [S, P] bool;
-    clip_norm: the max_norm of the clipping asked about, or None."""
+    """The gradient norm of each parameter per step, from ``mon.grad_norms()`` (and given to the sinks at each flush
+    with ``attach(..., param_grads=True, clip_norm=...)``).
+
+    ``steps`` [S]: the recorded steps; ``targets`` [P]: the parameter-gradient targets (``"<name>:param_grad"``);
+    ``norms`` [S, P] float64: each parameter's gradient L2 norm (NaN where it has no record at the step or its
+    gradient held a NaN, Inf where it held an Inf, as torch's ``clip_grad_norm_`` would give); ``present`` [S, P]:
+    which (step, parameter) pairs were measured; ``clip_norm``: the ``max_norm`` of the clipping asked about, or
+    None. ``total``, ``share``, ``clip_coef``, ``clipped`` and ``norms_after`` derive from them.
+    """
 
     steps: list
     targets: list
@@ -38,7 +44,7 @@ class GradNorms:
 
     @property
     def share(self):
-        """[S, P]: each target's share of the squared global norm (the shares of a step sum to 1)."""
+        """[S, P]: each parameter's share of the squared global norm (the shares of a step sum to 1)."""
         with np.errstate(divide="ignore", invalid="ignore"):
             return self.norms ** 2 / self.total[:, None] ** 2
 
@@ -57,12 +63,12 @@ class GradNorms:
 
     @property
     def norms_after(self):
-        """[S, P]: each target's norm after the clipping."""
+        """[S, P]: each parameter's norm after the clipping."""
         return self.norms * self.clip_coef[:, None]
 
     def rows(self):
-        """Per step a dict: step, total, and with clip_norm clip_coef and clipped; then per target norm and share
-        (and norm_after)."""
+        """Yields a dict per step: step, total, with clip_norm clip_coef and clipped, and targets: {target: {norm,
+        share, with clip_norm norm_after}} of the parameters measured at the step."""
         total, share = self.total, self.share
         coef = self.clip_coef if self.clip_norm is not None else None
         for s, step in enumerate(self.steps):

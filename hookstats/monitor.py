@@ -211,8 +211,8 @@ class Monitor:
 
     @property
     def flights(self):
-        """With ``alerts=AlertRules(flight=K)``: one flight per alert burst, oldest first, each holding the last K
-        steps of every target up to the alert, the alert and the first target to show it."""
+        """With ``alerts=AlertRules(flight=K)``: one :class:`hookstats.Flight` per alert burst, oldest first, each
+        holding the last K steps of every target up to the alert, the alert and the first target to show it."""
         return list(self.step_history.flights) if self.step_history is not None else []
 
     def grad_norms(self, clip_norm=None, group=None):
