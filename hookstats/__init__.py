@@ -6,10 +6,12 @@ from .monitor import Monitor
 from .state import Kind, TargetKey
 from .phases import Phase
 from .alerts import AlertRules
+from .flight import Flight
+from .grad_norms import GradNorms
 
 __version__ = "0.1.0"
 __all__ = ["attach", "Monitor", "StatsConfig", "TargetKey", "Kind", "Phase", "accumulate_", "accumulate_many_",
-           "backend", "AlertRules", "summary", "plan"]
+           "backend", "AlertRules", "Flight", "GradNorms", "summary", "plan"]
 LAZY = ("summary", "plan", "plots")
 
 

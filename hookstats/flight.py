@@ -16,11 +16,16 @@ from .statistics import SCALARS
 
 @dataclasses.dataclass
 class Flight:
-    """The steps before an alert. step, kind, target, message: the alert that triggered it (the first new one by
-    step, then step order); alerts: every alert raised in the same flush; steps [S]: the recorded steps up to and
-    including `step`; keys [T]: the KEY_FIELDS dicts of the train targets seen in them, in step order (the order in
-    which a training step reaches them); columns {statistic: float64 [S, T]} of the history's scalars (NaN where a
-    target has no record at a step); present [S, T] bool: the (step, target) pairs that have a record."""
+    """The steps before an alert, kept by ``attach(..., alerts=AlertRules(flight=K))``: ``mon.flights`` holds one
+    per flush that raised alerts, and every sink gets it (``Sink.write_flight``).
+
+    ``step``, ``kind``, ``target`` and ``message`` are those of the alert that triggered it (the first new one by
+    step, then in the order a training step reaches the targets); ``alerts`` lists every alert raised with it.
+    ``steps`` are the recorded steps up to and including ``step`` (at most K); ``keys`` describe the training
+    targets seen in them, in step order (dicts of target, module, kind, leaf and phase, as in a history record);
+    ``columns`` maps each scalar statistic of the history to a float64 array [steps, targets], NaN where a target
+    has no record at a step; ``present`` [steps, targets] says which (step, target) pairs have a record.
+    """
 
     step: int
     kind: str
@@ -34,14 +39,23 @@ class Flight:
 
     @property
     def targets(self):
+        """[T]: the target ids, in step order."""
         return [k["target"] for k in self.keys]
+
+    @property
+    def headline(self):
+        """The flight in one line: the alert's message and the steps it holds."""
+        if not self.steps:
+            return self.message
+        return f"{self.message}: steps {self.steps[0]}..{self.steps[-1]} of {len(self.targets)} targets recorded"
 
     def series(self, stat, target):
         """Statistic `stat` of `target` at each of self.steps (NaN where it has no record)."""
         return self.columns[stat][:, self.targets.index(target)]
 
     def records(self):
-        """(step, record) of each present (step, target) pair, records with the KEY_FIELDS and the scalars."""
+        """Yields (step, record) of each (step, target) pair that has a record: a dict of the target's fields
+        (target, module, kind, leaf, phase) and every scalar statistic, as in a history record."""
         for s, step in enumerate(self.steps):
             for t, key in enumerate(self.keys):
                 if self.present[s, t]:

@@ -2,7 +2,11 @@
 each target's per-step L2 norm is sqrt(M2 + n * mean^2) of its state (the `l2` statistic), the global norm the
 root of their sum of squares, as torch.nn.utils.clip_grad_norm_ computes it; a target that saw NaN (Inf) has a NaN
 (Inf) norm there, and so has the global one, as in torch. With clip_norm, what a clip_grad_norm_(max_norm=clip_norm)
-would do: scale every gradient by clip_norm / (total + 1e-6) where that is below 1."""
+would do: scale every gradient by clip_norm / (total + 1e-6) where that is below 1.
+
+Under torch.distributed the norms are the rank's own; summed_over(norms, group) makes them the group's: each
+target's squared norm summed over the ranks (a sharded gradient's pieces, or targets held by one rank each), in one
+all_gather_object at the call, the same result on every rank."""
 import dataclasses
 import math
 
@@ -18,9 +22,15 @@ CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s own
 
 @dataclasses.dataclass
 class GradNorms:
-    """steps [S]; targets [P]: the parameter-gradient target ids; norms [S, P] float64: each target's gradient L2
-    norm (NaN where it has no record at the step, or saw NaN; Inf where it saw Inf); present [S, P] bool;
-    clip_norm: the max_norm of the clipping asked about, or None."""
+    """The gradient norm of each parameter per step, from ``mon.grad_norms()`` (and given to the sinks at each flush
+    with ``attach(..., param_grads=True, clip_norm=...)``).
+
+    ``steps`` [S]: the recorded steps; ``targets`` [P]: the parameter-gradient targets (``"<name>:param_grad"``);
+    ``norms`` [S, P] float64: each parameter's gradient L2 norm (NaN where it has no record at the step or its
+    gradient held a NaN, Inf where it held an Inf, as torch's ``clip_grad_norm_`` would give); ``present`` [S, P]:
+    which (step, parameter) pairs were measured; ``clip_norm``: the ``max_norm`` of the clipping asked about, or
+    None. ``total``, ``share``, ``clip_coef``, ``clipped`` and ``norms_after`` derive from them.
+    """
 
     steps: list
     targets: list
@@ -35,7 +45,7 @@ class GradNorms:
 
     @property
     def share(self):
-        """[S, P]: each target's share of the squared global norm (the shares of a step sum to 1)."""
+        """[S, P]: each parameter's share of the squared global norm (the shares of a step sum to 1)."""
         with np.errstate(divide="ignore", invalid="ignore"):
             return self.norms ** 2 / self.total[:, None] ** 2
 
@@ -54,12 +64,12 @@ class GradNorms:
 
     @property
     def norms_after(self):
-        """[S, P]: each target's norm after the clipping."""
+        """[S, P]: each parameter's norm after the clipping."""
         return self.norms * self.clip_coef[:, None]
 
     def rows(self):
-        """Per step a dict: step, total, and with clip_norm clip_coef and clipped; then per target norm and share
-        (and norm_after)."""
+        """Yields a dict per step: step, total, with clip_norm clip_coef and clipped, and targets: {target: {norm,
+        share, with clip_norm norm_after}} of the parameters measured at the step."""
         total, share = self.total, self.share
         coef = self.clip_coef if self.clip_norm is not None else None
         for s, step in enumerate(self.steps):
@@ -115,3 +125,46 @@ def grad_norms(items, clip_norm=None):
             norms[s, targets[t]] = target_norms(np.nan if l2 is None else l2, rec.get("nan") or 0, inf)
             present[s, targets[t]] = True
     return GradNorms(steps, list(targets), norms, present, check_clip_norm(clip_norm))
+
+
+def check_group(group):
+    """grad_norms(group=...): None (this rank's norms), "all" (every rank) or a torch.distributed ProcessGroup;
+    returns the group to gather over (None for this rank alone). Needs an initialized process group."""
+    if group is None:
+        return None
+    import torch.distributed as dist
+    if not (isinstance(group, str) and group == "all") and not isinstance(group, dist.ProcessGroup):
+        raise ValueError(f"group must be None (this rank's norms), \"all\" (every rank) or a torch.distributed "
+                         f"ProcessGroup, got {group!r:.60}")
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(f"grad_norms(group={group!r:.40}) sums the norms over ranks: it needs torch.distributed "
+                         f"initialized (dist.init_process_group) first")
+    group = dist.group.WORLD if isinstance(group, str) else group
+    if dist.get_rank(group) < 0:
+        raise ValueError("grad_norms(group=...): this process is not a member of the given group")
+    return group
+
+
+def summed_over(norms, group):
+    """The GradNorms of every rank of `group` (check_group's) as one: per step and target the root of the ranks'
+    summed squared norms, a target present where any rank measured it. The steps are those every rank that has
+    parameter gradients kept: a step some rank lacks would miss that rank's part of the norm."""
+    import torch.distributed as dist
+    gathered = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, (norms.steps, norms.targets, norms.norms, norms.present), group=group)
+    parts = [g for g in gathered if g[1]]
+    steps = sorted(set.intersection(*(set(g[0]) for g in parts))) if parts else []
+    targets = list(dict.fromkeys(t for g in parts for t in g[1]))
+    row, col = {s: i for i, s in enumerate(steps)}, {t: i for i, t in enumerate(targets)}
+    squares = np.zeros((len(steps), len(targets)))
+    present = np.zeros(squares.shape, dtype=bool)
+    for rank_steps, rank_targets, rank_norms, rank_present in parts:  # rank order: every rank sums alike
+        rows = [(i, row[s]) for i, s in enumerate(rank_steps) if s in row]
+        if not rows:
+            continue
+        src, dst = [i for i, _ in rows], [j for _, j in rows]
+        cols = [col[t] for t in rank_targets]
+        have = np.asarray(rank_present)[src]
+        squares[np.ix_(dst, cols)] += np.where(have, np.asarray(rank_norms)[src], 0.0) ** 2
+        present[np.ix_(dst, cols)] |= have
+    return GradNorms(steps, targets, np.where(present, np.sqrt(squares), np.nan), present, norms.clip_norm)

@@ -212,16 +212,26 @@ class Monitor:
 
     @property
     def flights(self):
-        """With ``alerts=AlertRules(flight=K)``: one flight per alert burst, oldest first, each holding the last K
-        steps of every target up to the alert, the alert and the first target to show it."""
+        """With ``alerts=AlertRules(flight=K)``: one :class:`hookstats.Flight` per alert burst, oldest first, each
+        holding the last K steps of every target up to the alert, the alert and the first target to show it."""
         return list(self.step_history.flights) if self.step_history is not None else []
 
-    def grad_norms(self, clip_norm=None):
+    def grad_norms(self, clip_norm=None, group=None):
         """The gradient norm of each parameter (``param_grads=True``) and their global norm, per kept step, each
-        parameter's share of it, and with `clip_norm` what ``clip_grad_norm_(max_norm=clip_norm)`` would scale."""
-        from .grad_norms import grad_norms
+        parameter's share of it, and with `clip_norm` what ``clip_grad_norm_(max_norm=clip_norm)`` would scale
+        (a :class:`hookstats.GradNorms`).
+
+        Under torch.distributed the norms are this rank's own, which is the global norm where every rank holds
+        whole gradients (DDP). Where the gradients are split over ranks (FSDP shards, tensor- or pipeline-parallel
+        parts), ``group="all"`` (every rank) or a ProcessGroup sums each parameter's squared norm over the group's
+        ranks, so totals, shares and clipping are the model's: one collective, at this call, never in a step.
+        Every rank of the group must call it, and gets the same answer; pass the group whose ranks hold disjoint
+        pieces of the gradients (with HSDP, the shard group), or replicated gradients are counted once per rank."""
+        from .grad_norms import check_group, grad_norms, summed_over
+        group = check_group(group)
         self.history()  # a monitor without a history says so; flushes
-        return grad_norms(self.history_sink.items(), clip_norm)
+        norms = grad_norms(self.history_sink.items(), clip_norm)
+        return norms if group is None else summed_over(norms, group)
 
     # ---- checkpoints (hookstats/checkpoint.py) ----
     def state_dict(self):

@@ -147,3 +147,12 @@ def test_the_norms_under_torch_compile():
         mon, want = train(steps=6, compiled=True, clip_norm=CLIP)
     check(mon.grad_norms(CLIP), want)
     mon.remove()
+
+
+def test_group_needs_torch_distributed_and_is_all_or_a_process_group():
+    mon, _ = train(steps=2)
+    with pytest.raises(ValueError, match="torch.distributed initialized"):
+        mon.grad_norms(group="all")
+    with pytest.raises(ValueError, match="ProcessGroup"):
+        mon.grad_norms(group="world")
+    mon.remove()

@@ -5,8 +5,9 @@ import struct
 import time
 
 
-def read_history(path):
-    """History rows of an offline .wandb file: LevelDB-style log records holding wandb Record protobufs."""
+def read_history(path, record="history"):
+    """History rows (record="history") or summary updates (record="summary") of an offline .wandb file: LevelDB-style
+    log records holding wandb Record protobufs."""
     from wandb.proto import wandb_internal_pb2 as pb
     data = open(path, "rb").read()
     pos, block, pieces, rows = 7, 32768, b"", []
@@ -27,8 +28,9 @@ def read_history(path):
                 rec.ParseFromString(pieces)
             except Exception:  # the last record, still being written by wandb-core: read again later
                 break
-            if rec.WhichOneof("record_type") == "history":
-                rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item})
+            if rec.WhichOneof("record_type") == record:
+                items = rec.history.item if record == "history" else rec.summary.update
+                rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items})
     return rows
 
 
@@ -40,3 +42,13 @@ def offline_history(run, min_rows=1, timeout=20):
     while len(rows := read_history(run_file)) < min_rows and time.monotonic() < deadline:
         time.sleep(0.2)
     return rows
+
+
+def offline_summary(run, key, timeout=20):
+    """The last value an offline run's summary was given for `key` (None if none within `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = [u[key] for u in read_history(run.settings.sync_file, "summary") if key in u]
+        if got or time.monotonic() > deadline:
+            return got[-1] if got else None
+        time.sleep(0.2)

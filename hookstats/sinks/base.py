@@ -71,13 +71,14 @@ class Sink:
         """The alerts raised at a flush (dicts with step, target, kind, message): a sink keeps none unless it says."""
 
     def write_flight(self, flight):
-        """The steps before an alert (a hookstats.flight.Flight), given in the flush that raised it when
+        """The steps before an alert (a hookstats.Flight), given in the flush that raised it when
         AlertRules(flight=K) asks for them: a sink keeps none unless it says (a file sink writes flight_<step>.jsonl
         beside its file)."""
 
     def write_grad_norms(self, norms):
-        """The parameter gradients' norms of a flush's steps (a hookstats.grad_norms.GradNorms), given with
-        param_grads=True: a sink keeps none unless it says (the dashboards log them)."""
+        """The parameter gradients' norms of a flush's steps (a hookstats.GradNorms), given with
+        param_grads=True: a sink keeps none unless it says (the dashboards log them). They are this rank's
+        own: a sharded model's global norm is mon.grad_norms(group=...)'s."""
 
     def resume(self, step):
         """The run goes on from `step` (attach(start_step=step), or mon.load_state_dict() of a checkpoint taken

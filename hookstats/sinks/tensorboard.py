@@ -90,9 +90,7 @@ class TensorBoardSink(Sink):
             self.writer.add_text(self.prefix + "alerts", a["message"], a["step"])
 
     def write_flight(self, flight):
-        self.writer.add_text(self.prefix + "flight", f"{flight.message}: steps {flight.steps[0]}..{flight.steps[-1]} "
-                             f"of {len(flight.targets)} targets recorded" if flight.steps else flight.message,
-                             flight.step)
+        self.writer.add_text(self.prefix + "flight", flight.headline, flight.step)
 
     def write_grad_norms(self, norms):
         """grad_norm/total per step and grad_norm/<target>/share (the target's share of its square); with
