@@ -13,10 +13,11 @@ import torch
 import torch.distributed as dist
 
 from . import rawstate, replicas
-from .phases import Phase, check_phase
+from .phases import Phase, check_phase, phase_label
 from .ranks import is_initialized, rank, world_size  # noqa: F401 (hookstats.distributed.rank() and the others)
 from .records import stats_records
 from .state import order
+from .user_warning import warn_user
 
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _layouts = weakref.WeakKeyDictionary()  # monitor -> (group, world size, [(phase, TargetKey)]) agreed at its last reduce()
@@ -32,6 +33,9 @@ class Reduced:
         self._f, self._i = fstates, istates
         self.hist_steps = None  # the train steps the histograms hold (Monitor.reduce() sets it)
         self.replicated = None  # with reduce(mesh=...): the train target ids counted once, replicated over TP
+        # with reduce(mesh=...): train target id -> what decided its placement over TP: "declared", "placement"
+        # (a DTensor's) or "states" (compared over the TP ranks), hookstats.replicas' rules
+        self.placement_source = None
 
     def states(self):
         return {k: (self._f[r], self._i[r]) for r, k in enumerate(self._keys)}
@@ -80,13 +84,18 @@ def _check_same_config(configs):
                          f"ranks {ranks} differ); every rank must attach with the same configuration")
 
 
-def reduce(monitor, group=None, mesh=None, tp="tp"):
+def reduce(monitor, group=None, mesh=None, tp="tp", sharded=(), replicated=()):
     """Merges `monitor`'s state over the ranks of `group` (default: the whole world); every rank of the group
     must call it. Without an initialized process group it returns the local state as a world of one.
     mesh (a DeviceMesh over every rank, instead of group): a tensor-parallel model's monitor; every rank is
-    merged, each target replicated over the mesh's dimension `tp` once (hookstats.replicas)."""
+    merged, each target replicated over the mesh's dimension `tp` once (hookstats.replicas); sharded and
+    replicated: glob patterns of the target ids declared so, over what their tensors or states say."""
     if mesh is not None and group is not None:
         raise ValueError("hookstats reduce: give group= or mesh=, not both (with mesh= every rank is merged)")
+    sharded, replicated = replicas.patterns("sharded", sharded), replicas.patterns("replicated", replicated)
+    if (sharded or replicated) and mesh is None:
+        raise ValueError("hookstats reduce: sharded= and replicated= declare how targets lie over the "
+                         "tensor-parallel dimension of a mesh: give mesh=world_mesh (and tp=) too")
     monitor.eager_point()  # allocates states first reached inside compiled code
     devices = {st.fstate.device for _, _, st in monitor.states(reached_only=False)} or {torch.device("cpu")}
     if not is_initialized():
@@ -108,8 +117,12 @@ def reduce(monitor, group=None, mesh=None, tp="tp"):
         keys = layout[2]
         fits = set(local) <= set(keys)
         f, i = _pack(monitor.cfg, local, keys, device)
+        if tp_group is not None:
+            codes, declare_error = replicas.declared([k.id for _, k in keys], sharded, replicated)
         if tp_group is not None and keys:
-            same = replicas.replicated(f, i, tp_group)
+            placed = [replicas.seen(monitor.store.placement(k), tp) for _, k in keys]
+            same, how = replicas.decide(f, i, tp_group, torch.tensor(placed), torch.tensor(codes or [0] * len(keys)))
+            constant = replicas.constant(f)
             f, i = replicas.keep_one_copy(f, i, same, first=dist.get_rank(tp_group) == 0)
         i = torch.cat([i.reshape(-1), torch.tensor([int(fits)], dtype=torch.int64, device=device)])
         dist.all_reduce(i, op=dist.ReduceOp.SUM, group=group)
@@ -127,9 +140,26 @@ def reduce(monitor, group=None, mesh=None, tp="tp"):
             f = rawstate.combine(f, gathered[r])
     reduced = Reduced(monitor.cfg, keys, f, i, world)
     if tp_group is not None:
-        flags = same.tolist() if keys else []
-        reduced.replicated = {key.id for (ph, key), s in zip(keys, flags) if s and ph == Phase.TRAIN}
+        if declare_error:  # raised by every rank alike, after the collectives every rank made
+            raise ValueError(declare_error)
+        _tp_placements(reduced, keys, *((same, how, constant) if keys else ([], [], [])),
+                       warn=dist.get_world_size(tp_group) > 1)
     return reduced
+
+
+def _tp_placements(reduced, keys, same, how, constant, warn):
+    """Sets what reduce(mesh=...) decided per train target; names the targets counted once because their states
+    were alike and constant (all zeros, for one), which equal shards would also be (replicas' rule 3)."""
+    same, how, constant = (t.tolist() if torch.is_tensor(t) else t for t in (same, how, constant))
+    rules = (replicas.STATES, replicas.PLACEMENT, replicas.DECLARED)
+    reduced.replicated = {key.id for (ph, key), s in zip(keys, same) if s and ph == Phase.TRAIN}
+    reduced.placement_source = {key.id: rules[h] for (ph, key), h in zip(keys, how) if ph == Phase.TRAIN}
+    doubtful = [phase_label(key.id, ph) for (ph, key), s, h, c in zip(keys, same, how, constant)
+                if s and c and h == 0]
+    if warn and doubtful:
+        warn_user(f"hookstats reduce: {', '.join(doubtful)} held one constant value (all zeros, for one) on every "
+                  "tensor-parallel rank and were counted once, as replicated tensors; shards that hold equal values "
+                  "look the same. Declare them: mon.reduce(mesh=..., tp=..., sharded=[...]) or replicated=[...].")
 
 
 def _agree_on_keys(cfg, local, group, world):

@@ -157,14 +157,16 @@ class Monitor:
             self.store.reset()
             self._hist_steps.reset()
 
-    def reduce(self, group=None, mesh=None, tp="tp"):
+    def reduce(self, group=None, mesh=None, tp="tp", sharded=(), replicated=()):
         """Under torch.distributed: every target's statistics merged over the ranks of `group` (default: all),
         returned as a snapshot whose .stats() reads like mon.stats(). Every rank must call it; this monitor's own
         totals are left as they are. A tensor-parallel model: ``mesh=world_mesh`` (the DeviceMesh over every rank)
-        and `tp`, the name of its tensor-parallel dimension: targets sharded over it are merged, targets the same on
-        every tensor-parallel rank counted once; every other dimension (data, FSDP, pipeline stages) is merged."""
+        and `tp`, the name of its tensor-parallel dimension: targets sharded over it are merged, targets replicated
+        over it counted once; every other dimension (data, FSDP, pipeline stages) is merged. A target's DTensor
+        placement says which it is, else its states (the same on every tensor-parallel rank: replicated);
+        `sharded` and `replicated`, glob patterns of target ids (``["*.up:output"]``), declare it instead."""
         from . import distributed
-        reduced = distributed.reduce(self, group, mesh=mesh, tp=tp)
+        reduced = distributed.reduce(self, group, mesh=mesh, tp=tp, sharded=sharded, replicated=replicated)
         reduced.hist_steps = self._hist_steps.read(self.clock)  # every rank counts histograms on the same steps
         return reduced
 

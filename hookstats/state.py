@@ -10,6 +10,7 @@ import torch
 
 from . import accumulate, layout, rawstate
 from .phases import PHASES, Phase  # noqa: F401 (what a state is measured in, beside Kind)
+from .tensors import placement_of
 
 
 class Kind(str, enum.Enum):
@@ -150,6 +151,7 @@ class StateStore:
         self._split_steps = False  # states keep the open step apart (History sets it)
         self._op_params = cfg.op_params()
         self._lock = threading.RLock()  # exclusive(); re-entrant: a step end's listeners may run user code
+        self._placements = {}  # TargetKey -> placement_of() the first DTensor measured for it (host-side)
 
     def __len__(self):
         return len(self._states)
@@ -185,6 +187,16 @@ class StateStore:
             self.flags(device)
             self._compiled[compiled_key(phase, key, device)] = (st, self._flags[(device, phase)])
         return st
+
+    def note_placement(self, key, t):
+        """Keeps how t, a tensor measured for key through its local part (a DTensor), lies over its mesh: once per
+        target, eager code only. reduce(mesh=...) reads it (placement())."""
+        if key not in self._placements:
+            self._placements[key] = placement_of(t)
+
+    def placement(self, key):
+        """What note_placement() kept for key: ((mesh dimension name, "shard" | "replicate"), ...) or None."""
+        return self._placements.get(key)
 
     def states(self, phase=None, reached_only=True):
         """[(TargetKey, device, TargetState)] of `phase` (default: every phase; a state has its .phase), in

@@ -46,6 +46,17 @@ def is_partial(dtensor):
     return any(p.is_partial() for p in dtensor.placements)
 
 
+def placement_of(t):
+    """How a DTensor lies over its mesh, by named dimension: ((name, "shard" | "replicate"), ...), or None for
+    a tensor that does not say (a plain tensor, a mesh without names). Attribute reads only: no collective."""
+    mesh, placements = getattr(t, "device_mesh", None), getattr(t, "placements", None)
+    names = getattr(mesh, "mesh_dim_names", None)
+    if placements is None or not names:
+        return None
+    return tuple((n, "shard" if p.is_shard() else "replicate" if p.is_replicate() else "partial")
+                 for n, p in zip(names, placements))
+
+
 def is_measurable(t):
     return measured(t) is not None
 

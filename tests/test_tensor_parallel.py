@@ -3,15 +3,12 @@ process measuring the global batch with plain float64 hooks of its own, for ever
 parallel, tensor + sequence parallel, and FSDP2 on the data axis over tensor + sequence parallel (torchtitan's)."""
 import warnings
 
-import numpy as np
 import pytest
-import torch
 
 import hookstats
-from hookstats import layout
-from helpers import oracle
 import spawn_ranks
 import tp_blocks
+import tp_oracle
 from tp_blocks import SEQ, STEPS
 
 CFG = dict(nbins=16, lo=-2.0, hi=2.0, hist_every=1)
@@ -40,7 +37,8 @@ def train(mode, mesh):
             tp_blocks.loss_of(model(x)).backward()
         reduced = mon.reduce(mesh=mesh, tp="tp")
         mon.remove()
-    return {"stats": reduced.stats(), "replicated": reduced.replicated, "told": [str(w.message) for w in told]}
+    return {"stats": reduced.stats(), "replicated": reduced.replicated, "source": reduced.placement_source,
+            "told": [str(w.message) for w in told]}
 
 
 def worker(rank, world):
@@ -60,41 +58,9 @@ def ranks(tmp_path_factory):
     return spawn_ranks.run(worker, DP * TP, tmp_path_factory.mktemp("tp"))
 
 
-# ---------------- the oracle: one process, the global batch, plain float64 hooks ----------------
-def single_process():
-    model = tp_blocks.blocks()
-    seen = {}
-
-    def keep(name):
-        def hook(module, args, out):
-            seen.setdefault(f"{name}:output", []).append(out.detach().double().reshape(-1))
-            out.register_hook(lambda g: seen.setdefault(f"{name}:grad_output", []).append(g.double().reshape(-1)))
-        return hook
-
-    for name, m in model.named_modules():
-        if isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm)):
-            m.register_forward_hook(keep(name))
-    for step in range(STEPS):
-        tp_blocks.loss_of(model(torch.cat([tp_blocks.batch(step, d) for d in range(DP)]))).backward()
-    return {k: torch.cat(v) for k, v in seen.items()}
-
-
 @pytest.fixture(scope="module")
 def expected():
-    return single_process()
-
-
-def assert_matches(st, x, target):
-    """Counts exact; moments, min/max and the histogram as the oracle's up to the float32 rounding by which a
-    sharded matmul differs from a whole one."""
-    mean, std = x.mean().item(), x.std().item()
-    assert st["count"] == x.numel(), target
-    assert abs(st["mean"] - mean) <= 1e-5 * (abs(mean) + std), target
-    np.testing.assert_allclose(st["std"], std, rtol=1e-5, err_msg=target)
-    np.testing.assert_allclose([st["min"], st["max"]], [x.min().item(), x.max().item()], rtol=1e-5, err_msg=target)
-    cfg = hookstats.StatsConfig(**CFG)
-    lin = oracle(x, cfg)[1][layout.LIN_BASE: layout.LIN_BASE + layout.lin_slots(cfg.nbins)]
-    assert np.abs(np.asarray(st["hist"]) - lin[1: cfg.nbins + 1]).sum() <= 4, target
+    return tp_oracle.single_process(tp_blocks.blocks(), DP)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -102,7 +68,7 @@ def test_reduce_over_the_mesh_equals_one_process_measuring_the_global_batch(rank
     stats = ranks[0][mode]["stats"]
     assert set(stats) == set(expected)
     for target, x in expected.items():
-        assert_matches(stats[target], x, target)
+        tp_oracle.assert_matches(stats[target], x, target, CFG)
     for r in ranks[1:]:  # every rank holds the same merge
         assert {k: (v["count"], v["mean"]) for k, v in r[mode]["stats"].items()} == \
                {k: (v["count"], v["mean"]) for k, v in stats.items()}
@@ -119,6 +85,15 @@ def test_replicated_targets_are_the_norms_and_row_parallel_outputs_without_seque
     assert ranks[0]["tp"]["replicated"] == replicated
     for mode in ("sp", "fsdp_sp"):  # every value is sharded over the TP ranks
         assert ranks[0][mode]["replicated"] == set()
+
+
+def test_sequence_parallel_norms_are_sharded_by_their_dtensor_placement_and_plain_outputs_by_their_states(ranks):
+    norms = {f"{b}.norm:{k}" for b in "01" for k in ("output", "grad_output")}
+    for mode in ("sp", "fsdp_sp"):  # SequenceParallel's outputs (and the gradients into them): DTensors, Shard(1)
+        source = ranks[0][mode]["source"]
+        assert {t for t, how in source.items() if how == "placement"} == norms
+        assert {t for t, how in source.items() if how == "states"} == set(source) - norms
+    assert set(ranks[0]["tp"]["source"].values()) == {"states"}  # every output a plain tensor
 
 
 def test_a_mesh_without_the_named_dimension_is_one_clear_error(ranks):

@@ -140,3 +140,50 @@ def test_reduce_with_a_bad_mesh_is_one_clear_error(one_rank):
             mon.reduce(mesh=one_rank, tp="model")
         with pytest.raises(ValueError, match="give group= or mesh=, not both"):
             mon.reduce(group=dist.group.WORLD, mesh=one_rank)
+
+
+def test_the_rule_declared_beats_placement_beats_alike_states(one_rank):
+    f, i = rawstate.empty(6, shape=(4,))
+    f[:] = torch.tensor([3.0, 0.5, 2.0, -1.0, 1.0], dtype=torch.float64)  # one TP rank: every state alike
+    U, R, S = replicas.UNKNOWN, replicas.REPLICATED, replicas.SHARDED
+    placed, declared = torch.tensor([U, S, R, S]), torch.tensor([U, U, U, R])
+    same, how = replicas.decide(f, i, one_rank.get_group("tp"), placed, declared)
+    assert same.tolist() == [True, False, True, True]
+    assert how.tolist() == [0, 1, 1, 2]  # states, placement, placement, declared
+
+
+def sequence_parallel_norm(mesh):
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, SequenceParallel, parallelize_module
+    model = nn.Sequential(nn.LayerNorm(4), nn.Linear(4, 4))  # the norm's output a DTensor, the Linear's plain
+    parallelize_module(model, mesh["tp"], {"0": SequenceParallel(), "1": ColwiseParallel(input_layouts=Shard(1))})
+    return model
+
+
+def test_a_dtensor_placement_decides_and_a_declaration_overrides_it(one_rank):
+    model = sequence_parallel_norm(one_rank)
+    with hookstats.attach(model) as mon:
+        assert type(model[0](torch.randn(2, 3, 4))).__name__ == "DTensor"  # what the case is about
+        model(torch.randn(2, 3, 4)).sum().backward()
+    placed = mon.reduce(mesh=one_rank, tp="tp")
+    assert placed.placement_source == {"0:output": "placement", "0:grad_output": "placement",
+                                       "1:output": "states", "1:grad_output": "states"}
+    assert placed.replicated == {"1:output", "1:grad_output"}  # Shard(1) over tp: sharded, though alike
+    declared = mon.reduce(mesh=one_rank, tp="tp", replicated=["0:*"], sharded="1:grad_output")
+    assert declared.placement_source == {"0:output": "declared", "0:grad_output": "declared",
+                                         "1:output": "states", "1:grad_output": "declared"}
+    assert declared.replicated == {"0:output", "0:grad_output", "1:output"}
+
+
+def test_bad_declarations_are_one_clear_error(one_rank):
+    model = nn.Sequential(nn.Linear(2, 2))
+    with hookstats.attach(model, grads=False) as mon:
+        model(torch.randn(1, 2))
+        with pytest.raises(ValueError, match=r"no target matches \['\*.up:output'\].*such as 0:output"):
+            mon.reduce(mesh=one_rank, tp="tp", sharded=["*.up:output"])
+        with pytest.raises(ValueError, match="0:output matches both sharded= and replicated="):
+            mon.reduce(mesh=one_rank, tp="tp", sharded=["0:*"], replicated=["*:output"])
+        with pytest.raises(ValueError, match=r"sharded= takes glob patterns of target ids .*got 3"):
+            mon.reduce(mesh=one_rank, tp="tp", sharded=[3])
+        with pytest.raises(ValueError, match="give mesh=world_mesh"):
+            mon.reduce(replicated=["0:output"])

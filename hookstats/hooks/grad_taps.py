@@ -83,11 +83,13 @@ def tap_grad(port, key, t, phase):
             store.accumulate(g, st, flag)
         elif view is not None and ViewTaps.modified(view):
             ViewTaps.say_modified(port.tell, key)
-        elif clock.attached and (g := measured(g)) is not None:
+        elif clock.attached and (x := measured(g)) is not None:
             if step is not None and clock.step_count != step:
                 tell_split_step(port.tell, key, step, clock.step_count)
             st.reached = st.reached or clock.measures(phase)  # paused since the forward: the flag masks the op
-            store.accumulate(g, st, flag)
+            store.accumulate(x, st, flag)
+            if x is not g:
+                store.note_placement(key, g)
         return None
 
     t.register_hook(on_grad)
@@ -128,10 +130,12 @@ class GradTap:
                     tell_split_step(port.tell, key, step, clock.step_count)
                 if store.update(g, bound):
                     st.reached = st.reached or clock.measures(phase)  # paused since the forward: the flag masks the op
-                elif (g := measured(g)) is not None:  # another device or kind, or accumulate_ swapped
-                    target = store.resolve(key, g.device, phase, reach=False)
+                elif (x := measured(g)) is not None:  # another device or kind, or accumulate_ swapped
+                    target = store.resolve(key, x.device, phase, reach=False)
                     target[0].reached = target[0].reached or clock.measures(phase)
-                    store.accumulate(g, *target)
+                    store.accumulate(x, *target)
+                    if x is not g:
+                        store.note_placement(key, g)
 
         node = t.grad_fn
         if node is None:

@@ -75,12 +75,14 @@ class ParamGrads:
                 continue
             if not changed_ok and version is not None and g._version != version:
                 changed.append(self.params[i][0].module)
-            g = measured(g)  # a DTensor (FSDP2): this rank's shard
-            if g is None:
+            x = measured(g)  # a DTensor (FSDP2): this rank's shard
+            if x is None:
                 continue
-            target = self.store.resolve(self.params[i][0], g.device, Phase.TRAIN, compiling=compiling)
+            if x is not g and not compiling:
+                self.store.note_placement(self.params[i][0], g)
+            target = self.store.resolve(self.params[i][0], x.device, Phase.TRAIN, compiling=compiling)
             if target is not None:
-                by_dev.setdefault(g.device, []).append((g, target[0]))
+                by_dev.setdefault(x.device, []).append((x, target[0]))
         for dev, items in by_dev.items():
             self.store.accumulate_many([g for g, _ in items], [st for _, st in items], dev)
         if changed:

@@ -54,9 +54,12 @@ class ParamValues:
         for i in ids:
             self.measured_in[i] = step
             key, p = self.params[i]
-            x = measured(p.detach())  # a DTensor (FSDP2): this rank's shard
+            p = p.detach()
+            x = measured(p)  # a DTensor (FSDP2): this rank's shard
             if x is None or not self.clock.sampling:
                 continue
+            if x is not p and not compiling:
+                self.store.note_placement(key, p)
             target = self.store.resolve(key, x.device, Phase.TRAIN, compiling=compiling)
             if target is not None:
                 by_dev.setdefault(x.device, []).append((x, target[0]))

@@ -26,7 +26,9 @@ class Port:
             target = self.store.resolve(key, x.device, phase, compiling=compiling)
             if target is not None:
                 self.store.accumulate(x, *target)
-                if keep and x is t:
+                if x is not t:  # a DTensor read through its shard (never inside compiled code: measured() is t)
+                    self.store.note_placement(key, t)
+                elif keep:
                     return self.store.bound(*target)
         elif (why := unread_reason(t)) is not None:
             self.tell(f"unread:{key.id}", f"hookstats: {key.id} is {why}: it is not measured")
