@@ -70,7 +70,7 @@ if _COMPILED:
     _many = torch.ops.hookstats.accumulate_many_.default
 
     def accumulate_(x, fstate, istate, scratch, enabled, params):
-        """The op on one tensor: updates fstate, istate in place (reference.accumulate_ is the same in PyTorch)."""
+        """The op on one tensor: updates fstate, istate in place (``reference.accumulate_`` is the same in PyTorch)."""
         if torch.compiler.is_compiling():  # the fake kernel checks the arguments while tracing
             return _one(x, fstate, istate, scratch, enabled, params)
         try:
@@ -83,7 +83,7 @@ if _COMPILED:
             raise
 
     def accumulate_many_(xs, fstates, istates, scratches, enabled, params):
-        """The op on many tensors in one call, each with its own states (reference.accumulate_many_)."""
+        """The op on many tensors in one call, each with its own states (``reference.accumulate_many_``)."""
         if torch.compiler.is_compiling():
             return _many(xs, fstates, istates, scratches, enabled, params)
         try:

@@ -123,8 +123,8 @@ def test_memory_equals_mon_memory(kwargs):
                                     {"every": 2, "linear_hist": True, "float_hist": False}, {}, {"every": 2}])
 def test_host_history_at_keep_steps_against_a_real_run(kwargs):
     """Once mon.history() keeps `keep` steps the host holds per target and step the step, 8 int64 and 8
-    float64 scalars (6 ints without the linear histogram; 12 more floats with the float buckets: near_zero_rel,
-    its threshold, 2 x 5 quantiles; one more, hist_count, with any histogram), slot 0 of each dense histogram, and the span of slots the records used;
+    float64 scalars (7 ints without the linear histogram, moments_overflow among them; 36 more floats with the float buckets: near_zero_rel,
+    its threshold, 2 x 5 quantiles, 24 low-precision what-if shares; one more, hist_count, with any histogram), slot 0 of each dense histogram, and the span of slots the records used;
     the float buckets only on a flush's last step, as (int16 slot, int64 count) pairs: the planned fixed
     part is exact, the spans at most the whole histograms, the buckets at most every slot on every step."""
     torch.manual_seed(0)
@@ -144,7 +144,7 @@ def test_host_history_at_keep_steps_against_a_real_run(kwargs):
     nbins, targets = kwargs.get("nbins", 40), 4 + 4 * bool(kwargs.get("param_grads"))
     hists = bool(buckets or linear or log2)  # hist_count, a float
     # 2: rms and l2
-    fixed = targets * keep * 8 * (1 + 6 + 2 + 2 * linear + 6 + 12 * buckets + hists + linear + log2) + linear * 8 * (nbins + 1)
+    fixed = targets * keep * 8 * (1 + 7 + 2 + 2 * linear + 6 + 36 * buckets + hists + linear + log2) + linear * 8 * (nbins + 1)
     widest = fixed + targets * keep * 8 * (linear * (nbins - 1) + log2 * 255) + linear * (targets - 1) * 8 * (nbins + 1) \
         + buckets * targets * keep * 10 * 4096
     assert len(p.targets) == targets
