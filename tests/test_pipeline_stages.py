@@ -9,6 +9,7 @@ import torch
 import hookstats
 import spawn_ranks
 import tp_blocks
+import tp_oracle
 from tp_blocks import STEPS
 
 PP, DP, MICROBATCHES = 2, 2, 2
@@ -46,24 +47,6 @@ def ranks(tmp_path_factory):
     return spawn_ranks.run(worker, PP * DP, tmp_path_factory.mktemp("pp"))
 
 
-def single_process():
-    model = tp_blocks.stack()
-    seen = {}
-
-    def keep(name):
-        def hook(module, args, out):
-            seen.setdefault(f"{name}:output", []).append(out.detach().double().reshape(-1))
-            out.register_hook(lambda g: seen.setdefault(f"{name}:grad_output", []).append(g.double().reshape(-1)))
-        return hook
-
-    for name, m in model.named_modules():
-        if isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm)):
-            m.register_forward_hook(keep(name))
-    for step in range(STEPS):
-        tp_blocks.loss_of(model(torch.cat([tp_blocks.batch(step, d) for d in range(DP)]))).backward()
-    return {k: torch.cat(v) for k, v in seen.items()}
-
-
 def test_each_stage_measures_its_own_layers(ranks):
     for rank, r in enumerate(ranks):
         stage = rank // DP  # mesh (pp, dp): ranks 0, 1 hold stage 0
@@ -77,7 +60,7 @@ def test_steps_are_the_schedule_steps_on_every_stage(ranks):
 
 
 def test_reduce_over_stages_and_data_ranks_equals_one_process_measuring_the_global_batch(ranks):
-    expected = single_process()
+    expected = tp_oracle.single_process(tp_blocks.stack(), DP)
     stats = ranks[0]["stats"]
     assert set(stats) == set(expected)
     for target, x in expected.items():
