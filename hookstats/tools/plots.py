@@ -475,8 +475,14 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     subnormal and max; dashed: smallest normal). Right: under/overflow % per format. by_target: {target:
     float buckets [4096]} (totals()), or log2 histograms [256] of a run saved without float buckets."""
     targets, total = _cap(by_target, max_targets)
-    hists = np.stack([np.asarray(_log2_of(by_target[t]), dtype=np.float64) for t in targets]) if targets \
-        else np.zeros((0, layout.LOG_SLOTS))
+    raw = [np.asarray(by_target[t]) for t in targets]
+    exact = all(h.shape[-1] == layout.FLOAT_SLOTS for h in raw)
+    if targets and exact:  # every target's float buckets: one call over all of them
+        stacked = np.stack(raw).astype(np.int64)
+        hists = buckets.log2_hist(stacked).astype(np.float64)
+    else:
+        hists = np.stack([np.asarray(_log2_of(h), dtype=np.float64) for h in raw]) if targets \
+            else np.zeros((0, layout.LOG_SLOTS))
     used = np.flatnonzero(hists[:, 2:].sum(0)) if len(targets) else np.array([], dtype=int)
     lo = min((used[0] if used.size else 100) + layout.LOG_EXP_MIN, -26) - 2
     hi = max((used[-1] + 1 if used.size else 100) + layout.LOG_EXP_MIN, 17) + 2
@@ -514,9 +520,13 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
                 title="representable range", title_fontsize=8, frameon=False)
     left.set_title(f"dynamic range per target ({_count(n, total)})")
 
-    shares = [shares_of(by_target[t]) for t in targets]
     cols = [(f, k) for f in FORMATS for k in ("underflow", "overflow")]
-    mat = np.array([[s[f][k] for f, k in cols] for s in shares]) * 100 if shares else np.zeros((0, len(cols)))
+    if targets and exact:
+        got = buckets.dtype_shares(stacked)
+        mat = np.stack([np.asarray(got[f][k], dtype=np.float64) for f, k in cols], axis=1) * 100
+    else:
+        shares = [shares_of(h) for h in raw]
+        mat = np.array([[s[f][k] for f, k in cols] for s in shares]) * 100 if shares else np.zeros((0, len(cols)))
     im = right.imshow(np.nan_to_num(mat), aspect="auto", cmap="Reds", vmin=0,
                       vmax=max(1.0, np.nanmax(mat, initial=0)))
     if not labelled:
@@ -529,7 +539,6 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     right.set_xticks(range(len(cols)), [f"{f}\n{'under' if k == 'underflow' else 'over'}" for f, k in cols],
                      fontsize=7)
     right.set_yticks(rows, [""] * len(rows))
-    exact = all(np.asarray(by_target[t]).shape[-1] == layout.FLOAT_SLOTS for t in targets)
     right.set_title("% of values out of range" + (" (fp16 overflow, bf16: at least)" if exact
                                                     else " (overflow and bf16 underflow: at least)"))
     return save_figure(fig, path)
