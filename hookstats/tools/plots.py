@@ -77,28 +77,40 @@ def collect(source):
             s[h + "_steps"] = np.array([step for step, _ in have], dtype=np.int64)
             s[h] = np.stack([np.asarray(v, dtype=np.int64) for _, v in have]) if have else None
         s["hist_edges"] = recs[0][1].get("hist_edges")
-        _float_view(s)
+        s["float_view_steps"] = s.pop("float_hist_steps")
+        s["float_view"] = s["float_view_edges"] = s["float_total"] = None
         out[target] = s
+    _float_views(list(out.values()))
     return out
 
 
-def _float_view(s):
-    """Replaces the series' float buckets ([k, 4096] each, large) by their linear view over one span (the
-    lowest p0.1 to the highest p99.9 of the steps) and their sum over the steps."""
-    fh = s.pop("float_hist")
-    s["float_view_steps"] = s.pop("float_hist_steps")
-    s["float_view"] = s["float_view_edges"] = s["float_total"] = None
-    if fh is None:
-        return
-    s["float_total"] = fh.sum(axis=0)
-    with np.errstate(all="ignore"):
-        q = buckets.quantiles(fh, HEATMAP_SPAN_Q)
-    lo, hi = np.nanmin(q[:, 0], initial=np.inf), np.nanmax(q[:, 1], initial=-np.inf)
-    if not lo < hi:  # one value (or none) throughout: +-1/8 around it, +-1 around zero
-        w = abs(lo) / 8 if math.isfinite(lo) and lo != 0 else 1.0
-        lo, hi = (lo - w, lo + w) if math.isfinite(lo) else (-1.0, 1.0)
-    view = buckets.linear_view(fh, HEATMAP_BINS, span=(lo, hi))
-    s["float_view"], s["float_view_edges"] = view["counts"], view["edges"][0]
+VIEW_BATCH = 256  # series whose float views are worked out in one call (their buckets copied once more meanwhile)
+
+
+def _float_views(series):
+    """Replaces each series' float buckets ([k, 4096] each, large) by their linear view over one span (the lowest
+    p0.1 to the highest p99.9 of its steps) and their sum over the steps; series of the same k in one call."""
+    by_k = {}
+    for s in series:
+        fh = s.pop("float_hist")
+        if fh is not None:
+            by_k.setdefault(fh.shape[0], []).append((s, fh))
+    for group in by_k.values():
+        for at in range(0, len(group), VIEW_BATCH):
+            batch = group[at: at + VIEW_BATCH]
+            fh = np.stack([f for _, f in batch])  # [targets, k, FLOAT_SLOTS]
+            with np.errstate(all="ignore"):
+                q = buckets.quantiles(fh, HEATMAP_SPAN_Q)
+            lo, hi = np.nanmin(q[..., 0], axis=1, initial=np.inf), np.nanmax(q[..., 1], axis=1, initial=-np.inf)
+            # one value (or none) throughout: +-1/8 around it, +-1 around zero
+            flat, finite = ~(lo < hi), np.isfinite(lo)
+            w = np.where(finite & (lo != 0), np.abs(np.where(finite, lo, 0)) / 8, 1.0)
+            lo, hi = (np.where(flat, np.where(finite, lo - w, -1.0), lo), np.where(flat, np.where(finite, lo + w, 1.0), hi))
+            k = fh.shape[1]
+            view = buckets.linear_view(fh, HEATMAP_BINS, span=(np.repeat(lo[:, None], k, 1), np.repeat(hi[:, None], k, 1)))
+            for r, (s, f) in enumerate(batch):
+                s["float_total"] = f.sum(axis=0)
+                s["float_view"], s["float_view_edges"] = view["counts"][r], view["edges"][r, 0]
 
 
 def _items(source):
