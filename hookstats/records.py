@@ -183,12 +183,18 @@ def record(fields, **extra):
     fields = {**fields, **extra}
     out = {k: fields.get(k, "") for k in KEY_FIELDS if k != "phase"}
     out["phase"] = record_phase(fields)
-    known = [st.name for st in statistics.TABLE if st.name in fields]
-    out.update((k, fields[k]) for k in known)
-    out.update((k, v) for k, v in fields.items() if k not in out)
+    out.update((k, fields[k]) for k in _order(tuple(fields)))
     if "log2_hist" not in fields and fields.get("float_hist") is not None:
         out["log2_hist"] = buckets.log2_hist(fields["float_hist"])
     return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _order(names):
+    """record()'s order of the fields `names` after KEY_FIELDS: a history's records share a few key sets, so the
+    order is worked out once per set, not once per record."""
+    known = [st.name for st in statistics.TABLE if st.name in names]
+    return tuple(dict.fromkeys([*known, *(k for k in names if k not in KEY_FIELDS)]))
 
 
 def has_buckets(record):
@@ -205,8 +211,8 @@ def last_records(items, bucket_figures=()):
     for step, rec in items:
         t = phase_label(rec["target"], record_phase(rec))
         if step >= last.get(t, (-1, None))[0]:
-            last[t] = (step, record(rec, target=t))
+            last[t] = (step, rec)
         if has_buckets(rec) and step >= with_buckets.get(t, (-1, None))[0]:
             with_buckets[t] = (step, rec)
-    return [record(rec, **{k: with_buckets[t][1].get(k) for k in bucket_figures}) if t in with_buckets else rec
-            for t, (_, rec) in last.items()], bool(with_buckets)
+    return [record(rec, target=t, **({k: with_buckets[t][1].get(k) for k in bucket_figures} if t in with_buckets
+                                     else {})) for t, (_, rec) in last.items()], bool(with_buckets)

@@ -10,6 +10,10 @@ from ..sinks import HISTORY_CSV, HISTORY_JSONL
 from .args import Parser, int_in, progress_argument
 
 
+TABLE_FILE = "last_step_table.txt"  # report's table of every target, beside the charts
+TABLE_ENDS = 15  # rows printed from each end of a longer table
+
+
 class UsageError(Exception):
     pass
 
@@ -143,7 +147,7 @@ def _report_run(run_dir, out, log, show_progress):
     from ..delivery import brief
     from .progress import progress
     from ..records import last_records
-    from .summary import FLOAT_CELLS, stats_table
+    from .summary import FLOAT_CELLS, head_and_tail, stats_table
     from .lowprec_plots import save_run_lowprec
     items, alerts = load_run(run_dir)
     if not items:
@@ -156,12 +160,16 @@ def _report_run(run_dir, out, log, show_progress):
     rows, last_buckets = last_records(items, [k for k, _ in FLOAT_CELLS.values()])
     steps = sorted({s for s, _ in items})
     log(f"== {run_dir}: {len(steps)} recorded steps ({steps[0]}..{steps[-1]}), {len(series)} targets")
-    log(stats_table(rows, title="last recorded step of each target (|x| quantiles and near 0 rel: its last "
-                                "flush window with float buckets)" if last_buckets else "last recorded step of each target"))
+    title = "last recorded step of each target" + (" (|x| quantiles and near 0 rel: its last flush window with "
+                                                    "float buckets)" if last_buckets else "")
+    table = stats_table(rows, title=title)
+    (out / TABLE_FILE).write_text(table + "\n", encoding="utf-8")
+    # a model's thousands of targets would scroll everything else off the terminal: the file has them all
+    log(head_and_tail(table, TABLE_ENDS, f"the whole table is in {out / TABLE_FILE}"))
     paths += extra_charts(run_dir, items, out)
     msgs = brief(alerts)
     log(f"alerts ({len(alerts)}):" + "".join(f"\n  {m}" for m in msgs) if alerts else "alerts: none")
-    log(f"wrote {len(paths)} charts to {out}")
+    log(f"wrote {len(paths)} charts and {TABLE_FILE} to {out}")
     return paths
 
 

@@ -77,28 +77,40 @@ def collect(source):
             s[h + "_steps"] = np.array([step for step, _ in have], dtype=np.int64)
             s[h] = np.stack([np.asarray(v, dtype=np.int64) for _, v in have]) if have else None
         s["hist_edges"] = recs[0][1].get("hist_edges")
-        _float_view(s)
+        s["float_view_steps"] = s.pop("float_hist_steps")
+        s["float_view"] = s["float_view_edges"] = s["float_total"] = None
         out[target] = s
+    _float_views(list(out.values()))
     return out
 
 
-def _float_view(s):
-    """Replaces the series' float buckets ([k, 4096] each, large) by their linear view over one span (the
-    lowest p0.1 to the highest p99.9 of the steps) and their sum over the steps."""
-    fh = s.pop("float_hist")
-    s["float_view_steps"] = s.pop("float_hist_steps")
-    s["float_view"] = s["float_view_edges"] = s["float_total"] = None
-    if fh is None:
-        return
-    s["float_total"] = fh.sum(axis=0)
-    with np.errstate(all="ignore"):
-        q = buckets.quantiles(fh, HEATMAP_SPAN_Q)
-    lo, hi = np.nanmin(q[:, 0], initial=np.inf), np.nanmax(q[:, 1], initial=-np.inf)
-    if not lo < hi:  # one value (or none) throughout: +-1/8 around it, +-1 around zero
-        w = abs(lo) / 8 if math.isfinite(lo) and lo != 0 else 1.0
-        lo, hi = (lo - w, lo + w) if math.isfinite(lo) else (-1.0, 1.0)
-    view = buckets.linear_view(fh, HEATMAP_BINS, span=(lo, hi))
-    s["float_view"], s["float_view_edges"] = view["counts"], view["edges"][0]
+VIEW_BATCH = 256  # series whose float views are worked out in one call (their buckets copied once more meanwhile)
+
+
+def _float_views(series):
+    """Replaces each series' float buckets ([k, 4096] each, large) by their linear view over one span (the lowest
+    p0.1 to the highest p99.9 of its steps) and their sum over the steps; series of the same k in one call."""
+    by_k = {}
+    for s in series:
+        fh = s.pop("float_hist")
+        if fh is not None:
+            by_k.setdefault(fh.shape[0], []).append((s, fh))
+    for group in by_k.values():
+        for at in range(0, len(group), VIEW_BATCH):
+            batch = group[at: at + VIEW_BATCH]
+            fh = np.stack([f for _, f in batch])  # [targets, k, FLOAT_SLOTS]
+            with np.errstate(all="ignore"):
+                q = buckets.quantiles(fh, HEATMAP_SPAN_Q)
+            lo, hi = np.nanmin(q[..., 0], axis=1, initial=np.inf), np.nanmax(q[..., 1], axis=1, initial=-np.inf)
+            # one value (or none) throughout: +-1/8 around it, +-1 around zero
+            flat, finite = ~(lo < hi), np.isfinite(lo)
+            w = np.where(finite & (lo != 0), np.abs(np.where(finite, lo, 0)) / 8, 1.0)
+            lo, hi = (np.where(flat, np.where(finite, lo - w, -1.0), lo), np.where(flat, np.where(finite, lo + w, 1.0), hi))
+            k = fh.shape[1]
+            view = buckets.linear_view(fh, HEATMAP_BINS, span=(np.repeat(lo[:, None], k, 1), np.repeat(hi[:, None], k, 1)))
+            for r, (s, f) in enumerate(batch):
+                s["float_total"] = f.sum(axis=0)
+                s["float_view"], s["float_view_edges"] = view["counts"][r], view["edges"][r, 0]
 
 
 def _items(source):
@@ -475,8 +487,14 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     subnormal and max; dashed: smallest normal). Right: under/overflow % per format. by_target: {target:
     float buckets [4096]} (totals()), or log2 histograms [256] of a run saved without float buckets."""
     targets, total = _cap(by_target, max_targets)
-    hists = np.stack([np.asarray(_log2_of(by_target[t]), dtype=np.float64) for t in targets]) if targets \
-        else np.zeros((0, layout.LOG_SLOTS))
+    raw = [np.asarray(by_target[t]) for t in targets]
+    exact = all(h.shape[-1] == layout.FLOAT_SLOTS for h in raw)
+    if targets and exact:  # every target's float buckets: one call over all of them
+        stacked = np.stack(raw).astype(np.int64)
+        hists = buckets.log2_hist(stacked).astype(np.float64)
+    else:
+        hists = np.stack([np.asarray(_log2_of(h), dtype=np.float64) for h in raw]) if targets \
+            else np.zeros((0, layout.LOG_SLOTS))
     used = np.flatnonzero(hists[:, 2:].sum(0)) if len(targets) else np.array([], dtype=int)
     lo = min((used[0] if used.size else 100) + layout.LOG_EXP_MIN, -26) - 2
     hi = max((used[-1] + 1 if used.size else 100) + layout.LOG_EXP_MIN, 17) + 2
@@ -514,9 +532,13 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
                 title="representable range", title_fontsize=8, frameon=False)
     left.set_title(f"dynamic range per target ({_count(n, total)})")
 
-    shares = [shares_of(by_target[t]) for t in targets]
     cols = [(f, k) for f in FORMATS for k in ("underflow", "overflow")]
-    mat = np.array([[s[f][k] for f, k in cols] for s in shares]) * 100 if shares else np.zeros((0, len(cols)))
+    if targets and exact:
+        got = buckets.dtype_shares(stacked)
+        mat = np.stack([np.asarray(got[f][k], dtype=np.float64) for f, k in cols], axis=1) * 100
+    else:
+        shares = [shares_of(h) for h in raw]
+        mat = np.array([[s[f][k] for f, k in cols] for s in shares]) * 100 if shares else np.zeros((0, len(cols)))
     im = right.imshow(np.nan_to_num(mat), aspect="auto", cmap="Reds", vmin=0,
                       vmax=max(1.0, np.nanmax(mat, initial=0)))
     if not labelled:
@@ -529,7 +551,6 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     right.set_xticks(range(len(cols)), [f"{f}\n{'under' if k == 'underflow' else 'over'}" for f, k in cols],
                      fontsize=7)
     right.set_yticks(rows, [""] * len(rows))
-    exact = all(np.asarray(by_target[t]).shape[-1] == layout.FLOAT_SLOTS for t in targets)
     right.set_title("% of values out of range" + (" (fp16 overflow, bf16: at least)" if exact
                                                     else " (overflow and bf16 underflow: at least)"))
     return save_figure(fig, path)

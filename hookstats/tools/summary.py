@@ -1,6 +1,7 @@
 """summary(model, *inputs): one row per layer with type, output shape, parameter count and trainable, plus
 the live statistics of an attached monitor (fastai's module_summary/layer_info); model_sizes and
-num_features; stats_table() prints per-target statistics for the demo and `hookstats report`."""
+num_features; stats_table() prints per-target statistics for the demo and `hookstats report` (head_and_tail: the
+first and last rows of a long one)."""
 import math
 
 import torch
@@ -166,6 +167,18 @@ def format_table(rows, columns, title=None):
 
     out = ([title] if title else []) + [line(columns), line(["-" * w for w in widths])] + [line(c) for c in cells]
     return "\n".join(out)
+
+
+def head_and_tail(table, n, note):
+    """format_table()'s text with only its first and last n rows (more than 2n + 10 rows), the rows between them
+    one line saying how many and `note` (e.g. where the whole table is); a table of fewer rows whole."""
+    lines = table.splitlines()
+    top = next(i for i, ln in enumerate(lines) if ln and set(ln) <= {"-", " "}) + 1  # the rule under the header
+    rows = len(lines) - top
+    if rows <= 2 * n + 10:
+        return table
+    cut = f"... {rows - 2 * n:,} of {rows:,} rows left out here; {note}"
+    return "\n".join(lines[: top + n] + [cut] + lines[-n:])
 
 
 # from the float buckets: the relative near-zero figure (hookstats/buckets.py) and quantiles of |x|
