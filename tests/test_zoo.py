@@ -22,6 +22,7 @@ import torch
 from torch.optim.swa_utils import AveragedModel, update_bn
 
 import hookstats
+from hookstats import statistics
 from hookstats.sinks import CSVSink, MemorySink
 from hookstats.sinks.csv import read_csv
 
@@ -237,8 +238,10 @@ def check_history(mon, orc, memory, csv_path, caught, rtol=RTOL, exact=True, lat
     for key in sorted(set(got) & set(per_step)):
         for d in diff(got[key], per_step[key], rtol, exact, history=True):
             problems.append(f"step {key[0]}: {key[1]}: {d}")
-    # the sinks: mon.history() and the CSV hold exactly the MemorySink's scalars
-    mine = {(s, rec["target"], k): v for s, rec in items for k, v in rec.items() if k in SCALARS and v is not None}
+    # the sinks: mon.history() and the CSV hold exactly the MemorySink's scalars (every one the sinks write, those the
+    # oracle above does not check too)
+    written = statistics.SCALARS
+    mine = {(s, rec["target"], k): v for s, rec in items for k, v in rec.items() if k in written and v is not None}
     frame = mon.history()
     frame = frame[frame["phase"] == "train"]
     rows = list(zip(frame["step"], frame["target"], frame["stat"], frame["value"]))
@@ -247,7 +250,7 @@ def check_history(mon, orc, memory, csv_path, caught, rtol=RTOL, exact=True, lat
         problems.append(f"mon.history() has {len(rows) - len(table)} duplicate (step, target, stat) rows")
     rows = read_csv(csv_path)[0] if csv_path.exists() else []
     from_csv = {(s, rec["target"], k): v for s, rec in rows for k, v in rec.items()
-                if k in SCALARS and rec["phase"] == "train"}
+                if k in written and rec["phase"] == "train"}
     for name, other in (("mon.history()", table), ("CSVSink", from_csv)):
         if set(other) != set(mine):
             problems.append(f"{name} rows differ from the MemorySink's: {sorted(set(other) ^ set(mine))[:5]}")
