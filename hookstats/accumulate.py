@@ -69,28 +69,23 @@ if _COMPILED:
     _one = torch.ops.hookstats.accumulate_.default
     _many = torch.ops.hookstats.accumulate_many_.default
 
-    def accumulate_(x, fstate, istate, scratch, enabled, params):
-        """The op on one tensor: updates fstate, istate in place (``reference.accumulate_`` is the same in PyTorch)."""
-        if torch.compiler.is_compiling():  # the fake kernel checks the arguments while tracing
-            return _one(x, fstate, istate, scratch, enabled, params)
-        try:
-            _one(x, fstate, istate, scratch, enabled, params)
-        except RuntimeError:
-            # the op reads a None tensor as undefined ("tensor does not have a device"), and torch's schema check
-            # of a None in a list is many lines: the error names the argument instead; the op checks before it
-            # writes, so no state changed
-            reference.check_types(x, fstate, istate, scratch, enabled, params)
-            raise
+    def _naming(op, check):
+        """op, whose error for a None argument names it (torch's schema check of a None in a list is many lines);
+        the op checks before it writes, so no state changed."""
+        def call(*args, **kwargs):
+            if torch.compiler.is_compiling():  # the fake kernel checks the arguments while tracing
+                return op(*args, **kwargs)
+            try:
+                op(*args, **kwargs)
+            except RuntimeError:
+                check(*args, **kwargs)
+                raise
+        return call
 
-    def accumulate_many_(xs, fstates, istates, scratches, enabled, params):
-        """The op on many tensors in one call, each with its own states (``reference.accumulate_many_``)."""
-        if torch.compiler.is_compiling():
-            return _many(xs, fstates, istates, scratches, enabled, params)
-        try:
-            _many(xs, fstates, istates, scratches, enabled, params)
-        except RuntimeError:
-            reference.check_many_types(xs, fstates, istates, scratches, enabled, params)
-            raise
+    accumulate_ = _naming(_one, reference.check_types)
+    accumulate_.__doc__ = "The op on one tensor: updates fstate, istate in place (``reference.accumulate_`` is the same in PyTorch)."
+    accumulate_many_ = _naming(_many, reference.check_many_types)
+    accumulate_many_.__doc__ = "The op on many tensors in one call, each with its own states (``reference.accumulate_many_``)."
     # The eager hooks' entry to the same op (csrc/ops.cpp): present when hookstats._C was imported as a module
     # (the ahead-of-time build); the build on first use loads the library only, and its hooks take torch.ops.
     _C = sys.modules.get(f"{__package__}._C")
