@@ -289,6 +289,14 @@ def correctness(step, device, dry):
     compare(step, st, want, 2, "bf16 n=2^31+7 N(0,1) with NaNs, 2 calls", cfg)
     del x
     torch.cuda.empty_cache()
+    # The one-block scratch on a small tensor first: the launcher's "scratch too small" warning runs here too, so a
+    # crash in the large case below that this one does not share is the size's, not the warning's.
+    small = torch.zeros(4099, device=device, dtype=torch.bfloat16)
+    st = new_state(cfg, device, scratch=64 + 40)
+    call(small, cfg, st)
+    torch.cuda.synchronize()
+    compare(step, st, oracle(small, cfg), 1, "bf16 4099 zeros in one block (the scratch warning's path)", cfg)
+    print("one-block scratch, small tensor: ok; now 2^31-1 values in one block", file=sys.stderr, flush=True)
     x = torch.zeros(2 ** 31 - 1, device=device, dtype=torch.bfloat16)
     st = new_state(cfg, device, scratch=64 + 40)  # room for one block's partial: one block takes it all
     call(x, cfg, st)

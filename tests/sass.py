@@ -53,7 +53,9 @@ def hot_loops(sass):
 
 def hot_path(body):
     """One pass of the innermost loop around the first 128-bit load, following unconditional branches and
-    falling through conditional ones (the loop is branch-free but unswitched on the near-zero mode)."""
+    falling through conditional ones (the loop is branch-free but unswitched on the near-zero mode), except a
+    forward conditional branch over a CALL: that is the rare redo of a chunk (slow_chunk), and the pass takes the
+    jump past it."""
     ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)]
     at = {a: k for k, (a, _) in enumerate(ins)}
     first = next(a for a, t in ins if "LDG.E.128" in t)
@@ -68,4 +70,11 @@ def hot_path(body):
         if a == hi:
             return path
         m = re.match(r"BRA 0x([0-9a-f]+)", t)
-        k = at[int(m.group(1), 16)] if m else k + 1
+        cond = re.match(r"@!?U?P\d BRA (?:!?U?P\d, )?0x([0-9a-f]+)", t)
+        if m:
+            k = at[int(m.group(1), 16)]
+        elif cond and a < int(cond.group(1), 16) <= hi and any(
+                u.startswith("CALL") for _, u in ins[k + 1:at[int(cond.group(1), 16)]]):
+            k = at[int(cond.group(1), 16)]
+        else:
+            k += 1

@@ -508,3 +508,52 @@ def test_stream_order_makes_a_state_wait_for_its_previous_stream(tmp_path):
     assert r.returncode == 0, r.stderr[-4000:]
     r = subprocess.run([exe], capture_output=True, text=True, env=ENV, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def threshold_values(n, dtype, eps, seed):
+    """N(0, 1) with the dtype's values next to eps and -eps (the one at or below it, and the next up), zeros of both
+    signs, NaN and +-Inf: the paired near-zero test of 16-bit values (eps rounded down to the dtype) at its edge."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g, dtype=torch.float64).to(dtype)
+    bits = x.view(torch.int16)
+    b = int(torch.tensor([eps], dtype=torch.float64).to(dtype).view(torch.int16)[0])  # nearest to eps
+    near = [k for k in (b - 1, b, b + 1, b + 2) if 0 <= k < 0x7c00]
+    edge = torch.tensor(near + [k - 0x8000 for k in near] + [0, -0x8000], dtype=torch.int16)
+    bits[::3] = edge[torch.randint(len(edge), (len(bits[::3]),), generator=g)]
+    x[1::97] = float("nan")
+    x[2::101] = float("inf")
+    x[3::103] = -float("inf")
+    return x
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("near_zero", ["abs", "le"])
+@pytest.mark.parametrize("eps", [1e-3, 0.0, 2.0, 3e-6])
+def test_paired_near_zero_at_the_threshold(drivers, tmp_path, dtype, near_zero, eps):
+    """16-bit values are tested two to a word against eps rounded down to their dtype: the counts equal the float64
+    oracle's x <= float32(eps) (or |x| <=) on values at and next to the threshold, and every other statistic the CPU
+    kernel's."""
+    cfg = StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=eps, near_zero=near_zero)
+    x = threshold_values(4099, dtype, eps, seed=int(eps * 1000) + len(near_zero))
+    states, r = run_driver(drivers["asan"], x, ["dense", 1, 3], cfg=cfg, tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    x64 = x.double().numpy()
+    a = x64 if near_zero == "le" else np.abs(x64)
+    assert states[0][1][1] == 2 * int((a <= np.float32(eps)).sum())
+    check(states[0], x, launches=2, cfg=cfg)
+
+
+def test_chunk_shift_keeps_skewed_chunks_exact(drivers, tmp_path):
+    """Chunks shifted by their midrange: a chunk holding one large outlier among small values, and chunks of near-equal
+    values one ulp apart (the shift is then one of them), keep the moments within the oracle's bounds."""
+    g = torch.Generator().manual_seed(4)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        x = torch.randn(8192, generator=g, dtype=torch.float64) * 1e-3 + 1.0
+        x[::16] = 3e3 if dtype == torch.float16 else 1e6
+        x = x.to(dtype)
+        x[4096:] = 1.0
+        x[4096::7] = torch.nextafter(torch.tensor(1.0, dtype=torch.float32), torch.tensor(2.0)).to(dtype) \
+            if dtype == torch.float32 else torch.tensor(1.0078125 if dtype == torch.bfloat16 else 1.0009765625, dtype=dtype)
+        states, r = run_driver(drivers["asan"], x, ["dense", 0, 4], tmp=tmp_path)
+        assert r.returncode == 0, r.stderr[-6000:]
+        check(states[0], x, launches=2)

@@ -145,6 +145,26 @@ def test_hot_path_follows_the_loop_and_counts_its_atomics():
                                    "IADD3 R2, R2, 0x10, RZ", "@P0 BRA 0x10"]
 
 
+def test_hot_path_jumps_past_the_rare_redo():
+    """A forward conditional branch over a CALL (slow_chunk) is taken; one over plain code falls through."""
+    import sass
+    body = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/               @P1 BRA 0x40 ;
+        /*0030*/                   FADD R5, R5, R5 ;
+        /*0040*/               @P0 BRA P2, 0x80 ;
+        /*0050*/                   MOV R6, 0x70 ;
+        /*0060*/                   CALL.REL.NOINC 0x200 ;
+        /*0070*/                   DADD R8, R8, R6 ;
+        /*0080*/                   IADD3 R2, R2, 0x10, RZ ;
+        /*0090*/               @P3 BRA 0x10 ;
+        /*00a0*/                   EXIT ;
+    """
+    assert sass.hot_path(body) == ["LDG.E.128 R4, desc[UR4][R2.64]", "@P1 BRA 0x40", "FADD R5, R5, R5",
+                                   "@P0 BRA P2, 0x80", "IADD3 R2, R2, 0x10, RZ", "@P3 BRA 0x10"]
+
+
 # A kernel with a stack frame of its own that calls a function without one, as ptxas -v prints them.
 LOG = """ptxas info    : Compiling entry function '_Z6kernelPf' for 'sm_90'
 ptxas info    : Function properties for _Z6kernelPf

@@ -49,6 +49,15 @@ constexpr int kMaxWarps = kThreads / kWarp;
 constexpr int kBlocksPerSM = HS_BLOCKS_PER_SM;  // persistent grid: kBlocksPerSM x SMs blocks at most per tensor
 constexpr int kUnroll = HS_UNROLL;              // 16-byte loads in flight per thread before they are consumed
 constexpr int kMinIters = HS_MIN_ITERS;         // a block gets >= kMinIters full iterations per thread, else fewer blocks
+// 16-bit values in chunks of 16 (two vectors) where the registers allow it: sm_90, and the CPU emulation that tests
+// the path; sm_80 compares bf16 pairs in several instructions and spills with them.
+#if !defined(HS_PAIR_CHUNK16)
+#if defined(HS_CPU_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+#define HS_PAIR_CHUNK16 1
+#else
+#define HS_PAIR_CHUNK16 0
+#endif
+#endif
 constexpr int kMaxTargets = 32;     // tensors per multi-tensor launch (a table in the kernel arguments)
 constexpr int kMaxDims = 8;         // strided path: dims after coalescing
 constexpr int kStridedChunk = 8;    // strided path: logical elements a thread consumes together (fp64: 4)
@@ -272,6 +281,16 @@ HS_HD int float_index(float v) {
 }
 HS_HD int float_index(double v) { return float_slot(v); }
 
+// Folds one chunk's moments into t (the first sets K).
+template <typename A>
+__device__ __forceinline__ void fold_chunk(ThreadStats<A>& t, const ChunkMoments<A>& m) {
+  if (t.n == 0) t.K = m.k;
+  const double dc = static_cast<double>(m.c), delta = m.k - t.K;
+  t.s1 += m.e1 + dc * delta;
+  t.s2 += m.e2 + delta * (2.0 * m.e1 + dc * delta);
+  t.n += dc;
+}
+
 // The rare chunk, out of line (inlined, the compiler predicates it into every chunk: +9 SASS instructions per
 // element): non-finite values, fp32 sums that overflowed (|v - K| past ~1.8e19) or squares that underflowed.
 // Moments of the finite values in fp64 (accumulator.h fp64_shifted_sums); each non-finite value leaves the
@@ -279,7 +298,7 @@ HS_HD int float_index(double v) { return float_slot(v); }
 // float64: the moments of the values times kHugeScale where the thread is huge already or the chunk has a finite
 // |v| >= kHuge (r.huge).
 template <int M, typename A>
-__device__ __noinline__ ChunkMoments<A> slow_chunk(Chunk<M, A> ch, Params p, bool huge) {
+__device__ __forceinline__ ChunkMoments<A> redo_chunk(const Chunk<M, A>& ch, const Params& p, bool huge) {
   ChunkMoments<A> r;
   if constexpr (std::is_same_v<A, double>) {
     for (int i = 0; i < M; ++i) huge = huge || (finite_acc(ch.v[i]) && !(fabs(ch.v[i]) < kHuge));
@@ -305,13 +324,106 @@ __device__ __noinline__ ChunkMoments<A> slow_chunk(Chunk<M, A> ch, Params p, boo
   }
   return r;
 }
+template <int M, typename A>
+__device__ __noinline__ ChunkMoments<A> slow_chunk(Chunk<M, A> ch, Params p, bool huge) {
+  return redo_chunk(ch, p, huge);
+}
+// 16-bit values: a chunk as its load words (half the argument registers of its values: one call per chunk, where
+// the values would spill), redone kSlowPart values at a time and merged about the first part's shift.
+constexpr int kSlowPart = 8;
+template <int K>
+struct Words {
+  uint32_t w[K];
+};
+template <typename T, int K>
+__device__ __noinline__ ChunkMoments<float> slow_words(Words<K> ch, Params p) {
+  ThreadStats<float> acc;
+  acc.mn = acc.mx = nan_acc(0.0f);
+  for (int g = 0; g < 2 * K; g += kSlowPart) {
+    Chunk<kSlowPart, float> part;
+#pragma unroll
+    for (int k = 0; k < kSlowPart / 2; ++k) {
+      T e[2];
+      memcpy(e, &ch.w[g / 2 + k], 4);
+      part.v[2 * k] = to_acc(e[0]);
+      part.v[2 * k + 1] = to_acc(e[1]);
+    }
+    const ChunkMoments<float> m = redo_chunk(part, p, false);
+    fold_chunk(acc, m);
+    acc.mn = fminf(acc.mn, m.mn);
+    acc.mx = fmaxf(acc.mx, m.mx);
+  }
+  return ChunkMoments<float>{acc.K, acc.s1, acc.s2, acc.mn, acc.mx, static_cast<int>(acc.n), false};
+}
+
+
+// Whether a chunk's fast-path moments stand: else slow_chunk redoes them (non-finite values, fp32 overflow,
+// underflowed squares; float64: a finite |v| >= kHuge may be there, or the thread is huge already). cmx > cmn is false
+// for a chunk of equal values (Kc is that value: exact sums, never redone).
+template <bool kUnderflow, typename A>
+__device__ __forceinline__ bool fast_path_stands(const ThreadStats<A>& t, A c2, A cmn, A cmx) {
+  bool maybe_huge = false;  // float64 (NaN/Inf chunks go slow_chunk anyway)
+  if constexpr (std::is_same_v<A, double>) maybe_huge = t.huge || !(fmax(fabs(cmn), fabs(cmx)) < kHuge);
+  return finite_acc(c2) && !maybe_huge && !(kUnderflow && squares_underflowed(c2, cmx > cmn));
+}
+
+// The thread's first huge value (slow_chunk's m.huge): its sums so far scaled (exact, or negligibly small).
+template <typename A>
+__device__ __forceinline__ void scale_if_huge(ThreadStats<A>& t, const ChunkMoments<A>& m) {
+  if (m.huge && !t.huge) {
+    t.huge = true;
+    t.K *= kHugeScale;
+    t.s1 *= kHugeScale;
+    t.s2 = t.s2 * kHugeScale * kHugeScale;
+  }
+}
+
+// The fast path's moments folded into t where they stand (the caller folds its min/max then: true), else redo()
+// folds slow_chunk's and their min/max (false).
+template <int M, bool kUnderflow, typename A, typename Redo>
+__device__ __forceinline__ bool fold_moments(ThreadStats<A>& t, A Kc, A c1, A c2, A cmn, A cmx, Redo redo) {
+  if (fast_path_stands<kUnderflow>(t, c2, cmn, cmx)) {
+    fold_chunk(t, ChunkMoments<A>{static_cast<double>(Kc), static_cast<double>(c1), static_cast<double>(c2), cmn,
+                                  cmx, M, false});
+    return true;
+  }
+  redo();
+  return false;
+}
+
+// The chunk's shift: its midrange, between its least and greatest value (so fp32 never sums far-off values), two
+// instructions where its mean took M. A non-finite min or max makes it, hence c2, non-finite: slow_chunk.
+template <typename A>
+HS_HD A midrange(A mn, A mx) {
+  return A(0.5) * mn + A(0.5) * mx;
+}
+
+// The shifted sums of a chunk about Kc.
+template <int M, typename A>
+__device__ __forceinline__ void shifted_sums(const A (&v)[M], A Kc, A& c1, A& c2) {
+  c1 = v[0] - Kc;
+  c2 = c1 * c1;
+#pragma unroll
+  for (int i = 1; i < M; ++i) {
+    const A d = v[i] - Kc;
+    c1 += d;
+    c2 += d * d;
+  }
+}
+
+// The histograms' shared counters for one value (the float buckets from the value's own bits).
+template <typename A>
+__device__ __forceinline__ void count_value(A x, const Params& p, Hists h, unsigned* warp) {
+  const float f = bin_value(x);
+  if (h.lin) shared_inc(&warp[lin_slot_fast(f, p)]);
+  if (h.lg) shared_inc(&warp[lin_slots(p.nbins) + log_slot(f)]);  // exponent 255 (NaN, Inf): the dummy slot
+  if (h.flt) shared_inc(&float_hist()[float_index(x)]);
+}
 
 // Consumes M values (M a power of two) as one chunk. Fast path, branch-free, as if every value were finite:
-// integer statistics per value; moments in the input precision about the chunk's mean Kc (so fp32 never sums
-// far-off values), then folded into fp64 sums about K. A non-finite value makes the chunk's sum, hence its sum
-// of squares, non-finite, so the one test on c2 sends it (and fp32 overflow, and underflowed squares) to
-// slow_chunk, which redoes the moments and moves the non-finite values to their slots. float64: a chunk with a
-// finite |v| >= kHuge, and every chunk after it in this thread, goes there too, scaled (ThreadStats::huge).
+// integer statistics per value; moments in the input precision about the chunk's midrange Kc, then folded into
+// fp64 sums about K. A non-finite value makes the chunk's sum of squares non-finite, so the one test on c2 sends it
+// (and fp32 overflow, and underflowed squares) to slow_chunk (fold_moments).
 // hists false (a kSkipHist call, uniform over the launch; p then has no histogram flags): the dense kernels
 // (kSkippable) skip the histograms with one branch per chunk. The strided kernel counts them beside the moments, as
 // its p says (a separate pass there made ptxas spill the float64 kernel).
@@ -319,58 +431,124 @@ template <int M, bool kUnderflow, bool kSkippable, typename A>
 __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], const Params& p, Hists h,
                                        unsigned* warp, bool hists) {
   const bool signed_nz = p.flags & kSignedNearZero;
-  const auto count = [&](int i) {
-    const float f = bin_value(v[i]);
-    if (h.lin) shared_inc(&warp[lin_slot_fast(f, p)]);
-    if (h.lg) shared_inc(&warp[lin_slots(p.nbins) + log_slot(f)]);  // exponent 255 (NaN, Inf): the dummy slot
-    if (h.flt) shared_inc(&float_hist()[float_index(v[i])]);
-  };
-  A s = v[0], cmn = nan_acc(A(0)), cmx = cmn;
+  A cmn = nan_acc(A(0)), cmx = cmn;
 #pragma unroll
   for (int i = 0; i < M; ++i) {
-    if (i > 0) s += v[i];
     cmn = min_acc(cmn, v[i]);
     cmx = max_acc(cmx, v[i]);
     t.nz += near_zero_one(bin_value(v[i]), p.eps, signed_nz);
-    if constexpr (!kSkippable) count(i);
+    if constexpr (!kSkippable) count_value(v[i], p, h, warp);
   }
-  const A Kc = s * (A(1) / A(M));  // exact: M is a power of two
-  A c1 = v[0] - Kc, c2 = c1 * c1;
-#pragma unroll
-  for (int i = 1; i < M; ++i) {
-    const A d = v[i] - Kc;
-    c1 += d;
-    c2 += d * d;
-  }
+  const A Kc = midrange(cmn, cmx);
+  A c1, c2;
+  shifted_sums(v, Kc, c1, c2);
   if constexpr (kSkippable) {
     if ((h.lin || h.lg || h.flt) && hists) {
 #pragma unroll
-      for (int i = 0; i < M; ++i) count(i);
+      for (int i = 0; i < M; ++i) count_value(v[i], p, h, warp);
     }
   }
-  ChunkMoments<A> m{static_cast<double>(Kc), static_cast<double>(c1), static_cast<double>(c2), cmn, cmx, M, false};
-  // cmx > cmn is false for a chunk of equal values (exact fp32 sums: never redone)
-  bool maybe_huge = false;  // float64: a finite |v| >= kHuge may be there (NaN/Inf chunks go slow_chunk anyway)
-  if constexpr (std::is_same_v<A, double>) maybe_huge = t.huge || !(fmax(fabs(cmn), fabs(cmx)) < kHuge);
-  if (!finite_acc(c2) || maybe_huge || (kUnderflow && squares_underflowed(c2, cmx > cmn))) {
+  const auto redo = [&] {
     Chunk<M, A> ch;
 #pragma unroll
     for (int i = 0; i < M; ++i) ch.v[i] = v[i];
-    m = slow_chunk(ch, p, t.huge);
-    if (m.huge && !t.huge) {  // the thread's first huge value: its sums so far scaled (exact, or negligibly small)
-      t.huge = true;
-      t.K *= kHugeScale;
-      t.s1 *= kHugeScale;
-      t.s2 = t.s2 * kHugeScale * kHugeScale;
-    }
+    const ChunkMoments<A> m = slow_chunk(ch, p, t.huge);
+    scale_if_huge(t, m);
+    fold_chunk(t, m);
+    t.mn = min_acc(t.mn, m.mn);
+    t.mx = max_acc(t.mx, m.mx);
+  };
+  if (fold_moments<M, kUnderflow>(t, Kc, c1, c2, cmn, cmx, redo)) {
+    t.mn = min_acc(t.mn, cmn);
+    t.mx = max_acc(t.mx, cmx);
   }
-  t.mn = min_acc(t.mn, m.mn);
-  t.mx = max_acc(t.mx, m.mx);
-  if (t.n == 0) t.K = m.k;
-  const double dc = static_cast<double>(m.c), delta = m.k - t.K;
-  t.s1 += m.e1 + dc * delta;
-  t.s2 += m.e2 + delta * (2.0 * m.e1 + dc * delta);
-  t.n += dc;
+}
+
+// 16-bit inputs (bf16, fp16) two values to a 32-bit word: min/max and the near-zero test take one packed instruction
+// per pair (HMNMX2, HSET2) where the unpacked values take one each.
+template <typename T> struct PairOf;
+template <> struct PairOf<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  static HS_HD __nv_bfloat16 round_down(float x) { return __float2bfloat16_rd(x); }
+};
+template <> struct PairOf<__half> {
+  using type = __half2;
+  static HS_HD __half round_down(float x) { return __float2half_rd(x); }
+};
+template <typename T> constexpr bool kPaired = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
+
+// A thread's packed running min/max (NaN: empty, as minNum ignores it), folded into ThreadStats at the end.
+template <typename T>
+struct PairStats {
+  using P = typename PairOf<T>::type;
+  P mn, mx, eps;  // eps: the threshold rounded down to T, so that v <= eps in T exactly when it holds in fp32
+  bool signed_nz;
+  HS_HD explicit PairStats(const Params& p) {
+    mn = mx = P(static_cast<T>(__builtin_nanf("")), static_cast<T>(__builtin_nanf("")));
+    const T e = PairOf<T>::round_down(p.eps);
+    eps = P(e, e);
+    signed_nz = p.flags & kSignedNearZero;
+  }
+  // t's min/max (the scalar head's) taken over, so that t's are dead in the main loop (fewer live registers).
+  HS_HD void take_from(ThreadStats<float>& t) {
+    const T lo = static_cast<T>(t.mn), hi = static_cast<T>(t.mx);  // exact: values of T, or NaN
+    mn = __hmin2(mn, P(lo, lo));
+    mx = __hmax2(mx, P(hi, hi));
+    t.mn = t.mx = __builtin_nanf("");
+  }
+  HS_HD void fold_into(ThreadStats<float>& t) const {
+    t.mn = fminf(t.mn, fminf(__low2float(mn), __high2float(mn)));
+    t.mx = fmaxf(t.mx, fmaxf(__low2float(mx), __high2float(mx)));
+  }
+};
+
+template <typename P>
+HS_HD P pair_of(uint32_t w) {
+  P r;
+  memcpy(&r, &w, 4);
+  return r;
+}
+
+// consume for 16-bit values: w holds v's M values as M / 2 words (v[2k] the low half of w[k]).
+template <int M, bool kUnderflow, typename T>
+__device__ __forceinline__ void consume_pairs(ThreadStats<float>& t, PairStats<T>& ps, const uint32_t (&w)[M / 2],
+                                              const float (&v)[M], const Params& p, Hists h, unsigned* warp,
+                                              bool hists) {
+  using P = typename PairOf<T>::type;
+  P pmn = pair_of<P>(w[0]), pmx = pmn, nz;
+#pragma unroll
+  for (int k = 0; k < M / 2; ++k) {
+    const P x = pair_of<P>(w[k]);
+    if (k > 0) {
+      pmn = __hmin2(pmn, x);
+      pmx = __hmax2(pmx, x);
+    }
+    const P hit = __hle2(ps.signed_nz ? x : __habs2(x), ps.eps);  // 1 or 0 per half: exact sums below 256
+    nz = k == 0 ? hit : __hadd2(nz, hit);
+  }
+  t.nz += __low2float(nz) + __high2float(nz);
+  const float cmn = fminf(__low2float(pmn), __high2float(pmn)), cmx = fmaxf(__low2float(pmx), __high2float(pmx));
+  const float Kc = midrange(cmn, cmx);
+  float c1, c2;
+  shifted_sums(v, Kc, c1, c2);
+  if ((h.lin || h.lg || h.flt) && hists) {
+#pragma unroll
+    for (int i = 0; i < M; ++i) count_value(v[i], p, h, warp);
+  }
+  const auto redo = [&] {
+    Words<M / 2> ch;
+#pragma unroll
+    for (int k = 0; k < M / 2; ++k) ch.w[k] = w[k];
+    const ChunkMoments<float> m = slow_words<T>(ch, p);
+    fold_chunk(t, m);
+    const T lo = static_cast<T>(m.mn), hi = static_cast<T>(m.mx);  // exact: values of T, or NaN
+    ps.mn = __hmin2(ps.mn, P(lo, lo));
+    ps.mx = __hmax2(ps.mx, P(hi, hi));
+  };
+  if (fold_moments<M, kUnderflow>(t, Kc, c1, c2, cmn, cmx, redo)) {
+    ps.mn = __hmin2(ps.mn, pmn);
+    ps.mx = __hmax2(ps.mx, pmx);
+  }
 }
 
 // ---- reductions ----
@@ -552,18 +730,39 @@ HS_HD Params call_params(Params p, int on) {
 }
 
 template <typename T, bool kLin, bool kLog, bool kFloat>
-__device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, const Params& p, BlockShared& sm,
-                                           bool hists) {
+__device__ __forceinline__ void dense_body(const Batch& b, int ti, const Params& p, BlockShared& sm, bool hists) {
+  const Target& tg = b.t[ti];
+  const int bid = static_cast<int>(blockIdx.x) - b.block_start[ti], nblk = b.block_start[ti + 1] - b.block_start[ti];
   using A = typename Acc<T>::type;
   constexpr int V = 16 / sizeof(T);
   constexpr int U = V == 2 ? 1 : kUnroll;            // fp64: one load in flight (else it spills at 64 registers)
-  constexpr int kChunkVecs = V == 4 ? 2 : 1;        // fp32: chunks of 2 vectors (8 values); else 1
+  // chunks of 2 vectors: 8 fp32 values; 16 bf16/fp16 values with HS_PAIR_CHUNK16 and neither the linear nor the
+  // log2 histograms (whose registers spill with them); else one vector (fp64: 2 values)
+  constexpr int kChunkVecs = V == 4 || (V == 8 && !kLin && !kLog && HS_PAIR_CHUNK16) ? 2 : 1;
   constexpr bool kU = kUnderflowCheck<T>;
   constexpr Hists h{kLin, kLog, kFloat};
   static_assert(U % kChunkVecs == 0, "chunks must tile the unrolled loads");
   unsigned* const warp = zero_hists(p);
   ThreadStats<A> t;
   t.mn = t.mx = nan_acc(A(0));
+  // M values from the 16-byte vectors r (bf16/fp16: in pairs as well)
+  [[maybe_unused]] auto pairs = [&] {
+    if constexpr (kPaired<T>) return PairStats<T>(p);
+    else return 0;
+  }();
+  const auto consume_vecs = [&](const uint4* r, auto vecs) {
+    constexpr int N = decltype(vecs)::value, M = N * V;
+    A v[M];
+#pragma unroll
+    for (int u = 0; u < N; ++u) unpack<T>(r[u], v + u * V);
+    if constexpr (kPaired<T>) {
+      uint32_t w[M / 2];
+      memcpy(w, r, sizeof(w));
+      consume_pairs<M, kU, T>(t, pairs, w, v, p, h, warp, hists);
+    } else {
+      consume<M, kU, true>(t, v, p, h, warp, hists);
+    }
+  };
 
   const T* x = static_cast<const T*>(tg.x);
   const int64_t gtid = static_cast<int64_t>(bid) * blockDim.x + threadIdx.x;
@@ -572,6 +771,7 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
     const A v[1] = {to_acc(x[i])};
     consume<1, kU, true>(t, v, p, h, warp, hists);
   }
+  if constexpr (kPaired<T>) pairs.take_from(t);
   const uint4* xv = reinterpret_cast<const uint4*>(x + tg.head);
   int64_t j = gtid;
   for (; j + (U - 1) * gstride < tg.nvec; j += U * gstride) {
@@ -579,24 +779,26 @@ __device__ __forceinline__ void dense_body(const Target& tg, int bid, int nblk, 
 #pragma unroll
     for (int u = 0; u < U; ++u) r[u] = HS_LDG16(xv + j + u * gstride);  // all loads first
 #pragma unroll
-    for (int g = 0; g < U; g += kChunkVecs) {  // chunks of 8 values (2 for fp64)
-      A v[kChunkVecs * V];
-#pragma unroll
-      for (int u = 0; u < kChunkVecs; ++u) unpack<T>(r[g + u], v + u * V);
-      consume<kChunkVecs * V, kU, true>(t, v, p, h, warp, hists);
-    }
+    for (int g = 0; g < U; g += kChunkVecs) consume_vecs(r + g, std::integral_constant<int, kChunkVecs>{});
   }
   for (; j < tg.nvec; j += gstride) {
-    A v[V];
-    unpack<T>(HS_LDG16(xv + j), v);
-    consume<V, kU, true>(t, v, p, h, warp, hists);
+    const uint4 r[1] = {HS_LDG16(xv + j)};
+    consume_vecs(r, std::integral_constant<int, 1>{});
   }
   for (int64_t i = tg.head + tg.nvec * V + gtid; i < tg.n; i += gstride) {
     const A v[1] = {to_acc(x[i])};
     consume<1, kU, true>(t, v, p, h, warp, hists);
   }
+  if constexpr (kPaired<T>) pairs.fold_into(t);
   __syncthreads();
-  finish_block(t, tg, bid, nblk, p, sm);
+  if constexpr (kChunkVecs == 2 && kPaired<T>) {
+    // 16 paired values a chunk: the block's place read again from the launch's table (held across the loop, it
+    // spills)
+    finish_block(t, tg, static_cast<int>(blockIdx.x) - b.block_start[ti], b.block_start[ti + 1] - b.block_start[ti],
+                 p, sm);
+  } else {
+    finish_block(t, tg, bid, nblk, p, sm);
+  }
 }
 
 // Dense tensors (contiguous, channels_last, permuted: read as flat memory), one or many per launch; one
@@ -609,9 +811,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
   HS_SHARED(BlockShared, sm);
   int ti = 0;
   while (ti + 1 < b.count && static_cast<int>(blockIdx.x) >= b.block_start[ti + 1]) ++ti;
-  const int bid = static_cast<int>(blockIdx.x) - b.block_start[ti];
-  const int nblk = b.block_start[ti + 1] - b.block_start[ti];
-  dense_body<T, kLin, kLog, kFloat>(b.t[ti], bid, nblk, call_params(p, on), sm, !(on & kSkipHist));
+  dense_body<T, kLin, kLog, kFloat>(b, ti, call_params(p, on), sm, !(on & kSkipHist));
 }
 
 using DenseKernel = void (*)(const Batch, const Params, const unsigned char*, int);
@@ -657,7 +857,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
   const int bid = blockIdx.x, nblk = gridDim.x;
   const int64_t gtid = static_cast<int64_t>(bid) * blockDim.x + threadIdx.x;
   const int64_t gstride = static_cast<int64_t>(nblk) * blockDim.x;
-  constexpr int C = sizeof(T) == 8 ? kStridedChunk / 2 : kStridedChunk;  // fp64: fewer, or it spills
+  constexpr int C = sizeof(T) == 8 ? kStridedChunk / 4 : kStridedChunk;  // fp64: 2 (4 spill at 64 registers)
   const int64_t nchunks = tg.n / C;
   for (int64_t c = gtid; c < nchunks; c += gstride) {
     A v[C];
