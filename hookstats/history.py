@@ -38,16 +38,18 @@ def slot_width(cfg):
 
 
 MAX_SNAPSHOTS = 16  # bucket snapshots a ring holds between copies: each is 32 KiB per target
+EVAL_SNAPSHOTS = 2  # validation passes are rarely more than one per logging window
 
 
 def snapshot_slots(capacity, cfg, phase=Phase.TRAIN):
     """The float-bucket snapshots a ring of `capacity` slots keeps (0 without float buckets): one per recorded step
-    that counts the histograms, as many as `capacity` consecutive records can hold (the most at step 0: the ramp;
-    the eval phase counts them on every record), at most MAX_SNAPSHOTS; more in one copy start a copy early."""
+    that counts the histograms, as many as `capacity` consecutive records can hold (the most from step 0: the
+    ramp), at most MAX_SNAPSHOTS (eval: EVAL_SNAPSHOTS); a copy that would hold more starts early."""
     if not cfg.float_hist:
         return 0
-    held = capacity if phase != Phase.TRAIN else sum(is_hist_step(n, 1, cfg.hist_every) for n in range(capacity))
-    return min(held, MAX_SNAPSHOTS)
+    if phase != Phase.TRAIN:
+        return min(capacity, EVAL_SNAPSHOTS)
+    return min(sum(is_hist_step(n, 1, cfg.hist_every) for n in range(capacity)), MAX_SNAPSHOTS)
 
 
 def check_ring_fits(capacity, targets, cfg, device):
@@ -293,8 +295,13 @@ class History:
             for device, states in self._states(phase).items():
                 ring = self._ring(device, states, phase)
                 counts = hist or phase != Phase.TRAIN  # eval forwards count the histograms always
-                if len(ring.steps) == ring.capacity or (counts and ring.snapshots_full()):
+                if len(ring.steps) == ring.capacity:
                     self._start_copy(ring)
+                elif counts and ring.snapshots_full():
+                    # every ring's steps go along, so the sinks get the phases' steps in order as at a flush
+                    for other in self.rings.values():
+                        if other.steps:
+                            self._start_copy(other)
                 ring.record(step, self.rules, counts)
 
     def before_reset(self):
@@ -332,10 +339,10 @@ class History:
         return ring
 
     def _start_copy(self, ring):
-        # a host staging buffer is reused only after what it held went to the sinks
+        # a host staging buffer is reused only after what it held went to the sinks; the copies before it go
+        # first, so the sinks get the steps in the order they were copied
         while sum(p[0] is ring for p in self._pending) >= len(ring.host):
-            first = next(i for i, p in enumerate(self._pending) if p[0] is ring)
-            self._finish(self._pending.pop(first))
+            self._finish(self._pending.pop(0))
         self._pending.append((ring, *ring.start_copy()))
 
     def _finish(self, pending):
