@@ -155,10 +155,8 @@ class Ring:
         """The states' counts and buckets now are the baseline of the next record and flush (nothing carried)."""
         self._gather()
         self.prev_i.copy_(self.cur_i)
-        if self.snap is not None:
-            self.snap[1: 1 + len(self.snap_at)].zero_()
+        if self.snap is not None:  # after a flush: no snapshot is waiting
             self._buckets(out=self.snap[0])
-            self.snap_at.clear()
         self.carry_f.copy_(self.empty_f)
         self.carrying = False
 
