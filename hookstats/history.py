@@ -4,8 +4,10 @@ holds the open step alone, closed_f the steps before it: nothing is subtracted),
 istate's growth since the previous step (exact integers; no float buckets: step_slots), and the step's own amax
 (largest |x|, from the step's own min/max the running ones replace: the delayed-scaling what-if reads it). Every `log_every` steps the
 ring goes to the host in one packed transfer (pinned + non_blocking on CUDA) and on to delivery.py (records, sinks,
-alerts); the float buckets are snapshot at each step that counted them (one stack into a preallocated row, no
-host read) and go with the same copy, so each such step's record carries its own buckets."""
+alerts); at each step that counted the histograms the float buckets' growth since the last such step goes into a
+preallocated row (a stack, a subtraction, an addition: no host read) and on with the same copy, so each such step's
+record carries its own buckets. The rows are sized for the steady state (grown_rows): a histogram step that finds
+them full (the ramp's first window, or a window holding more than MAX_GROWN_ROWS) starts the copy early."""
 import sys
 
 import numpy as np
@@ -14,7 +16,6 @@ import torch
 from . import layout, rawstate
 from .state import order
 from .alerts import ROW_WIDTH, AlertRules, step_order
-from .clock import is_hist_step
 from .config import check_count
 from .delivery import Delivery, HistoryWarning
 from .grad_norms import check_clip_norm
@@ -37,31 +38,38 @@ def slot_width(cfg):
     return F + step_slots(cfg) + 1
 
 
-MAX_SNAPSHOTS = 16  # bucket snapshots a ring holds between copies: each is 32 KiB per target
-EVAL_SNAPSHOTS = 2  # validation passes are rarely more than one per logging window
+MAX_GROWN_ROWS = 2  # float-bucket rows a ring holds between copies, each 32 KiB per target: a copy starts early past it
 
 
-def snapshot_slots(capacity, cfg, phase=Phase.TRAIN):
-    """The float-bucket snapshots a ring of `capacity` slots keeps (0 without float buckets): one per recorded step
-    that counts the histograms, as many as `capacity` consecutive records can hold (the most from step 0: the
-    ramp), at most MAX_SNAPSHOTS (eval: EVAL_SNAPSHOTS); a copy that would hold more starts early."""
+def grown_rows(capacity, cfg, phase=Phase.TRAIN):
+    """The rows of float-bucket growth a ring of `capacity` slots keeps (0 without float buckets): as many as the
+    histogram steps that `capacity` consecutive recorded steps hold past the ramp (ceil(capacity / hist_every)),
+    at most MAX_GROWN_ROWS; eval: one (a validation pass a window, as a rule)."""
     if not cfg.float_hist:
         return 0
     if phase != Phase.TRAIN:
-        return min(capacity, EVAL_SNAPSHOTS)
-    return min(sum(is_hist_step(n, 1, cfg.hist_every) for n in range(capacity)), MAX_SNAPSHOTS)
+        return 1
+    return min(-(-capacity // cfg.hist_every), MAX_GROWN_ROWS)
+
+
+def ring_bytes(capacity, targets, cfg, phase=Phase.TRAIN):
+    """(device, host staging per copy) bytes of the packed buffer and the float-bucket rows of one ring: the device
+    holds the baseline row besides the growth rows, the staging the growth rows alone."""
+    rows = grown_rows(capacity, cfg, phase)
+    packed = targets * (ROW_WIDTH + capacity * slot_width(cfg)) * 8
+    row = targets * layout.FLOAT_SLOTS * 8
+    return packed + (1 + rows) * row * bool(rows), packed + rows * row
 
 
 def check_ring_fits(capacity, targets, cfg, device):
     """Raises a ValueError naming history= when a ring of `capacity` steps for `targets` targets would take more
     than `device` (and the host, for its staging copies) has available now."""
     device = torch.device(device)
-    snaps = 1 + max(snapshot_slots(capacity, cfg, p) for p in Phase) if cfg.float_hist else 0
-    buf = targets * (ROW_WIDTH + capacity * slot_width(cfg) + snaps * layout.FLOAT_SLOTS) * 8
+    dev, host = ring_bytes(capacity, targets, cfg)
     copies = 2 if device.type == "cuda" else 1  # host staging buffers (Ring.host)
-    needs = [(str(device), buf, available_bytes(device)), ("host (staging)", copies * buf, host_available_bytes())]
+    needs = [(str(device), dev, available_bytes(device)), ("host (staging)", copies * host, host_available_bytes())]
     if device.type == "cpu":  # one memory for both
-        needs = [("cpu", (1 + copies) * buf, host_available_bytes())]
+        needs = [("cpu", dev + copies * host, host_available_bytes())]
     for where, need, avail in needs:
         if avail is not None and need > avail:
             raise ValueError(f"history={capacity}: a ring of {capacity} steps for {targets} target(s) needs {need:,} "
@@ -73,9 +81,9 @@ class Ring:
     """The ring of one device and phase ("train": a slot per step; "eval": a slot per validation pass, stamped with
     the step it ran in; the alert rules read the train phase only): the alert rows [T, alerts.ROW_WIDTH], then the step slots 0..capacity-1, each
     [T, slot_width] int64, all in one flat buffer so a flush is one contiguous transfer of its filled start.
-    Float64 columns are stored bit-for-bit through an int64 view. With float buckets, snap[0] holds the running
-    buckets at the last copy (the baseline) and snap[1..] those at each step of this copy that counted them
-    (snap_at: their slots); a copy sends the rows, the host takes their differences."""
+    Float64 columns are stored bit-for-bit through an int64 view. With float buckets, base_b holds the running
+    buckets at the last step that counted them, and grown[j] the growth at the j-th such step of this copy
+    (grown_at[j]: its slot); a copy sends the filled growth rows with the slots."""
 
     def __init__(self, device, states, capacity, cfg, rules, old=None, phase=Phase.TRAIN):
         self.device, self.states, self.capacity, self.cfg, self.phase = device, list(states), capacity, cfg, phase
@@ -90,10 +98,10 @@ class Ring:
         self.closed_f = torch.empty(t, F, dtype=torch.float64, device=device)  # the states' closed_f, gathered
         self.prev_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
         self.fbase = layout.float_base(cfg.nbins, cfg.flags)
-        self.nsnap = snapshot_slots(capacity, cfg, phase)
-        self.snap = torch.zeros(1 + self.nsnap, t, layout.FLOAT_SLOTS, dtype=torch.int64,
-                                device=device) if cfg.float_hist else None
-        self.snap_at = []
+        rows = grown_rows(capacity, cfg, phase)
+        self.base_b = torch.zeros(t, layout.FLOAT_SLOTS, dtype=torch.int64, device=device) if rows else None
+        self.grown = torch.zeros(rows, t, layout.FLOAT_SLOTS, dtype=torch.int64, device=device) if rows else None
+        self.grown_at = []
         self.empty_f = rawstate.empty(device=device)
         self.running = rawstate.running_mask(device)  # the fields a record takes from the running totals
         # the open step's moments measured before a mon.reset() (which empties the states): the step's
@@ -105,22 +113,22 @@ class Ring:
             idx = [self.keys.index(k) for k in old.keys]
             sel = torch.tensor(idx, device=device)
             self.prev_i.index_copy_(0, sel, old.prev_i)
-            if self.snap is not None:
-                self.snap[0].index_copy_(0, sel, old.snap[0])
+            if self.base_b is not None:
+                self.base_b.index_copy_(0, sel, old.base_b)
             self.carry_f.index_copy_(0, sel, old.carry_f)
             self.carrying = old.carrying
             self.alert_row.index_copy_(0, sel, old.alert_row)
         pinned = device.type == "cuda"
         self.host = [torch.empty(self.buf.shape, dtype=torch.int64, device="cpu", pin_memory=pinned)
                      for _ in range(2 if pinned else 1)]
-        self.host_b = [torch.empty(self.snap.shape, dtype=torch.int64, device="cpu", pin_memory=pinned)
-                       for _ in self.host] if cfg.float_hist else []
+        self.host_b = [torch.empty(self.grown.shape, dtype=torch.int64, device="cpu", pin_memory=pinned)
+                       for _ in self.host] if rows else []
         self.which = 0
         self.steps = []  # step number of each filled slot (host side: the step count is host-side)
 
     def nbytes(self):
         dev = sum(t.numel() * t.element_size() for t in (self.buf, self.cur_f, self.cur_i, self.closed_f, self.prev_i,
-                                                           self.carry_f, self.snap) if t is not None)
+                                                           self.carry_f, self.base_b, self.grown) if t is not None)
         return dev, sum(h.numel() * h.element_size() for h in self.host + self.host_b)
 
     def _gather(self):
@@ -137,9 +145,9 @@ class Ring:
         order(self.states)
         return torch.stack([s.istate[self.fbase:] for s in self.states], out=out)
 
-    def snapshots_full(self):
-        """Whether this copy holds as many bucket snapshots as the ring has rows for."""
-        return self.snap is not None and len(self.snap_at) == self.nsnap
+    def grown_full(self):
+        """Whether every float-bucket growth row holds a step of this copy."""
+        return self.grown is not None and len(self.grown_at) == len(self.grown)
 
     def before_reset(self):
         """mon.reset() is about to empty the states: what the open step measured so far moves into the carry
@@ -147,24 +155,24 @@ class Ring:
         self._gather()
         self.carry_f.copy_(rawstate.combine(self.carry_f, self.cur_f))
         self.prev_i.sub_(self.cur_i)
-        if self.snap is not None:  # the rows so far, shifted as the states restart: their differences stay right
-            self.snap[: 1 + len(self.snap_at)].sub_(self._buckets())
+        if self.base_b is not None:  # the states restart from 0: the next growth adds what they counted so far
+            self.base_b.sub_(self._buckets())
         self.carrying = True
 
     def rebase(self):
         """The states' counts and buckets now are the baseline of the next record and flush (nothing carried)."""
         self._gather()
         self.prev_i.copy_(self.cur_i)
-        if self.snap is not None:  # after a flush: no snapshot is waiting
-            self._buckets(out=self.snap[0])
+        if self.base_b is not None:  # after a flush: no growth row is waiting
+            self._buckets(out=self.base_b)
         self.carry_f.copy_(self.empty_f)
         self.carrying = False
 
     def record(self, step, rules, hist=True):
         """Writes the step's statistics into the next slot and closes the step (its fstate merged into
         closed_f, then emptied for the next one): device ops only, no host read. hist: whether the step counted
-        the histograms (the float buckets grow on no other): then a snapshot of them goes in the next row (the
-        caller starts a copy first when the rows are full)."""
+        the histograms (the float buckets grow on no other): then their growth goes in the next row (the caller
+        starts a copy first when the rows are full)."""
         fs, closed = self._gather(), [s.closed_f for s in self.states]
         torch.cat(closed, out=self.closed_f.view(-1))
         row = self.slots[len(self.steps)]
@@ -183,34 +191,36 @@ class Ring:
         torch._foreach_copy_(closed, list(total.unbind(0)))
         torch._foreach_copy_(fs, [self.empty_f] * len(fs))
         self.prev_i.copy_(self.cur_i)
-        if hist and self.snap is not None:
-            self._buckets(out=self.snap[1 + len(self.snap_at)])
-            self.snap_at.append(len(self.steps))
+        if hist and self.grown is not None:
+            row = self.grown[len(self.grown_at)]
+            self._buckets(out=row)
+            row.sub_(self.base_b)
+            self.base_b.add_(row)  # the running buckets now, without a second stack
+            self.grown_at.append(len(self.steps))
         if self.phase == Phase.TRAIN:
             rules.update(self.alert_row, stats_row, step, self.cfg)
         self.steps.append(step)
 
     def start_copy(self):
-        """Starts the one device-to-host copy of the alert row and the filled slots, and of the bucket snapshots
-        (with the baseline before them); returns what History._finish() needs."""
+        """Starts the one device-to-host copy of the alert row and the filled slots, and of the filled float-bucket
+        growth rows; returns what History._finish() needs. The rows are written again only by later kernels on the
+        same stream, which run after the copy has read them."""
         filled = self.alert_row.numel() + len(self.steps) * self.slots[0].numel()
         host = self.host[self.which][:filled]
         host_b = None
         cuda = self.device.type == "cuda"
-        if self.snap_at:
-            rows = 1 + len(self.snap_at)
-            host_b = self.host_b[self.which][:rows]
-            host_b.copy_(self.snap[:rows], non_blocking=cuda)
-            self.snap[0].copy_(self.snap[rows - 1])  # stream-ordered after the copy that reads it
+        if self.grown_at:
+            host_b = self.host_b[self.which][:len(self.grown_at)]
+            host_b.copy_(self.grown[:len(self.grown_at)], non_blocking=cuda)
         self.which = (self.which + 1) % len(self.host)
         host.copy_(self.buf[:filled], non_blocking=cuda)
         event = None
         if cuda:
             event = torch.cuda.Event()
             event.record(torch.cuda.current_stream(self.device))
-        pending = (host, list(self.steps), event, list(self.keys), host_b, list(self.snap_at))
+        pending = (host, list(self.steps), event, list(self.keys), host_b, list(self.grown_at))
         self.steps.clear()
-        self.snap_at.clear()
+        self.grown_at.clear()
         return pending
 
     @staticmethod
@@ -295,7 +305,7 @@ class History:
                 counts = hist or phase != Phase.TRAIN  # eval forwards count the histograms always
                 if len(ring.steps) == ring.capacity:
                     self._start_copy(ring)
-                elif counts and ring.snapshots_full():
+                elif counts and ring.grown_full():
                     # every ring's steps go along, so the sinks get the phases' steps in order as at a flush
                     for other in self.rings.values():
                         if other.steps:
@@ -344,15 +354,15 @@ class History:
         self._pending.append((ring, *ring.start_copy()))
 
     def _finish(self, pending):
-        ring, host, steps, event, keys, host_b, snap_at = pending
+        ring, host, steps, event, keys, host_b, grown_at = pending
         if event is not None:
             event.synchronize()
         hist = [ring.phase != Phase.TRAIN or s not in self._no_hist for s in steps]  # eval counts them always
         if ring.phase == Phase.TRAIN:
             self._no_hist.difference_update(steps)
         arow, fs, counts, amax = Ring.unpack(host, len(steps), len(keys), self.cfg)
-        grown = None if host_b is None else np.diff(host_b.numpy(), axis=0)  # each snapshot's own growth
-        self.delivery.deliver(arow, fs, counts, steps, keys, grown, snap_at, hist, ring.phase, amax=amax)
+        grown = None if host_b is None else host_b.numpy()
+        self.delivery.deliver(arow, fs, counts, steps, keys, grown, grown_at, hist, ring.phase, amax=amax)
 
     # ---- flushing ----
     def flush(self, wait=True):

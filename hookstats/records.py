@@ -80,15 +80,23 @@ def no_bucket_columns(cols, slots, cfg):
 
 def bucket_columns(fstate, istate, buckets, cfg, amax_before=None):
     """The columns of one step slot ([1, T] arrays): fstate [T, F] and the compact counts istate [T, ...] of
-    step_columns(), and buckets [T, FLOAT_SLOTS], the float buckets this step counted, or None: none; amax_before [T]: delayed scaling's amax (NaN: no step
-    before; None: not known, its shares NaN)."""
+    step_columns(), and buckets [T, FLOAT_SLOTS], the float buckets this step counted, or None: none;
+    amax_before [T]: delayed scaling's amax (NaN: no step before; None: not known, its shares NaN)."""
     f = np.asarray(fstate, dtype=np.float64)[None]
     if not cfg.float_hist or buckets is None:
         return no_bucket_columns(step_columns(f, np.asarray(istate)[None], cfg), range(1), cfg)
-    i = np.concatenate([_compact(istate, cfg), np.asarray(buckets, dtype=np.int64)], axis=-1)[None]
+    return bucket_rows(f, np.asarray(istate)[None], np.asarray(buckets)[None], cfg,
+                       None if amax_before is None else np.asarray(amax_before)[None])
+
+
+def bucket_rows(fstate, istate, buckets, cfg, amax_before=None):
+    """The columns of J step slots that counted float buckets, derived at once ([J, T] arrays): fstate [J, T, F],
+    the compact counts istate [J, T, ...] of step_columns(), buckets [J, T, FLOAT_SLOTS] each slot's own float
+    buckets; amax_before [J, T] as bucket_columns() takes it."""
+    i = np.concatenate([_compact(istate, cfg), np.asarray(buckets, dtype=np.int64)], axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return statistics.derive_rows(f, i, cfg, statistics.HISTORY,
-                                      None if amax_before is None else np.asarray(amax_before, np.float64)[None])
+        return statistics.derive_rows(np.asarray(fstate, dtype=np.float64), i, cfg, statistics.HISTORY,
+                                      None if amax_before is None else np.asarray(amax_before, np.float64))
 
 
 def _compact(istate, cfg):

@@ -226,7 +226,10 @@ class Records:
 @pytest.mark.parametrize("hist_every,log_every,steps,counted", [
     (5, 10, 20, {0, 1, 2, 4, 5, 10, 15}),  # the ramp (1, 2, 4): several histogram steps in the first window
     (3, 2, 6, {0, 1, 2, 3}),  # the window of steps 4-5 holds no histogram step
-], ids=["every-window", "a-window-without"])
+    (1, 10, 13, set(range(13))),  # ten histogram steps a window: its steps go to the host in copies of two
+    (2, 10, 25, {0, 1} | set(range(0, 25, 2))),  # five a window, past the two growth rows a ring keeps
+    (10, 20, 45, {0, 1, 2, 4, 8, 10, 20, 30, 40}),  # two a window, as many as the rows
+], ids=["every-window", "a-window-without", "every-step", "more-than-the-rows", "as-many-as-the-rows"])
 def test_history_buckets_are_each_histogram_steps_own(hist_every, log_every, steps, counted):
     """The record of each histogram step carries the buckets of that step's values (the test's own hook, the bucket
     oracle), however many a flush window holds; every other record carries none (None, hist_count NaN), not an

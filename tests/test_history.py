@@ -255,19 +255,40 @@ def test_device_memory_does_not_grow_with_run_length_and_one_copy_per_flush(monk
     # [T, 5 + c + 1] int64 with c the compact counts and the step's own amax
     # (count, near-zero, NaN/+Inf/-Inf: at defaults no linear bins, no log2 slots, no float buckets), plus [T, 5]
     # float64 (the open step, the closed steps, the carry over a reset), [T, c] int64 (current, previous) and
-    # [T, 4096] int64 rows of the float buckets: the baseline and one per histogram step a window can hold (4: steps
-    # 0, 1, 2, 4 of the first window, hist_every 5 following log_every); the host staging: one ring copy and the rows
+    # [T, 4096] int64 rows of the float buckets: the baseline and one row of growth (hist_every 5 following
+    # log_every: a window of 5 steps holds one histogram step past the ramp); the host staging: one ring copy and
+    # the growth row
     isz, t_states, t_ring = mon.cfg.istate_size, len(mon.states(reached_only=False)), len(next(iter(mon.step_history.rings.values())).states)
     assert isz == 2 + 3 + 4096  # count, near-zero, NaN/+Inf/-Inf, the float buckets
     # + every state's closed steps (validation is recorded too, so the eval states keep theirs), + the CPU's flags
     assert first["state_bytes"] == t_states * (5 + isz) * 8 + t_states * 5 * 8 + 2
     c = 2 + 3
     ring = t_ring * 11 * 8 + 5 * t_ring * (5 + c + 1) * 8
-    rows = t_ring * (1 + 4) * 4096 * 8
-    assert first["history_bytes"] == ring + 2 * t_ring * (5 + c) * 8 + t_ring * 5 * 8 + rows
-    assert first["host_staging_bytes"] == ring + rows
-    assert len(copies) == 9  # steps 0..44 ended: flushes after steps 4, 9, ..., 44
+    row = t_ring * 4096 * 8
+    assert first["history_bytes"] == ring + 2 * t_ring * (5 + c) * 8 + t_ring * 5 * 8 + 2 * row
+    assert first["host_staging_bytes"] == ring + row
+    # steps 0..44 ended: flushes after steps 4, 9, ..., 44, and the ramp's histogram steps 1, 2 and 4 each found
+    # the one growth row full and copied the steps before them early
+    assert len(copies) == 9 + 3
     mon.remove()
+
+
+@pytest.mark.parametrize("log_every,rows", [(10, 1), (20, 2), (40, 2)])
+def test_the_float_bucket_rows_are_sized_for_the_steady_state(log_every, rows):
+    """Besides the baseline, one row of float-bucket growth per histogram step a window holds past the ramp (hist_every
+    10: log_every / 10), at most two; the host staging holds the growth rows alone. Against hist_every=log_every (one
+    row, whose bytes the test above counts): hist_every changes nothing else a ring holds."""
+    def ring_bytes(hist_every):
+        model = Recorder()
+        mon = hookstats.attach(model, history=True, log_every=log_every, hist_every=hist_every)
+        run(model, mon, 2)  # step 0 ends (the ring is made) when step 1 begins
+        m = mon.memory()
+        t = len(next(iter(mon.step_history.rings.values())).states)
+        mon.remove()
+        return m["history_bytes"], m["host_staging_bytes"], t
+
+    (dev, host, t), (dev1, host1, _) = ring_bytes(10), ring_bytes(log_every)
+    assert dev - dev1 == host - host1 == (rows - 1) * t * 4096 * 8
 
 
 def test_history_without_pandas_is_plain_lists(monkeypatch):
