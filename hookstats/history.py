@@ -81,9 +81,11 @@ class Ring:
     """The ring of one device and phase ("train": a slot per step; "eval": a slot per validation pass, stamped with
     the step it ran in; the alert rules read the train phase only): the alert rows [T, alerts.ROW_WIDTH], then the step slots 0..capacity-1, each
     [T, slot_width] int64, all in one flat buffer so a flush is one contiguous transfer of its filled start.
-    Float64 columns are stored bit-for-bit through an int64 view. With float buckets, base_b holds the running
-    buckets at the last step that counted them, and grown[j] the growth at the j-th such step of this copy
-    (grown_at[j]: its slot); a copy sends the filled growth rows with the slots."""
+    Float64 columns are stored bit-for-bit through an int64 view. With float buckets, bucket_rows holds
+    grown_rows + 1 rows: bucket_rows[base_row] the running buckets at the last step that counted them (the
+    baseline), bucket_rows[growth_rows[j]] the growth at the j-th such step of this copy (grown_at[j]: its slot). A
+    histogram step stacks the buckets into a free row, the next baseline, and subtracts the baseline's row from it in
+    place, which becomes that step's growth row: two passes over the buckets. A copy sends the growth rows."""
 
     def __init__(self, device, states, capacity, cfg, rules, old=None, phase=Phase.TRAIN):
         self.device, self.states, self.capacity, self.cfg, self.phase = device, list(states), capacity, cfg, phase
@@ -99,9 +101,9 @@ class Ring:
         self.prev_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
         self.fbase = layout.float_base(cfg.nbins, cfg.flags)
         rows = grown_rows(capacity, cfg, phase)
-        self.base_b = torch.zeros(t, layout.FLOAT_SLOTS, dtype=torch.int64, device=device) if rows else None
-        self.grown = torch.zeros(rows, t, layout.FLOAT_SLOTS, dtype=torch.int64, device=device) if rows else None
-        self.grown_at = []
+        self.bucket_rows = torch.zeros(1 + rows, t, layout.FLOAT_SLOTS, dtype=torch.int64,
+                                       device=device) if rows else None
+        self.base_row, self.growth_rows, self.grown_at = 0, [], []
         self.empty_f = rawstate.empty(device=device)
         self.running = rawstate.running_mask(device)  # the fields a record takes from the running totals
         # the open step's moments measured before a mon.reset() (which empties the states): the step's
@@ -113,22 +115,22 @@ class Ring:
             idx = [self.keys.index(k) for k in old.keys]
             sel = torch.tensor(idx, device=device)
             self.prev_i.index_copy_(0, sel, old.prev_i)
-            if self.base_b is not None:
-                self.base_b.index_copy_(0, sel, old.base_b)
+            if self.bucket_rows is not None:
+                self.bucket_rows[0].index_copy_(0, sel, old.bucket_rows[old.base_row])
             self.carry_f.index_copy_(0, sel, old.carry_f)
             self.carrying = old.carrying
             self.alert_row.index_copy_(0, sel, old.alert_row)
         pinned = device.type == "cuda"
         self.host = [torch.empty(self.buf.shape, dtype=torch.int64, device="cpu", pin_memory=pinned)
                      for _ in range(2 if pinned else 1)]
-        self.host_b = [torch.empty(self.grown.shape, dtype=torch.int64, device="cpu", pin_memory=pinned)
+        self.host_b = [torch.empty((rows, t, layout.FLOAT_SLOTS), dtype=torch.int64, device="cpu", pin_memory=pinned)
                        for _ in self.host] if rows else []
         self.which = 0
         self.steps = []  # step number of each filled slot (host side: the step count is host-side)
 
     def nbytes(self):
         dev = sum(t.numel() * t.element_size() for t in (self.buf, self.cur_f, self.cur_i, self.closed_f, self.prev_i,
-                                                           self.carry_f, self.base_b, self.grown) if t is not None)
+                                                           self.carry_f, self.bucket_rows) if t is not None)
         return dev, sum(h.numel() * h.element_size() for h in self.host + self.host_b)
 
     def _gather(self):
@@ -147,7 +149,7 @@ class Ring:
 
     def grown_full(self):
         """Whether every float-bucket growth row holds a step of this copy."""
-        return self.grown is not None and len(self.grown_at) == len(self.grown)
+        return self.bucket_rows is not None and len(self.grown_at) == len(self.bucket_rows) - 1
 
     def before_reset(self):
         """mon.reset() is about to empty the states: what the open step measured so far moves into the carry
@@ -155,16 +157,16 @@ class Ring:
         self._gather()
         self.carry_f.copy_(rawstate.combine(self.carry_f, self.cur_f))
         self.prev_i.sub_(self.cur_i)
-        if self.base_b is not None:  # the states restart from 0: the next growth adds what they counted so far
-            self.base_b.sub_(self._buckets())
+        if self.bucket_rows is not None:  # the states restart from 0: the next growth adds what they counted so far
+            self.bucket_rows[self.base_row].sub_(self._buckets())
         self.carrying = True
 
     def rebase(self):
         """The states' counts and buckets now are the baseline of the next record and flush (nothing carried)."""
         self._gather()
         self.prev_i.copy_(self.cur_i)
-        if self.base_b is not None:  # after a flush: no growth row is waiting
-            self._buckets(out=self.base_b)
+        if self.bucket_rows is not None:  # after a flush: no growth row is waiting
+            self._buckets(out=self.bucket_rows[self.base_row])
         self.carry_f.copy_(self.empty_f)
         self.carrying = False
 
@@ -191,11 +193,13 @@ class Ring:
         torch._foreach_copy_(closed, list(total.unbind(0)))
         torch._foreach_copy_(fs, [self.empty_f] * len(fs))
         self.prev_i.copy_(self.cur_i)
-        if hist and self.grown is not None:
-            row = self.grown[len(self.grown_at)]
-            self._buckets(out=row)
-            row.sub_(self.base_b)
-            self.base_b.add_(row)  # the running buckets now, without a second stack
+        if hist and self.bucket_rows is not None:
+            base = self.bucket_rows[self.base_row]
+            free = next(r for r in range(len(self.bucket_rows)) if r != self.base_row and r not in self.growth_rows)
+            now = self._buckets(out=self.bucket_rows[free])
+            torch.sub(now, base, out=base)
+            self.growth_rows.append(self.base_row)
+            self.base_row = free
             self.grown_at.append(len(self.steps))
         if self.phase == Phase.TRAIN:
             rules.update(self.alert_row, stats_row, step, self.cfg)
@@ -211,7 +215,8 @@ class Ring:
         cuda = self.device.type == "cuda"
         if self.grown_at:
             host_b = self.host_b[self.which][:len(self.grown_at)]
-            host_b.copy_(self.grown[:len(self.grown_at)], non_blocking=cuda)
+            for j, r in enumerate(self.growth_rows):
+                host_b[j].copy_(self.bucket_rows[r], non_blocking=cuda)
         self.which = (self.which + 1) % len(self.host)
         host.copy_(self.buf[:filled], non_blocking=cuda)
         event = None
@@ -221,6 +226,7 @@ class Ring:
         pending = (host, list(self.steps), event, list(self.keys), host_b, list(self.grown_at))
         self.steps.clear()
         self.grown_at.clear()
+        self.growth_rows.clear()
         return pending
 
     @staticmethod

@@ -194,7 +194,8 @@ class Monitor:
     def memory(self):
         """The bytes the monitor holds, as a dict: its statistics on the device (state_bytes), the history's
         buffers on the device and the host, the steps mon.history() keeps, and their device total
-        (device_bytes)."""
+        (device_bytes). With the float buckets the history's device bytes include, per target, 32 KiB rows: the
+        baseline and one per histogram step a logging window holds (at most 2); docs/performance.md#memory."""
         return self.store.memory(self.step_history)
 
     def flush(self):
