@@ -5,7 +5,7 @@ istate's growth since the previous step (exact integers; no float buckets: step_
 (largest |x|, from the step's own min/max the running ones replace: the delayed-scaling what-if reads it). Every `log_every` steps the
 ring goes to the host in one packed transfer (pinned + non_blocking on CUDA) and on to delivery.py (records, sinks,
 alerts); at each step that counted the histograms the float buckets' growth since the last such step goes into a
-preallocated row (a stack, a subtraction, an addition: no host read) and on with the same copy, so each such step's
+preallocated row (a stack and a subtraction in place: no host read, no allocation) and on with the same copy, so each such step's
 record carries its own buckets. The rows are sized for the steady state (grown_rows): a histogram step that finds
 them full (the ramp's first window, or a window holding more than MAX_GROWN_ROWS) starts the copy early."""
 import sys
