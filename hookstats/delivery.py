@@ -7,7 +7,7 @@ from .amax_window import AmaxWindow
 from .flight import FlightRecorder
 from .grad_norms import PARAM_GRAD, from_columns as grad_norm_columns
 from .phases import Phase
-from .records import (bucket_columns, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
+from .records import (bucket_rows, key_fields, no_bucket_columns, no_hist_columns, select_steps, step_columns,
                       step_records)
 from .sinks.base import Steps, protocol
 from .sinks.memory import MemorySink
@@ -38,10 +38,11 @@ class Delivery:
         self._reported = set()
         self.amaxes = AmaxWindow(cfg.amax_history_len)
 
-    def deliver(self, arow, fs, counts, steps, keys, host_b, hist, phase=Phase.TRAIN, *, amax):
+    def deliver(self, arow, fs, counts, steps, keys, grown, grown_at, hist, phase=Phase.TRAIN, *, amax):
         """One copy of a ring: arow its alert rows, fs [S, T, F] and counts [S, T, step slots] its step slots, steps
-        their step numbers, host_b the float buckets' growth over the window (or None), hist per step whether it
-        counted the histograms, amax [S, T] each step's own largest |x| (NaN where it measured nothing)."""
+        their step numbers, grown [J, T, FLOAT_SLOTS] the float buckets' growth at each of the J steps that counted
+        them (or None), grown_at the slot of each, hist per step whether it counted the histograms, amax [S, T] each
+        step's own largest |x| (NaN where it measured nothing)."""
         cols = step_columns(fs, counts, self.cfg)
         present = cols["count"] != 0
         active = np.flatnonzero(present.any(axis=1))  # steps where nothing was measured go nowhere
@@ -52,24 +53,28 @@ class Delivery:
             present = present[active]
             amax = amax[active]
         if steps:
-            grown = None if host_b is None else host_b.numpy()
-            if grown is not None and not grown.any():  # a window without a histogram step: no buckets, not empty ones
-                grown = None
-            # the window's buckets go with its last step that counted histograms (the buckets grow on no other),
-            # so their figures are written at a step that counted them; the other steps carry none
-            counted = [k for k, h in enumerate(hist) if h]
-            at = counted[-1] if counted and grown is not None else len(steps) - 1
-            self._write_runs(steps[:at], keys, no_bucket_columns(cols, range(at), self.cfg), present[:at], hist[:at],
-                             phase)
+            # each step that counted histograms carries its own buckets' figures (derived for all of them at once);
+            # the other steps carry none, and a step whose buckets counted nothing none either (not empty ones)
+            where = {slot: k for k, slot in enumerate(active.tolist())}
+            own = [] if grown is None else [(where[at], j) for j, at in enumerate(grown_at)
+                                            if at in where and grown[j].any()]
             ids = [k.id for k in keys]
             self.amaxes.add(phase, ids, steps, amax, present)
-            before = self.amaxes.before(phase, ids, steps[at])
+            mine = None
+            if own:
+                at, rows = [k for k, _ in own], [j for _, j in own]
+                before = np.stack([self.amaxes.before(phase, ids, steps[k]) for k in at])
+                mine = bucket_rows(fs[active[at]], counts[active[at]], grown[rows], self.cfg, before)
+            start = 0
+            for n, (k, _) in enumerate(own):
+                self._write_runs(steps[start:k], keys, no_bucket_columns(cols, range(start, k), self.cfg),
+                                 present[start:k], hist[start:k], phase)
+                self._write_runs(steps[k:k + 1], keys, select_steps(mine, slice(n, n + 1)), present[k:k + 1],
+                                 hist[k:k + 1], phase)
+                start = k + 1
+            self._write_runs(steps[start:], keys, no_bucket_columns(cols, range(start, len(steps)), self.cfg),
+                             present[start:], hist[start:], phase)
             self.amaxes.prune(phase, steps[-1])
-            tail = bucket_columns(fs[active[at]], counts[active[at]], grown, self.cfg, before)
-            self._write_runs(steps[at:at + 1], keys, tail, present[at:at + 1], hist[at:at + 1], phase)
-            rest = range(at + 1, len(steps))
-            self._write_runs(steps[at + 1:], keys, no_bucket_columns(cols, rest, self.cfg), present[at + 1:],
-                             hist[at + 1:], phase)
             if phase == Phase.TRAIN and any(k.kind == PARAM_GRAD for k in keys):
                 self._write("write_grad_norms", grad_norm_columns(steps, [key_fields(k) for k in keys], cols, present,
                                                                   self.clip_norm))

@@ -4,7 +4,10 @@ holds the open step alone, closed_f the steps before it: nothing is subtracted),
 istate's growth since the previous step (exact integers; no float buckets: step_slots), and the step's own amax
 (largest |x|, from the step's own min/max the running ones replace: the delayed-scaling what-if reads it). Every `log_every` steps the
 ring goes to the host in one packed transfer (pinned + non_blocking on CUDA) and on to delivery.py (records, sinks,
-alerts); the float buckets go once per flush, the window's growth, with the record of its last step."""
+alerts); at each step that counted the histograms the float buckets' growth since the last such step goes into a
+preallocated row (a stack and a subtraction in place: no host read, no allocation) and on with the same copy, so each such step's
+record carries its own buckets. The rows are sized for the steady state (grown_rows): a histogram step that finds
+them full (the ramp's first window, or a window holding more than MAX_GROWN_ROWS) starts the copy early."""
 import sys
 
 import numpy as np
@@ -35,15 +38,38 @@ def slot_width(cfg):
     return F + step_slots(cfg) + 1
 
 
+MAX_GROWN_ROWS = 2  # float-bucket rows a ring holds between copies, each 32 KiB per target: a copy starts early past it
+
+
+def grown_rows(capacity, cfg, phase=Phase.TRAIN):
+    """The rows of float-bucket growth a ring of `capacity` slots keeps (0 without float buckets): as many as the
+    histogram steps that `capacity` consecutive recorded steps hold past the ramp (ceil(capacity / hist_every)),
+    at most MAX_GROWN_ROWS; eval: one (a validation pass a window, as a rule)."""
+    if not cfg.float_hist:
+        return 0
+    if phase != Phase.TRAIN:
+        return 1
+    return min(-(-capacity // cfg.hist_every), MAX_GROWN_ROWS)
+
+
+def ring_bytes(capacity, targets, cfg, phase=Phase.TRAIN):
+    """(device, host staging per copy) bytes of the packed buffer and the float-bucket rows of one ring: the device
+    holds the baseline row besides the growth rows, the staging the growth rows alone."""
+    rows = grown_rows(capacity, cfg, phase)
+    packed = targets * (ROW_WIDTH + capacity * slot_width(cfg)) * 8
+    row = targets * layout.FLOAT_SLOTS * 8
+    return packed + (1 + rows) * row * bool(rows), packed + rows * row
+
+
 def check_ring_fits(capacity, targets, cfg, device):
     """Raises a ValueError naming history= when a ring of `capacity` steps for `targets` targets would take more
     than `device` (and the host, for its staging copies) has available now."""
     device = torch.device(device)
-    buf = targets * (ROW_WIDTH + capacity * slot_width(cfg)) * 8
+    dev, host = ring_bytes(capacity, targets, cfg)
     copies = 2 if device.type == "cuda" else 1  # host staging buffers (Ring.host)
-    needs = [(str(device), buf, available_bytes(device)), ("host (staging)", copies * buf, host_available_bytes())]
+    needs = [(str(device), dev, available_bytes(device)), ("host (staging)", copies * host, host_available_bytes())]
     if device.type == "cpu":  # one memory for both
-        needs = [("cpu", (1 + copies) * buf, host_available_bytes())]
+        needs = [("cpu", dev + copies * host, host_available_bytes())]
     for where, need, avail in needs:
         if avail is not None and need > avail:
             raise ValueError(f"history={capacity}: a ring of {capacity} steps for {targets} target(s) needs {need:,} "
@@ -55,8 +81,11 @@ class Ring:
     """The ring of one device and phase ("train": a slot per step; "eval": a slot per validation pass, stamped with
     the step it ran in; the alert rules read the train phase only): the alert rows [T, alerts.ROW_WIDTH], then the step slots 0..capacity-1, each
     [T, slot_width] int64, all in one flat buffer so a flush is one contiguous transfer of its filled start.
-    Float64 columns are stored bit-for-bit through an int64 view. With float buckets, prev_b holds the
-    buckets at the last flush that took them: a flush sends their growth since."""
+    Float64 columns are stored bit-for-bit through an int64 view. With float buckets, bucket_rows holds
+    grown_rows + 1 rows: bucket_rows[base_row] the running buckets at the last step that counted them (the
+    baseline), bucket_rows[growth_rows[j]] the growth at the j-th such step of this copy (grown_at[j]: its slot). A
+    histogram step stacks the buckets into a free row, the next baseline, and subtracts the baseline's row from it in
+    place, which becomes that step's growth row: two passes over the buckets. A copy sends the growth rows."""
 
     def __init__(self, device, states, capacity, cfg, rules, old=None, phase=Phase.TRAIN):
         self.device, self.states, self.capacity, self.cfg, self.phase = device, list(states), capacity, cfg, phase
@@ -71,7 +100,10 @@ class Ring:
         self.closed_f = torch.empty(t, F, dtype=torch.float64, device=device)  # the states' closed_f, gathered
         self.prev_i = torch.zeros(t, isz, dtype=torch.int64, device=device)
         self.fbase = layout.float_base(cfg.nbins, cfg.flags)
-        self.prev_b = torch.zeros(t, layout.FLOAT_SLOTS, dtype=torch.int64, device=device) if cfg.float_hist else None
+        rows = grown_rows(capacity, cfg, phase)
+        self.bucket_rows = torch.zeros(1 + rows, t, layout.FLOAT_SLOTS, dtype=torch.int64,
+                                       device=device) if rows else None
+        self.base_row, self.growth_rows, self.grown_at = 0, [], []
         self.empty_f = rawstate.empty(device=device)
         self.running = rawstate.running_mask(device)  # the fields a record takes from the running totals
         # the open step's moments measured before a mon.reset() (which empties the states): the step's
@@ -83,22 +115,22 @@ class Ring:
             idx = [self.keys.index(k) for k in old.keys]
             sel = torch.tensor(idx, device=device)
             self.prev_i.index_copy_(0, sel, old.prev_i)
-            if self.prev_b is not None:
-                self.prev_b.index_copy_(0, sel, old.prev_b)
+            if self.bucket_rows is not None:
+                self.bucket_rows[0].index_copy_(0, sel, old.bucket_rows[old.base_row])
             self.carry_f.index_copy_(0, sel, old.carry_f)
             self.carrying = old.carrying
             self.alert_row.index_copy_(0, sel, old.alert_row)
         pinned = device.type == "cuda"
         self.host = [torch.empty(self.buf.shape, dtype=torch.int64, device="cpu", pin_memory=pinned)
                      for _ in range(2 if pinned else 1)]
-        self.host_b = [torch.empty((t, layout.FLOAT_SLOTS), dtype=torch.int64, device="cpu", pin_memory=pinned)
-                       for _ in self.host] if cfg.float_hist else []
+        self.host_b = [torch.empty((rows, t, layout.FLOAT_SLOTS), dtype=torch.int64, device="cpu", pin_memory=pinned)
+                       for _ in self.host] if rows else []
         self.which = 0
         self.steps = []  # step number of each filled slot (host side: the step count is host-side)
 
     def nbytes(self):
         dev = sum(t.numel() * t.element_size() for t in (self.buf, self.cur_f, self.cur_i, self.closed_f, self.prev_i,
-                                                           self.carry_f, self.prev_b) if t is not None)
+                                                           self.carry_f, self.bucket_rows) if t is not None)
         return dev, sum(h.numel() * h.element_size() for h in self.host + self.host_b)
 
     def _gather(self):
@@ -110,10 +142,14 @@ class Ring:
         torch.stack([s.istate[: self.cur_i.shape[1]] for s in self.states], out=self.cur_i)
         return fs
 
-    def _buckets(self):
-        """The states' running float buckets [T, FLOAT_SLOTS] (a new tensor: only at flushes and resets)."""
+    def _buckets(self, out=None):
+        """The states' running float buckets [T, FLOAT_SLOTS] (into `out`, else a new tensor)."""
         order(self.states)
-        return torch.stack([s.istate[self.fbase:] for s in self.states])
+        return torch.stack([s.istate[self.fbase:] for s in self.states], out=out)
+
+    def grown_full(self):
+        """Whether every float-bucket growth row holds a step of this copy."""
+        return self.bucket_rows is not None and len(self.grown_at) == len(self.bucket_rows) - 1
 
     def before_reset(self):
         """mon.reset() is about to empty the states: what the open step measured so far moves into the carry
@@ -121,22 +157,24 @@ class Ring:
         self._gather()
         self.carry_f.copy_(rawstate.combine(self.carry_f, self.cur_f))
         self.prev_i.sub_(self.cur_i)
-        if self.prev_b is not None:
-            self.prev_b.sub_(self._buckets())
+        if self.bucket_rows is not None:  # the states restart from 0: the next growth adds what they counted so far
+            self.bucket_rows[self.base_row].sub_(self._buckets())
         self.carrying = True
 
     def rebase(self):
         """The states' counts and buckets now are the baseline of the next record and flush (nothing carried)."""
         self._gather()
         self.prev_i.copy_(self.cur_i)
-        if self.prev_b is not None:
-            self.prev_b.copy_(self._buckets())
+        if self.bucket_rows is not None:  # after a flush: no growth row is waiting
+            self._buckets(out=self.bucket_rows[self.base_row])
         self.carry_f.copy_(self.empty_f)
         self.carrying = False
 
-    def record(self, step, rules):
+    def record(self, step, rules, hist=True):
         """Writes the step's statistics into the next slot and closes the step (its fstate merged into
-        closed_f, then emptied for the next one): device ops only, no host read."""
+        closed_f, then emptied for the next one): device ops only, no host read. hist: whether the step counted
+        the histograms (the float buckets grow on no other): then their growth goes in the next row (the caller
+        starts a copy first when the rows are full)."""
         fs, closed = self._gather(), [s.closed_f for s in self.states]
         torch.cat(closed, out=self.closed_f.view(-1))
         row = self.slots[len(self.steps)]
@@ -155,31 +193,40 @@ class Ring:
         torch._foreach_copy_(closed, list(total.unbind(0)))
         torch._foreach_copy_(fs, [self.empty_f] * len(fs))
         self.prev_i.copy_(self.cur_i)
+        if hist and self.bucket_rows is not None:
+            base = self.bucket_rows[self.base_row]
+            free = next(r for r in range(len(self.bucket_rows)) if r != self.base_row and r not in self.growth_rows)
+            now = self._buckets(out=self.bucket_rows[free])
+            torch.sub(now, base, out=base)
+            self.growth_rows.append(self.base_row)
+            self.base_row = free
+            self.grown_at.append(len(self.steps))
         if self.phase == Phase.TRAIN:
             rules.update(self.alert_row, stats_row, step, self.cfg)
         self.steps.append(step)
 
-    def start_copy(self, buckets=False):
-        """Starts the one device-to-host copy of the alert row and the filled slots, and with `buckets` (a
-        flush, float_hist on) of the float buckets' growth since the last flush that took them; returns what
-        History._finish() needs."""
+    def start_copy(self):
+        """Starts the one device-to-host copy of the alert row and the filled slots, and of the filled float-bucket
+        growth rows; returns what History._finish() needs. The rows are written again only by later kernels on the
+        same stream, which run after the copy has read them."""
         filled = self.alert_row.numel() + len(self.steps) * self.slots[0].numel()
         host = self.host[self.which][:filled]
         host_b = None
         cuda = self.device.type == "cuda"
-        if buckets and self.prev_b is not None:
-            now = self._buckets()
-            host_b = self.host_b[self.which]
-            host_b.copy_(now - self.prev_b, non_blocking=cuda)
-            self.prev_b.copy_(now)
+        if self.grown_at:
+            host_b = self.host_b[self.which][:len(self.grown_at)]
+            for j, r in enumerate(self.growth_rows):
+                host_b[j].copy_(self.bucket_rows[r], non_blocking=cuda)
         self.which = (self.which + 1) % len(self.host)
         host.copy_(self.buf[:filled], non_blocking=cuda)
         event = None
         if cuda:
             event = torch.cuda.Event()
             event.record(torch.cuda.current_stream(self.device))
-        pending = (host, list(self.steps), event, list(self.keys), host_b)
+        pending = (host, list(self.steps), event, list(self.keys), host_b, list(self.grown_at))
         self.steps.clear()
+        self.grown_at.clear()
+        self.growth_rows.clear()
         return pending
 
     @staticmethod
@@ -261,9 +308,15 @@ class History:
         for phase in (Phase.TRAIN,) * sampled + (Phase.EVAL,) * evaluated:
             for device, states in self._states(phase).items():
                 ring = self._ring(device, states, phase)
+                counts = hist or phase != Phase.TRAIN  # eval forwards count the histograms always
                 if len(ring.steps) == ring.capacity:
                     self._start_copy(ring)
-                ring.record(step, self.rules)
+                elif counts and ring.grown_full():
+                    # every ring's steps go along, so the sinks get the phases' steps in order as at a flush
+                    for other in self.rings.values():
+                        if other.steps:
+                            self._start_copy(other)
+                ring.record(step, self.rules, counts)
 
     def before_reset(self):
         """mon.reset() restarts the running totals, not the history: the open step keeps what it measured."""
@@ -299,22 +352,23 @@ class History:
                                                       phase=phase)
         return ring
 
-    def _start_copy(self, ring, buckets=False):
-        # a host staging buffer is reused only after what it held went to the sinks
+    def _start_copy(self, ring):
+        # a host staging buffer is reused only after what it held went to the sinks; the copies before it go
+        # first, so the sinks get the steps in the order they were copied
         while sum(p[0] is ring for p in self._pending) >= len(ring.host):
-            first = next(i for i, p in enumerate(self._pending) if p[0] is ring)
-            self._finish(self._pending.pop(first))
-        self._pending.append((ring, *ring.start_copy(buckets)))
+            self._finish(self._pending.pop(0))
+        self._pending.append((ring, *ring.start_copy()))
 
     def _finish(self, pending):
-        ring, host, steps, event, keys, host_b = pending
+        ring, host, steps, event, keys, host_b, grown_at = pending
         if event is not None:
             event.synchronize()
         hist = [ring.phase != Phase.TRAIN or s not in self._no_hist for s in steps]  # eval counts them always
         if ring.phase == Phase.TRAIN:
             self._no_hist.difference_update(steps)
         arow, fs, counts, amax = Ring.unpack(host, len(steps), len(keys), self.cfg)
-        self.delivery.deliver(arow, fs, counts, steps, keys, host_b, hist, ring.phase, amax=amax)
+        grown = None if host_b is None else host_b.numpy()
+        self.delivery.deliver(arow, fs, counts, steps, keys, grown, grown_at, hist, ring.phase, amax=amax)
 
     # ---- flushing ----
     def flush(self, wait=True):
@@ -322,7 +376,7 @@ class History:
         wait=False (the step-end path) leaves an unfinished CUDA copy for a later flush."""
         for ring in self.rings.values():
             if ring.steps:
-                self._start_copy(ring, buckets=True)
+                self._start_copy(ring)
         self._last_flush = self.monitor.step_count
         while self._pending:
             event = self._pending[0][3]

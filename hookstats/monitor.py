@@ -194,7 +194,8 @@ class Monitor:
     def memory(self):
         """The bytes the monitor holds, as a dict: its statistics on the device (state_bytes), the history's
         buffers on the device and the host, the steps mon.history() keeps, and their device total
-        (device_bytes)."""
+        (device_bytes). With the float buckets the history's device bytes include, per target, 32 KiB rows: the
+        baseline and one per histogram step a logging window holds (at most 2); docs/performance.md#memory."""
         return self.store.memory(self.step_history)
 
     def flush(self):
@@ -375,7 +376,9 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
         Keep each call of a module within a step apart (``"fc:output@1"``) instead of pooling them.
     history : bool or int, default False
         Keep every measured step's statistics (``mon.history()``, the sinks). An int sets how many steps the
-        device buffer holds (default `log_every`; a full buffer is sent early).
+        device buffer holds (default `log_every`; a full buffer is sent early). With the float buckets it also
+        holds each histogram step's own buckets, 32 KiB a target, for as many histogram steps as a window holds
+        (at most 2); a histogram step past them sends the steps before it early.
     log_every : int, default 10
         Steps between copies of the history to the host and the sinks.
     keep : int, default 1000

@@ -80,16 +80,23 @@ def no_bucket_columns(cols, slots, cfg):
 
 def bucket_columns(fstate, istate, buckets, cfg, amax_before=None):
     """The columns of one step slot ([1, T] arrays): fstate [T, F] and the compact counts istate [T, ...] of
-    step_columns(), and buckets [T, FLOAT_SLOTS], the float buckets counted since the previous flush (their
-    statistics cover those steps), or None: none this time; amax_before [T]: delayed scaling's amax (NaN: no step
-    before; None: not known, its shares NaN)."""
+    step_columns(), and buckets [T, FLOAT_SLOTS], the float buckets this step counted, or None: none;
+    amax_before [T]: delayed scaling's amax (NaN: no step before; None: not known, its shares NaN)."""
     f = np.asarray(fstate, dtype=np.float64)[None]
     if not cfg.float_hist or buckets is None:
         return no_bucket_columns(step_columns(f, np.asarray(istate)[None], cfg), range(1), cfg)
-    i = np.concatenate([_compact(istate, cfg), np.asarray(buckets, dtype=np.int64)], axis=-1)[None]
+    return bucket_rows(f, np.asarray(istate)[None], np.asarray(buckets)[None], cfg,
+                       None if amax_before is None else np.asarray(amax_before)[None])
+
+
+def bucket_rows(fstate, istate, buckets, cfg, amax_before=None):
+    """The columns of J step slots that counted float buckets, derived at once ([J, T] arrays): fstate [J, T, F],
+    the compact counts istate [J, T, ...] of step_columns(), buckets [J, T, FLOAT_SLOTS] each slot's own float
+    buckets; amax_before [J, T] as bucket_columns() takes it."""
+    i = np.concatenate([_compact(istate, cfg), np.asarray(buckets, dtype=np.int64)], axis=-1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return statistics.derive_rows(f, i, cfg, statistics.HISTORY,
-                                      None if amax_before is None else np.asarray(amax_before, np.float64)[None])
+        return statistics.derive_rows(np.asarray(fstate, dtype=np.float64), i, cfg, statistics.HISTORY,
+                                      None if amax_before is None else np.asarray(amax_before, np.float64))
 
 
 def _compact(istate, cfg):
@@ -198,15 +205,14 @@ def _order(names):
 
 
 def has_buckets(record):
-    """Whether a history record carries float buckets that counted values (a flush window's last step with a
-    histogram step in it)."""
+    """Whether a history record carries float buckets that counted values (a step that counted the histograms)."""
     return record.get("float_hist") is not None and (record.get("hist_count") or 0) > 0
 
 
 def last_records(items, bucket_figures=()):
     """Per target and phase the record of its last step, from (step, record) pairs (a run's history), labelled
     "target (phase)" outside the train phase; the `bucket_figures` (statistics of the float buckets) from its last
-    record that has buckets: a flush window without a histogram step has empty ones, not NaN figures."""
+    record that has buckets: a step that counted no histograms has none, not NaN figures."""
     last, with_buckets = {}, {}
     for step, rec in items:
         t = phase_label(rec["target"], record_phase(rec))

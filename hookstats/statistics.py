@@ -331,7 +331,7 @@ DASHBOARD_STATS = tuple(st.name for st in TABLE if st.dashboard == "default")
 PLOTTED = tuple(st for st in TABLE if st.plot is not None)
 ALERTED = tuple(st.name for st in TABLE if st.alerts)
 # figures of the histograms (needs a histogram switch): NaN on a record whose histograms were not counted (a step
-# between histogram steps, a step of a flush window but its last), which the sinks leave out rather than write
+# between histogram steps), which the sinks leave out rather than write
 HIST_FIGURES = tuple(st.name for st in TABLE if st.scalar and st.needs is not None)
 
 

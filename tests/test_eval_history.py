@@ -5,6 +5,7 @@ forwards between two train steps, stamped with the step they ran in (the last tr
 import numpy as np
 import pytest
 import torch
+from float_oracle import float_counts
 from torch import nn
 from wandb_file import offline_history
 
@@ -140,9 +141,14 @@ def test_validation_passes_reach_a_wandb_run(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("log_every", [1, 5, 100])
 def test_each_pass_is_its_own_record_whatever_the_flush_window(log_every):
-    """A pass after every train step, flushes every 1, 5 or 100 steps: one eval record per pass, each of that
-    pass's forwards only (the eval state keeps the open pass apart, as train states keep the open step)."""
+    """A pass after every epoch, flushes every 1, 5 or 100 steps: one eval record per pass, each of that
+    pass's forwards only (the eval state keeps the open pass apart, as train states keep the open step), its float
+    buckets too (a pass counts them always; with log_every=100 one window holds every pass)."""
     mon, oracle = loop([], log_every=log_every)
     mon.remove()
     got = {(r["phase"], s, r["target"]): r for s, r in mon.history_sink.items()}
     check(got, oracle, f"log_every={log_every}")
+    passes = [k for k in oracle if k[0] == "eval"]
+    assert len(passes) == 2 * EPOCHS
+    for k in passes:
+        np.testing.assert_array_equal(got[k]["float_hist"], float_counts(oracle[k].astype(np.float32)), err_msg=str(k))

@@ -152,12 +152,11 @@ def test_callbacks_histograms_are_the_fitted_view_of_the_windows_buckets(tmp_pat
     assert list(got.histogram) == list(h.bucket)
 
 
-def test_tensorboard_histograms_only_for_windows_with_a_histogram_step(tmp_path):
-    """log_every=2: by default every window holds a histogram step (hist_every follows log_every: 2), so each window
-    gets a `hist` and a `log2_abs` histogram, at its last histogram step, whose counts are its histogram steps'
-    values (the test's own hooks).
-    With hist_every=10 asked for, the windows holding step 0, the ramp (1, 2, 4, 8) or step 10 get them; the windows
-    in between hold no histogram step and get no histogram (not an empty one)."""
+def test_tensorboard_histograms_only_for_histogram_steps(tmp_path):
+    """log_every=2: by default (hist_every follows log_every: 2) steps 0, 1 and every second step after count the
+    histograms, and each gets a `hist` and a `log2_abs` histogram at its own step, whose counts are that step's
+    values (the test's own hooks). With hist_every=10 asked for, step 0, the ramp (1, 2, 4, 8) and step 10 get
+    them, two of them in the first window; the steps between get no histogram (not an empty one)."""
     for hist_every in (None, 10):
         model = nn.Sequential(nn.Linear(5, 30), nn.ReLU(), nn.Linear(30, 3))
         seen = []
@@ -168,16 +167,13 @@ def test_tensorboard_histograms_only_for_windows_with_a_histogram_step(tmp_path)
         for _ in range(13):
             model(torch.randn(8, 5)).square().mean().backward()
         mon.remove()
-        windows = [[k for k in (w, w + 1) if k < 13] for w in range(0, 13, 2)]
-        held = [[k for k in win if hist_step(k, 1, mon.cfg.hist_every)] for win in windows]
-        held = [(ks[-1], ks) for ks in held if ks]  # each window's last histogram step, its histogram steps
-        assert (len(held) == len(windows)) == (hist_every is None)
+        held = [k for k in range(13) if hist_step(k, 1, mon.cfg.hist_every)]
+        assert held == ([0, 1, 2, 4, 6, 8, 10, 12] if hist_every is None else [0, 1, 2, 4, 8, 10])
         acc = tb_events(out)
         for name in ("hist", "log2_abs"):
             events = acc.Histograms(f"hookstats/0/output/{name}")
-            assert [ev.step for ev in events] == [last for last, _ in held], name
-            for ev, (_, ks) in zip(events, held):
-                v = np.concatenate([seen[k] for k in ks])
-                nonzero = int((v != 0).sum())
-                assert sum(ev.histogram_value.bucket) == pytest.approx(v.size if name == "hist" else nonzero)
-                assert ev.histogram_value.num == pytest.approx(v.size if name == "hist" else nonzero)
+            assert [ev.step for ev in events] == held, name
+            for ev, k in zip(events, held):
+                nonzero = int((seen[k] != 0).sum())
+                assert sum(ev.histogram_value.bucket) == pytest.approx(seen[k].size if name == "hist" else nonzero)
+                assert ev.histogram_value.num == pytest.approx(seen[k].size if name == "hist" else nonzero)

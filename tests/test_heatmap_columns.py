@@ -1,10 +1,13 @@
 """A histogram heatmap has one column per step that counted the histograms, labelled with that step, and each
 column is the share of its step's values per bin (so a column holding more values is not brighter), against the
-shares computed here from the history's own per-step histograms; a color bar says what the color means."""
+shares computed here from the history's own per-step histograms, and with the float buckets (the default) from the
+values the test's own hook saw at each step; a color bar says what the color means."""
 import numpy as np
 import pytest
 import torch
 from torch import nn
+
+from test_float_statistics import log2_oracle
 
 import hookstats
 from hookstats.tools import plots
@@ -66,3 +69,26 @@ def test_the_color_bar_says_the_color_is_a_share(run, tmp_path):
     image = panel(fig, "0:output").images[0]
     assert image.norm.vmax == 1.0 and image.norm.vmin == plots.SHARE_MIN
     assert "share" in fig.get_suptitle()
+
+
+def test_the_float_buckets_give_each_histogram_step_its_own_column(tmp_path):
+    """Defaults (float buckets), a 60-step run with log_every=20 and hist_every=10: the first window holds the
+    ramp's histogram steps 0, 1, 2, 4, 8 and 10, and each is a column of its own values' log2 shares."""
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 2))
+    seen = []
+    model[0].register_forward_hook(lambda m, i, o: seen.append(o.detach().numpy().ravel().copy()))
+    with hookstats.attach(model, history=True, log_every=20, hist_every=10, alerts=False, grads=False) as mon:
+        for step in range(60):
+            with torch.no_grad():
+                model(torch.randn(16, 8) * 4.0 ** (step % 7 - 3))
+    steps = [0, 1, 2, 4, 8, 10, 20, 30, 40, 50]
+    fig = plots.plot_hist_heatmap(plots.collect(list(mon.history_sink.items())), tmp_path / "h.png", hist="log2",
+                                  kind="output")
+    ax = panel(fig, "0:output")
+    img = np.asarray(ax.images[0].get_array())
+    assert [t.get_text() for t in ax.get_xticklabels()] == [str(s) for s in steps]
+    want = np.stack([log2_oracle(seen[k]) for k in steps]).astype(np.float64)
+    used = np.flatnonzero(want[:, 2:].sum(0))
+    want = np.concatenate([want[:, :2].sum(1, keepdims=True), want[:, 2 + used[0]: 2 + used[-1] + 1]], axis=1)
+    np.testing.assert_allclose(img, (want / want.sum(1, keepdims=True)).T)

@@ -223,14 +223,17 @@ class Records:
         pass
 
 
-@pytest.mark.parametrize("hist_every,log_every,steps,windows", [
-    (5, 10, 20, {5: {0, 1, 2, 4, 5}, 15: {10, 15}}),  # the ramp (1, 2, 4) in the first window
-    (3, 2, 6, {1: {0, 1}, 3: {2, 3}}),  # the window of steps 4-5 holds no histogram step
-], ids=["every-window", "a-window-without"])
-def test_history_window_buckets_are_those_of_its_histogram_steps(hist_every, log_every, steps, windows):
-    """The record of a flush window's last histogram step carries the buckets of the window's histogram steps (the
-    test's own hook, the bucket oracle); every other record, the last of a window without a histogram step too,
-    carries none (None, hist_count NaN), not an all-zero histogram."""
+@pytest.mark.parametrize("hist_every,log_every,steps,counted", [
+    (5, 10, 20, {0, 1, 2, 4, 5, 10, 15}),  # the ramp (1, 2, 4): several histogram steps in the first window
+    (3, 2, 6, {0, 1, 2, 3}),  # the window of steps 4-5 holds no histogram step
+    (1, 10, 13, set(range(13))),  # ten histogram steps a window: its steps go to the host in copies of two
+    (2, 10, 25, {0, 1} | set(range(0, 25, 2))),  # five a window, past the two growth rows a ring keeps
+    (10, 20, 45, {0, 1, 2, 4, 8, 10, 20, 30, 40}),  # two a window, as many as the rows
+], ids=["every-window", "a-window-without", "every-step", "more-than-the-rows", "as-many-as-the-rows"])
+def test_history_buckets_are_each_histogram_steps_own(hist_every, log_every, steps, counted):
+    """The record of each histogram step carries the buckets of that step's values (the test's own hook, the bucket
+    oracle), however many a flush window holds; every other record carries none (None, hist_count NaN), not an
+    all-zero histogram."""
     model, sink = mlp(), Records()
     mon = hookstats.attach(model, hist_every=hist_every, grads=False, steps="manual", history=True,
                            log_every=log_every, sinks=[sink], alerts=False)
@@ -239,12 +242,12 @@ def test_history_window_buckets_are_those_of_its_histogram_steps(hist_every, log
     mon.remove()
     got = {(s, r["target"]): r for s, r in sink.rows}
     for name in NAMES:
-        for last, hist in windows.items():
-            rec = got[(last, f"{name}:output")]
-            values = seen.of(name, hist)
-            np.testing.assert_array_equal(rec["float_hist"], float_buckets(torch.from_numpy(values)))
+        for k in counted:
+            rec = got[(k, f"{name}:output")]
+            values = seen.of(name, {k})
+            np.testing.assert_array_equal(rec["float_hist"], float_buckets(torch.from_numpy(values)), err_msg=str(k))
             assert rec["hist_count"] == np.isfinite(values).sum()
-        for k in set(range(steps)) - set(windows):
+        for k in set(range(steps)) - counted:
             rec = got[(k, f"{name}:output")]
             assert rec["float_hist"] is None and np.isnan(rec["hist_count"]) and np.isnan(rec["p50"])
             assert rec["count"] == seen.of(name, {k}).size
@@ -313,7 +316,7 @@ def test_a_run_shorter_than_one_window_is_not_described_by_step_0_alone():
 @pytest.mark.parametrize("every", [1, 3])
 def test_after_the_ramp_the_cadence_is_the_grid(every):
     """A long run: the ramp's steps, then exactly one histogram step in every * hist_every, every logging window
-    holding one (the history's buckets go with each window's last histogram step)."""
+    holding one (the history's records carry the buckets of their own histogram step)."""
     model, sink, steps, log_every = mlp(), Records(), 95, 15
     mon = hookstats.attach(model, every=every, grads=False, steps="manual", history=True, log_every=log_every,
                            sinks=[sink], alerts=False)
@@ -329,13 +332,10 @@ def test_after_the_ramp_the_cadence_is_the_grid(every):
     assert_record(rec, seen.of("0", sampled_steps(steps, every)), seen.of("0", hs), mon.cfg)
     mon.remove()
     got = {s: r for s, r in sink.rows if r["target"] == "0:output"}
-    # a flush window's buckets go with its last histogram step: those since the previous such step are theirs
-    ends = [s for s, r in sorted(got.items()) if r["float_hist"] is not None]
-    assert ends and set(ends) <= hs and max(hs) == ends[-1]
-    for a, b in zip([-1] + ends, ends):
-        window = set(range(a + 1, b + 1))
-        assert hs & window
-        np.testing.assert_array_equal(got[b]["float_hist"], float_buckets(torch.from_numpy(seen.of("0", hs & window))))
+    # each histogram step's record has the buckets of its own values, and no other record has any
+    assert {s for s, r in got.items() if r["float_hist"] is not None} == hs
+    for k in hs:
+        np.testing.assert_array_equal(got[k]["float_hist"], float_buckets(torch.from_numpy(seen.of("0", {k}))))
 
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True, "4", None], ids=repr)

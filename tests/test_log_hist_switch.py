@@ -25,7 +25,7 @@ def train(tmp_path, log_hist, steps=4):
     seen = []
     model[0].register_forward_hook(lambda m, i, o: seen.append(o.detach().double().numpy().ravel().copy()))
     keep = Keep()
-    # hist_every=1: the oracle counts every step's values into each window's buckets
+    # hist_every=1: every step counts its buckets, and its record carries them
     mon = hookstats.attach(model, steps="manual", history=True, log_every=2, grads=False, log_hist=log_hist, hist_every=1,
                            sinks=[keep, JSONLSink(tmp_path / "h.jsonl"), TensorBoardSink(tmp_path / "tb")])
     for s in range(steps):
@@ -37,7 +37,8 @@ def train(tmp_path, log_hist, steps=4):
 
 
 def windows(seen, records):
-    """{step: the outputs of the steps its record's buckets cover}: the steps since the previous flush record."""
+    """{step: the outputs its record's buckets cover}: the steps since the previous record with buckets (each
+    histogram step's own: with hist_every=1 that step alone)."""
     out, start = {}, 0
     for step, rec in records:
         if rec["float_hist"] is not None:
@@ -67,7 +68,7 @@ def test_log_hist_switches_the_log2_histogram_everywhere(tmp_path, log_hist):
     history = [(s, r) for s, r in mon.history_sink.items() if r["target"] == TARGET]
     jsonl = [(s, r) for s, r in read_jsonl(tmp_path / "h.jsonl")[0] if r["target"] == TARGET]
     flushes = windows(seen, kept)
-    assert sorted(flushes) == [1, 3]
+    assert sorted(flushes) == [0, 1, 2, 3] and all(len(v) == 8 * 40 for v in flushes.values())
     for records in (kept, history, jsonl):
         assert [s for s, _ in records] == [0, 1, 2, 3]
         for step, rec in records:

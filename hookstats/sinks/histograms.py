@@ -40,7 +40,7 @@ def linear_buckets(rec):
 def value_histograms(records):
     """Per record, the (edges, counts) of its value histogram (module docstring), or None without one."""
     out = [linear_buckets(rec) for rec in records]
-    # a flush window without a histogram step (hist_every) has empty buckets: no histogram, not an empty one
+    # a record whose buckets counted nothing has no histogram, not an empty one
     fit = [k for k, rec in enumerate(records) if out[k] is None and rec.get("float_hist") is not None
            and rec.get("finite") and np.any(rec["float_hist"])]
     if fit:

@@ -21,7 +21,7 @@ LONG_COLUMNS = ("step", "target", "kind", "phase", "stat", "value")  # frame() /
 
 class _Sparse:
     """One histogram of a target kept only on the rows that have counts, each as its nonzero slots (int16)
-    and their counts (int64): the float buckets (4096 slots, a few hundred used) come once per flush."""
+    and their counts (int64): the float buckets (4096 slots, a few hundred used) come on histogram steps only."""
 
     def __init__(self, size, cap=0):
         self.size = size

@@ -20,9 +20,9 @@ def add_histograms(writer, pairs, step):
 def _add(writer, base, rec, lin, step):
     if lin is not None:
         edges, counts = lin
-        # num: the values the histogram holds (hist_count: its histogram steps' values, not `finite`'s: fewer with
-        # hist_every > 1, more in a history window's last record when the window held several); sum and
-        # sum_squares: the moments of the record's finite values, scaled to num
+        # num: the values the histogram holds (hist_count, where known: a stats() record's histogram steps' values,
+        # fewer than `finite`'s with hist_every > 1); sum and sum_squares: the moments of the record's finite
+        # values, scaled to num
         n, mean, std = rec["finite"], rec["mean"], rec["std"]
         held = rec.get("hist_count")
         if held is not None and held == held and held > 0:

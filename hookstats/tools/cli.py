@@ -160,8 +160,8 @@ def _report_run(run_dir, out, log, show_progress):
     rows, last_buckets = last_records(items, [k for k, _ in FLOAT_CELLS.values()])
     steps = sorted({s for s, _ in items})
     log(f"== {run_dir}: {len(steps)} recorded steps ({steps[0]}..{steps[-1]}), {len(series)} targets")
-    title = "last recorded step of each target" + (" (|x| quantiles and near 0 rel: its last flush window with "
-                                                    "float buckets)" if last_buckets else "")
+    title = "last recorded step of each target" + (" (|x| quantiles and near 0 rel: its last histogram "
+                                                    "step)" if last_buckets else "")
     table = stats_table(rows, title=title)
     (out / TABLE_FILE).write_text(table + "\n", encoding="utf-8")
     # a model's thousands of targets would scroll everything else off the terminal: the file has them all

@@ -311,9 +311,8 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
     bar shows; empty bins take the lowest color.
     hist="linear": the value bins (the configured linear histogram, else the view of the float buckets over one
     span for the steps shown); hist="log2": log2 `|x|` (zeros and values below 2**-126 in the bottom row).
-    One column per record that has the histogram, its step under it: the float buckets' view holds each flush
-    window's histogram steps, with the record of the window's last histogram step; the linear bins and log2 slots the step's
-    own (steps between histogram steps, hist_every, have none)."""
+    One column per record that has the histogram, its step under it: each step that counted the histograms, with
+    its own values (steps between histogram steps, hist_every, have none)."""
     if hist not in ("linear", "log2"):
         raise ValueError(f"hist must be 'linear' or 'log2', got {hist!r}")
     if targets is None:
@@ -353,7 +352,7 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
         ax.set_title(short(t), fontsize=9)
         ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), MAX_STEP_TICKS)).round().astype(int))
         ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
-        ax.set_xlabel("window ending at step" if key == "float_view" else "histogram step", fontsize=8)
+        ax.set_xlabel("histogram step", fontsize=8)
         ax.set_ylabel(ylabel, fontsize=8)
     title = (f"{'linear' if hist == 'linear' else 'log2-magnitude'} histogram over steps ({kind or 'all kinds'}, "
              f"{_count(len(targets), total)}); color: share of each column's values")
