@@ -149,7 +149,8 @@ def run_demo(out):
 
 def test_demo_shows_progress_of_training_and_charts_on_a_terminal(demo_dir):
     bars = (demo_dir / "stderr.txt").read_text()
-    assert re.search(r"cnn on cpu: 100%.*6/6", bars) and re.search(r"cnn charts: 100%.*\b(\d+)/\1 ", bars)
+    charts = len(list((demo_dir / "cnn" / "charts").glob("*.png")))  # the bar counts every chart the demo draws
+    assert re.search(r"cnn on cpu: 100%.*6/6", bars) and re.search(rf"cnn charts: 100%.*\b{charts}/{charts} ", bars)
     assert "cnn on cpu" not in (demo_dir / "stdout.txt").read_text()
 
 
@@ -163,8 +164,9 @@ def test_report_progress_only_on_a_terminal_and_without_no_progress(demo_dir, tm
     err, out = Terminal() if terminal else io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         assert cli.main(["report", str(demo_dir / "cnn"), "--out", str(tmp_path), *flag]) == 0
-    # the bar counts the charts of the steps; the what-if and gradient-norm figures are drawn after it
-    charts = len([p for p in tmp_path.glob("*.png") if p.name not in (GRID_FILE, "grad_norms.png")])
+    # the bar counts every chart drawn: the steps', the what-if figure and the gradient norms
+    charts = len(list(tmp_path.glob("*.png")))
+    assert {GRID_FILE, "grad_norms.png"} <= {p.name for p in tmp_path.glob("*.png")}
     assert (f"charts of cnn: 100%" in err.getvalue() and f"{charts}/{charts}" in err.getvalue()) == drawn
     assert err.getvalue() == "" or drawn
     assert "charts of cnn" not in out.getvalue()
@@ -208,6 +210,23 @@ def test_demo_prints_the_layer_table_and_the_alerts(demo_dir):
     assert "alerts.txt" in wrote and "tensorboard/" in wrote
 
 
+def test_demo_prints_the_gradient_norm_and_what_clipping_would_do(demo_dir):
+    """The global norm of each step from the CSV's parameter-gradient l2 rows (the root of their sum of squares,
+    as clip_grad_norm_ computes it): its median (NaN steps, after the NaN at step 4, left out) and the steps over
+    max_norm=1 are the demo's line."""
+    import numpy as np
+    squares = {}
+    with open(demo_dir / "cnn" / "history.csv") as f:
+        for r in csv.DictReader(f):
+            if r["kind"] == "param_grad" and r["stat"] == "l2":
+                squares[int(r["step"])] = squares.get(int(r["step"]), 0.0) + float(r["value"]) ** 2
+    total = np.sqrt([squares[s] for s in sorted(squares)])
+    assert len(total) == 6 and np.isnan(total[4:]).all() and np.isfinite(total[:4]).all()
+    line = next(ln for ln in (demo_dir / "stdout.txt").read_text().splitlines() if ln.startswith("gradient norm: "))
+    assert line == (f"gradient norm: median {np.nanmedian(total):.3g} over 6 recorded steps; "
+                    f"clip_grad_norm_(max_norm=1) would clip {int((total > 1).sum())} of them (grad_norms.png)")
+
+
 def test_demo_writes_every_output(demo_dir):
     run = demo_dir / "cnn"
     for name in ("history.csv", "history.jsonl", "summary.txt", "alerts.txt"):
@@ -215,7 +234,7 @@ def test_demo_writes_every_output(demo_dir):
     assert any(p.name.startswith("events.out.tfevents") for p in (run / "tensorboard").iterdir())
     charts = {p.name for p in (run / "charts").glob("*.png")}
     assert {"layer_stats_output.png", "hist_linear_output.png", "hist_log2_grad_output.png",
-            "dynamic_range.png"} <= charts
+            "dynamic_range.png", "grad_norms.png", GRID_FILE} <= charts
     with open(run / "history.csv") as f:
         rows = list(csv.DictReader(f))
     assert {int(r["step"]) for r in rows} == set(range(6))
@@ -231,7 +250,7 @@ def test_report_rebuilds_charts_and_prints_the_last_step(demo_dir, tmp_path, cap
     assert code == 0, err
     rebuilt = {p.name for p in (tmp_path / "cnn").glob("*.png")}
     drawn = {p.name for p in (demo_dir / "cnn" / "charts").glob("*.png")}
-    assert drawn <= rebuilt and rebuilt - drawn <= {"grad_norms.png"}  # report also draws the gradient norms
+    assert drawn == rebuilt  # the demo draws the gradient norms and the what-if figure too
     with open(demo_dir / "cnn" / "history.csv") as f:
         want = {r["stat"]: float(r["value"]) for r in csv.DictReader(f)
                 if r["step"] == "5" and r["target"] == "body.0:grad_output"}
