@@ -113,6 +113,7 @@ def test_report_on_a_missing_path_says_folder_or_file(tmp_path, capsys):
     assert "no such folder or history file" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a new process importing transformers and building gpt2: the longest test of the fast suite
 def test_plan_prints_no_notices_of_transformers():
     pytest.importorskip("transformers")
     out = subprocess.run([sys.executable, "-m", "hookstats", "plan", "gpt2", "--totals"], capture_output=True,
