@@ -125,6 +125,19 @@ def test_bench_dispatches_to_hookstats_bench_main(capsys, monkeypatch):
     assert code == 2 and err.startswith("hookstats bench: error: the benchmark module is not available")
 
 
+def draw_nothing(monkeypatch):
+    """Each chart a stub file where report would draw it: for the tests of what report reads, names and prints
+    (test_report_on_a_run_saved_with_and_without_linear_bins, the demo and the chart files' tests draw them)."""
+    from pathlib import Path
+
+    from hookstats.tools import flight_plots, lowprec_plots, plots
+    for module, chart in ((plots, "plot_layer_stats"), (plots, "plot_layer_stats_overview"),
+                          (plots, "plot_hist_heatmap"), (plots, "plot_hist_overview"), (plots, "plot_dynamic_range"),
+                          (lowprec_plots, "plot_lowprec_grid"), (flight_plots, "plot_grad_norms"),
+                          (flight_plots, "plot_flight")):
+        monkeypatch.setattr(module, chart, lambda *a, **k: Path(k.get("path", a[-1])).write_bytes(b"png"))
+
+
 class Terminal(io.StringIO):
     """A stderr that says it is a terminal, as a user's shell is (where progress bars are drawn)."""
 
@@ -245,7 +258,8 @@ def test_demo_writes_every_output(demo_dir):
     assert "SmallCNN:" in summary and "body.0" in summary
 
 
-def test_report_rebuilds_charts_and_prints_the_last_step(demo_dir, tmp_path, capsys):
+def test_report_rebuilds_charts_and_prints_the_last_step(demo_dir, tmp_path, capsys, monkeypatch):
+    draw_nothing(monkeypatch)
     code, out, err = run_main(capsys, "report", str(demo_dir), "--out", str(tmp_path))
     assert code == 0, err
     rebuilt = {p.name for p in (tmp_path / "cnn").glob("*.png")}
@@ -261,7 +275,8 @@ def test_report_rebuilds_charts_and_prints_the_last_step(demo_dir, tmp_path, cap
     assert "alerts (" in out and "NaN/Inf in head:output at step 4" in out
 
 
-def test_report_from_csv_only_and_from_a_broken_jsonl(demo_dir, tmp_path, capsys):
+def test_report_from_csv_only_and_from_a_broken_jsonl(demo_dir, tmp_path, capsys, monkeypatch):
+    draw_nothing(monkeypatch)
     run = tmp_path / "run"
     shutil.copytree(demo_dir / "cnn", run, ignore=shutil.ignore_patterns("charts", "tensorboard"))
     os.remove(run / "history.jsonl")
@@ -316,7 +331,7 @@ def saved_run(run, config):
 @pytest.mark.parametrize("config, linear", [({}, False), ({"nbins": 8, "lo": -2.0, "hi": 2.0}, True),
                                             ({"linear_hist": True, "float_hist": False}, True)],
                          ids=["defaults", "linear+buckets", "linear-only"])
-def test_report_on_a_run_saved_with_and_without_linear_bins(tmp_path, capsys, config, linear):
+def test_report_on_a_run_saved_with_and_without_linear_bins(tmp_path, capsys, monkeypatch, config, linear):
     """Defaults (float buckets, no linear bins): no line has `hist` or `hist_range`, so a missing range cannot be
     missed, and the value heatmap is the buckets' view; with linear bins every line has both, and a line whose
     range is cut is one error naming it."""
@@ -334,6 +349,7 @@ def test_report_on_a_run_saved_with_and_without_linear_bins(tmp_path, capsys, co
     assert int(row[1].replace(",", "")) == count and float(row[2]) == pytest.approx(mean, rel=1e-3, abs=1e-6)
     assert ("near 0 rel %" in out) == config.get("float_hist", True)
 
+    draw_nothing(monkeypatch)  # drawn above; below, the lines read
     good = next(ln for ln in lines if '"target": "0:output"' in ln)
     if linear:
         broken = [(re.sub(r', "hist_range": \[[^\]]*\]', "", good), "hist_range"),
