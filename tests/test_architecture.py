@@ -3,6 +3,7 @@ class of another file defines, and no file uses another module's private functio
 hookstats through public names too; the hooks never import the Monitor; no import cycles among the modules; the
 engine never imports hookstats.tools. Read from the AST."""
 import ast
+import functools
 import os
 import subprocess
 import sys
@@ -12,6 +13,28 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "hookstats"
 OUTSIDE = (ROOT / "tests", ROOT / "benchmarks")
 ACCESSORS = ("getattr", "hasattr", "setattr", "delattr")
+
+
+def parsed(path):
+    """A file's syntax tree, parsed once per text for all of this module's checks (they only read it; the checks
+    of the checks rewrite their files)."""
+    return _tree(path.read_text(), str(path))
+
+
+@functools.lru_cache(maxsize=None)
+def _tree(text, name):
+    return ast.parse(text, name)
+
+
+_WALKED = {}
+
+
+def walk(node):
+    """ast.walk(node) as a list, made once per node: the checks walk the same files again and again. The node is
+    kept with its list, so its id is never another's."""
+    if id(node) not in _WALKED:
+        _WALKED[id(node)] = (node, list(ast.walk(node)))
+    return _WALKED[id(node)][1]
 
 
 def private(name):
@@ -26,7 +49,7 @@ def class_members(tree):
     """Private names the classes of one file define: methods, class attributes, __slots__ and attributes set
     on self/cls."""
     names = set()
-    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+    for cls in (n for n in walk(tree) if isinstance(n, ast.ClassDef)):
         for node in cls.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names.add(node.name)
@@ -67,7 +90,7 @@ def imported_names(tree, path, package):
     here = module_name(path, package).split(".")
     package = here if path.name == "__init__.py" else here[:-1]
     out = {}
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.ImportFrom):
             base = package[:len(package) - node.level + 1] if node.level else []
             base = ".".join(base + ([node.module] if node.module else []))
@@ -85,7 +108,7 @@ def imported_names(tree, path, package):
 
 def accesses(tree):
     """(node, object node, attribute name) of every attribute read or written, getattr(x, "name") too."""
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Attribute):
             yield node, node.value, node.attr
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ACCESSORS \
@@ -97,7 +120,7 @@ def accesses(tree):
 def cross_file_uses(package=PACKAGE):
     """'file:line: what' for every private member of another file's class, or another module's private name,
     used in the package."""
-    files = {p: ast.parse(p.read_text(), str(p)) for p in sorted(package.rglob("*.py"))}
+    files = {p: parsed(p) for p in sorted(package.rglob("*.py"))}
     members = {p: class_members(t) for p, t in files.items()}
     privates = {module_name(p, package): module_privates(t) for p, t in files.items()}
     found = []
@@ -113,7 +136,7 @@ def cross_file_uses(package=PACKAGE):
                     found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {obj.id}.{attr}")
             elif attr in others:
                 found.append(f"{path.relative_to(package.parent)}:{node.lineno}: {ast.unparse(obj)}.{attr}")
-        for node in ast.walk(tree):  # from .targets import _private
+        for node in walk(tree):  # from .targets import _private
             if isinstance(node, ast.ImportFrom) and node.level:
                 for a in node.names:
                     if private(a.name) and a.name != "_C" and modules.get(a.asname or a.name) not in privates:
@@ -150,7 +173,7 @@ def test_the_check_finds_a_reach_across_files(tmp_path):
 def package_imports(tree):
     """local name -> dotted name of each hookstats module or name a file outside the package imports."""
     out = {}
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "hookstats":
             for a in node.names:
                 out[a.asname or a.name] = f"{node.module}.{a.name}"
@@ -174,12 +197,12 @@ def dotted(node, names):
 def outside_uses(package=PACKAGE, dirs=OUTSIDE):
     """'file:line: what' for every private member of a hookstats class, or private name of a hookstats module,
     used by the files under `dirs` (tests, benchmarks); a file's own classes' privates are its own."""
-    files = [ast.parse(p.read_text(), str(p)) for p in sorted(package.rglob("*.py"))]
+    files = [parsed(p) for p in sorted(package.rglob("*.py"))]
     members = set().union(*(class_members(t) for t in files))
     privates = {module_name(p, package): module_privates(t) for p, t in zip(sorted(package.rglob("*.py")), files)}
     found = []
     for path in sorted(p for d in dirs for p in d.rglob("*.py")):
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parsed(path)
         own = class_members(tree) | module_privates(tree)
         names = package_imports(tree)
         where = path.relative_to(path.parents[1])
@@ -192,7 +215,7 @@ def outside_uses(package=PACKAGE, dirs=OUTSIDE):
                     found.append(f"{where}:{node.lineno}: {ast.unparse(obj)}.{attr}")
             elif attr in members:
                 found.append(f"{where}:{node.lineno}: {ast.unparse(obj)}.{attr}")
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "hookstats":
                 found += [f"{where}:{node.lineno}: imports {a.name}" for a in node.names if private(a.name)]
     return sorted(found, key=lambda f: (f.split(":")[0], int(f.split(":")[1])))
@@ -207,7 +230,7 @@ def test_the_hooks_never_import_the_monitor():
     """hookstats/hooks/ works through its Port (state owner and step clock), not through a Monitor."""
     found = []
     for path in sorted((PACKAGE / "hooks").rglob("*.py")):
-        for node, name in imported_names(ast.parse(path.read_text()), path, PACKAGE).items():
+        for node, name in imported_names(parsed(path), path, PACKAGE).items():
             if name.split(".")[:2] == ["hookstats", "monitor"]:
                 found.append(f"{path.relative_to(ROOT)}: {node}")
     assert not found, found
@@ -268,7 +291,7 @@ def is_chan_merge(node):
 def oracle_functions(tree):
     """Nodes inside functions whose name says they are an oracle: a test's own float64 computation, written out."""
     inside = set()
-    for fn in ast.walk(tree):
+    for fn in walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and "oracle" in fn.name:
             inside.update(id(n) for n in ast.walk(fn))
     return inside
@@ -280,9 +303,9 @@ def raw_state_writes(paths, test):
     for path in paths:
         if path == TABLE_MODULE:
             continue
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parsed(path)
         skip = oracle_functions(tree)
-        found += sorted({f"{path.relative_to(path.parents[1])}:{n.lineno}" for n in ast.walk(tree)
+        found += sorted({f"{path.relative_to(path.parents[1])}:{n.lineno}" for n in walk(tree)
                          if test(n) and id(n) not in skip})
     return found
 
@@ -307,8 +330,8 @@ def test_records_are_derived_from_states_in_records_py_alone():
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.name in ("records.py", "statistics.py"):
             continue
-        tree = ast.parse(path.read_text(), str(path))
-        found += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree)
+        tree = parsed(path)
+        found += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in walk(tree)
                   if isinstance(n, ast.Attribute) and n.attr == "derive_rows"
                   or isinstance(n, ast.alias) and n.name == "derive_rows"]
     assert not found, found
@@ -334,7 +357,7 @@ KIND_VALUES = ("output", "grad_output", "input", "grad_input", "param_grad", "pa
 def docstrings(tree):
     """The string constants that are docstrings (module, class, function)."""
     out = set()
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
@@ -349,9 +372,9 @@ def kind_spellings(package=PACKAGE, owner="state.py"):
     for path in sorted(package.rglob("*.py")):
         if path.relative_to(package).as_posix() == owner:
             continue
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         skip = docstrings(tree)
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in skip:
                 continue
             parts = node.value.replace("(", "|").replace(")", "|").split("|")
@@ -392,9 +415,9 @@ def phase_spellings(package=PACKAGE, owners=PHASE_OWNERS):
         rel = path.relative_to(package).as_posix()
         if rel in owners:
             continue
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         skip = docstrings(tree)
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in skip:
                 continue
             if node.value in PHASE_VALUES or any(repr(p) in node.value for p in PHASE_VALUES):
@@ -426,7 +449,7 @@ def test_the_phase_check_finds_a_spelled_phase(tmp_path):
 def names_used(tree):
     """Every name a file uses: plain names, attributes and imported names."""
     out = set()
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Name):
             out.add(node.id)
         elif isinstance(node, ast.Attribute):
@@ -437,7 +460,7 @@ def names_used(tree):
 
 
 def files_using(names, package=PACKAGE):
-    trees = {p.relative_to(package).as_posix(): ast.parse(p.read_text()) for p in sorted(package.rglob("*.py"))}
+    trees = {p.relative_to(package).as_posix(): parsed(p) for p in sorted(package.rglob("*.py"))}
     return {path for path, tree in trees.items() if names_used(tree) & set(names)}
 
 
@@ -448,7 +471,7 @@ def test_one_optimizer_hook_and_one_idea_of_what_an_optimizer_steps():
     registers = ("register_optimizer_step_pre_hook", "register_optimizer_step_post_hook", "register_step_pre_hook",
                  "register_step_post_hook")
     assert files_using(registers) == {"hooks/handles.py"}
-    calls = [(p, node) for p in sorted(PACKAGE.rglob("*.py")) for node in ast.walk(ast.parse(p.read_text()))
+    calls = [(p, node) for p in sorted(PACKAGE.rglob("*.py")) for node in walk(parsed(p))
              if isinstance(node, ast.Call) and dotted_tail(node.func) == "optimizer_hooks"]
     assert [p.relative_to(PACKAGE).as_posix() for p, _ in calls] == ["hooks/__init__.py"]
     assert [ast.unparse(a) for a in calls[0][1].args] == ["clock.on_optimizer_pre_step", "clock.on_optimizer_step"]
@@ -467,7 +490,7 @@ def test_the_step_rules_live_in_the_clock():
     assert files_using(("SKIP_HIST",)) == {"rawstate.py", "layout.py", "clock.py", "reference.py", "tools/op_speed.py"}
     modulo = set()
     for p in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(p.read_text())):
+        for node in walk(parsed(p)):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and "hist_every" in ast.unparse(node):
                 modulo.add(p.relative_to(PACKAGE).as_posix())
     assert modulo == {"clock.py"}
@@ -493,7 +516,7 @@ def import_graph(package=PACKAGE, extensions=EXTENSIONS):
     for name, path in paths.items():
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         found = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in walk(parsed(path)):
             if isinstance(node, ast.ImportFrom):
                 base = here[:len(here) - node.level + 1] if node.level else []
                 base = ".".join(base + ([node.module] if node.module else []))

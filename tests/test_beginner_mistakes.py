@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -98,9 +99,13 @@ def test_the_csv_and_jsonl_files_of_one_monitor_name_one_run(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["history.jsonl", "history.csv"])
-def test_report_takes_a_history_file(tmp_path, name, capsys):
+def test_report_takes_a_history_file(tmp_path, name, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
+    from hookstats.tools import lowprec_plots, plots
     from hookstats.tools.cli import main
+    for module, chart in ((plots, "plot_layer_stats"), (plots, "plot_hist_heatmap"), (plots, "plot_dynamic_range"),
+                          (lowprec_plots, "plot_lowprec_grid")):  # the file read, not the drawing (test_plots')
+        monkeypatch.setattr(module, chart, lambda *a, **k: Path(k.get("path", a[-1])).write_bytes(b"png"))
     train_with_files(tmp_path)
     assert main(["report", str(tmp_path / name), "--no-progress"]) == 0
     assert "6 recorded steps" in capsys.readouterr().out
@@ -113,6 +118,7 @@ def test_report_on_a_missing_path_says_folder_or_file(tmp_path, capsys):
     assert "no such folder or history file" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a new process importing transformers and building gpt2: the longest test of the fast suite
 def test_plan_prints_no_notices_of_transformers():
     pytest.importorskip("transformers")
     out = subprocess.run([sys.executable, "-m", "hookstats", "plan", "gpt2", "--totals"], capture_output=True,

@@ -125,6 +125,19 @@ def test_bench_dispatches_to_hookstats_bench_main(capsys, monkeypatch):
     assert code == 2 and err.startswith("hookstats bench: error: the benchmark module is not available")
 
 
+def draw_nothing(monkeypatch):
+    """Each chart a stub file where report would draw it: for the tests of what report reads, names and prints
+    (test_report_on_a_run_saved_with_and_without_linear_bins, the demo and the chart files' tests draw them)."""
+    from pathlib import Path
+
+    from hookstats.tools import flight_plots, lowprec_plots, plots
+    for module, chart in ((plots, "plot_layer_stats"), (plots, "plot_layer_stats_overview"),
+                          (plots, "plot_hist_heatmap"), (plots, "plot_hist_overview"), (plots, "plot_dynamic_range"),
+                          (lowprec_plots, "plot_lowprec_grid"), (flight_plots, "plot_grad_norms"),
+                          (flight_plots, "plot_flight")):
+        monkeypatch.setattr(module, chart, lambda *a, **k: Path(k.get("path", a[-1])).write_bytes(b"png"))
+
+
 class Terminal(io.StringIO):
     """A stderr that says it is a terminal, as a user's shell is (where progress bars are drawn)."""
 
@@ -149,7 +162,8 @@ def run_demo(out):
 
 def test_demo_shows_progress_of_training_and_charts_on_a_terminal(demo_dir):
     bars = (demo_dir / "stderr.txt").read_text()
-    assert re.search(r"cnn on cpu: 100%.*6/6", bars) and re.search(r"cnn charts: 100%.*\b(\d+)/\1 ", bars)
+    charts = len(list((demo_dir / "cnn" / "charts").glob("*.png")))  # the bar counts every chart the demo draws
+    assert re.search(r"cnn on cpu: 100%.*6/6", bars) and re.search(rf"cnn charts: 100%.*\b{charts}/{charts} ", bars)
     assert "cnn on cpu" not in (demo_dir / "stdout.txt").read_text()
 
 
@@ -163,8 +177,9 @@ def test_report_progress_only_on_a_terminal_and_without_no_progress(demo_dir, tm
     err, out = Terminal() if terminal else io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         assert cli.main(["report", str(demo_dir / "cnn"), "--out", str(tmp_path), *flag]) == 0
-    # the bar counts the charts of the steps; the what-if and gradient-norm figures are drawn after it
-    charts = len([p for p in tmp_path.glob("*.png") if p.name not in (GRID_FILE, "grad_norms.png")])
+    # the bar counts every chart drawn: the steps', the what-if figure and the gradient norms
+    charts = len(list(tmp_path.glob("*.png")))
+    assert {GRID_FILE, "grad_norms.png"} <= {p.name for p in tmp_path.glob("*.png")}
     assert (f"charts of cnn: 100%" in err.getvalue() and f"{charts}/{charts}" in err.getvalue()) == drawn
     assert err.getvalue() == "" or drawn
     assert "charts of cnn" not in out.getvalue()
@@ -208,6 +223,23 @@ def test_demo_prints_the_layer_table_and_the_alerts(demo_dir):
     assert "alerts.txt" in wrote and "tensorboard/" in wrote
 
 
+def test_demo_prints_the_gradient_norm_and_what_clipping_would_do(demo_dir):
+    """The global norm of each step from the CSV's parameter-gradient l2 rows (the root of their sum of squares,
+    as clip_grad_norm_ computes it): its median (NaN steps, after the NaN at step 4, left out) and the steps over
+    max_norm=1 are the demo's line."""
+    import numpy as np
+    squares = {}
+    with open(demo_dir / "cnn" / "history.csv") as f:
+        for r in csv.DictReader(f):
+            if r["kind"] == "param_grad" and r["stat"] == "l2":
+                squares[int(r["step"])] = squares.get(int(r["step"]), 0.0) + float(r["value"]) ** 2
+    total = np.sqrt([squares[s] for s in sorted(squares)])
+    assert len(total) == 6 and np.isnan(total[4:]).all() and np.isfinite(total[:4]).all()
+    line = next(ln for ln in (demo_dir / "stdout.txt").read_text().splitlines() if ln.startswith("gradient norm: "))
+    assert line == (f"gradient norm: median {np.nanmedian(total):.3g} over 6 recorded steps; "
+                    f"clip_grad_norm_(max_norm=1) would clip {int((total > 1).sum())} of them (grad_norms.png)")
+
+
 def test_demo_writes_every_output(demo_dir):
     run = demo_dir / "cnn"
     for name in ("history.csv", "history.jsonl", "summary.txt", "alerts.txt"):
@@ -215,7 +247,7 @@ def test_demo_writes_every_output(demo_dir):
     assert any(p.name.startswith("events.out.tfevents") for p in (run / "tensorboard").iterdir())
     charts = {p.name for p in (run / "charts").glob("*.png")}
     assert {"layer_stats_output.png", "hist_linear_output.png", "hist_log2_grad_output.png",
-            "dynamic_range.png"} <= charts
+            "dynamic_range.png", "grad_norms.png", GRID_FILE} <= charts
     with open(run / "history.csv") as f:
         rows = list(csv.DictReader(f))
     assert {int(r["step"]) for r in rows} == set(range(6))
@@ -226,12 +258,13 @@ def test_demo_writes_every_output(demo_dir):
     assert "SmallCNN:" in summary and "body.0" in summary
 
 
-def test_report_rebuilds_charts_and_prints_the_last_step(demo_dir, tmp_path, capsys):
+def test_report_rebuilds_charts_and_prints_the_last_step(demo_dir, tmp_path, capsys, monkeypatch):
+    draw_nothing(monkeypatch)
     code, out, err = run_main(capsys, "report", str(demo_dir), "--out", str(tmp_path))
     assert code == 0, err
     rebuilt = {p.name for p in (tmp_path / "cnn").glob("*.png")}
     drawn = {p.name for p in (demo_dir / "cnn" / "charts").glob("*.png")}
-    assert drawn <= rebuilt and rebuilt - drawn <= {"grad_norms.png"}  # report also draws the gradient norms
+    assert drawn == rebuilt  # the demo draws the gradient norms and the what-if figure too
     with open(demo_dir / "cnn" / "history.csv") as f:
         want = {r["stat"]: float(r["value"]) for r in csv.DictReader(f)
                 if r["step"] == "5" and r["target"] == "body.0:grad_output"}
@@ -242,7 +275,8 @@ def test_report_rebuilds_charts_and_prints_the_last_step(demo_dir, tmp_path, cap
     assert "alerts (" in out and "NaN/Inf in head:output at step 4" in out
 
 
-def test_report_from_csv_only_and_from_a_broken_jsonl(demo_dir, tmp_path, capsys):
+def test_report_from_csv_only_and_from_a_broken_jsonl(demo_dir, tmp_path, capsys, monkeypatch):
+    draw_nothing(monkeypatch)
     run = tmp_path / "run"
     shutil.copytree(demo_dir / "cnn", run, ignore=shutil.ignore_patterns("charts", "tensorboard"))
     os.remove(run / "history.jsonl")
@@ -297,7 +331,7 @@ def saved_run(run, config):
 @pytest.mark.parametrize("config, linear", [({}, False), ({"nbins": 8, "lo": -2.0, "hi": 2.0}, True),
                                             ({"linear_hist": True, "float_hist": False}, True)],
                          ids=["defaults", "linear+buckets", "linear-only"])
-def test_report_on_a_run_saved_with_and_without_linear_bins(tmp_path, capsys, config, linear):
+def test_report_on_a_run_saved_with_and_without_linear_bins(tmp_path, capsys, monkeypatch, config, linear):
     """Defaults (float buckets, no linear bins): no line has `hist` or `hist_range`, so a missing range cannot be
     missed, and the value heatmap is the buckets' view; with linear bins every line has both, and a line whose
     range is cut is one error naming it."""
@@ -315,6 +349,7 @@ def test_report_on_a_run_saved_with_and_without_linear_bins(tmp_path, capsys, co
     assert int(row[1].replace(",", "")) == count and float(row[2]) == pytest.approx(mean, rel=1e-3, abs=1e-6)
     assert ("near 0 rel %" in out) == config.get("float_hist", True)
 
+    draw_nothing(monkeypatch)  # drawn above; below, the lines read
     good = next(ln for ln in lines if '"target": "0:output"' in ln)
     if linear:
         broken = [(re.sub(r', "hist_range": \[[^\]]*\]', "", good), "hist_range"),

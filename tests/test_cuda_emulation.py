@@ -52,9 +52,23 @@ def cuda_include():
     return None
 
 
+PLANTED_BUGS = ("bug_nosync", "bug_relaxed", "bug_misaligned")
+
+
 @pytest.fixture(scope="session")
 def drivers(tmp_path_factory):
-    """The driver built once per sanitizer setup (once for all xdist workers), the builds running side by side."""
+    """The TSan and ASan drivers, built once (once for all xdist workers), side by side."""
+    return built(tmp_path_factory, "cuda_emu", [name for name in SANITIZERS if name not in PLANTED_BUGS])
+
+
+@pytest.fixture(scope="session")
+def bug_drivers(tmp_path_factory):
+    """The drivers with a planted bug (the slow suites': three more sanitizer builds, for the checks of the check)."""
+    return built(tmp_path_factory, "cuda_emu_bugs", PLANTED_BUGS)
+
+
+def built(tmp_path_factory, folder, names):
+    """{name: path} of the emulation driver built once per sanitizer setup in `names`, the builds side by side."""
     inc = cuda_include()
     if inc is None:
         if os.environ.get("HOOKSTATS_SKIP_CUDA_EMU") == "1":
@@ -70,10 +84,10 @@ def drivers(tmp_path_factory):
 
     def build_all(out):
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            list(pool.map(functools.partial(build, out), SANITIZERS))
+            list(pool.map(functools.partial(build, out), names))
 
-    out = made_once(tmp_path_factory, "cuda_emu", build_all)
-    return {name: str(out / name) for name in SANITIZERS}
+    out = made_once(tmp_path_factory, folder, build_all)
+    return {name: str(out / name) for name in names}
 
 
 def adversarial(n, dtype, seed):
@@ -253,19 +267,21 @@ def test_bitwise_identical_runs(drivers, tmp_path):
     assert a[0][0].tobytes() == b[0][0].tobytes() and np.array_equal(a[0][1], b[0][1])
 
 
+@pytest.mark.slow  # three more sanitizer builds, each a check of the check
 @pytest.mark.parametrize("bug", ["bug_nosync", "bug_relaxed"])
-def test_planted_bug_is_caught(drivers, tmp_path, bug):
+def test_planted_bug_is_caught(bug_drivers, tmp_path, bug):
     """A missing __syncthreads after zeroing shared memory, or a relaxed ticket, must fail the run."""
     x = adversarial(10007, torch.float32, seed=1)
-    _, r = run_driver(drivers[bug], x, ["dense", 0, 4], tmp=tmp_path)
+    _, r = run_driver(bug_drivers[bug], x, ["dense", 0, 4], tmp=tmp_path)
     assert r.returncode != 0 and "WARNING: ThreadSanitizer: data race" in r.stderr, \
         f"the planted bug {bug} went unnoticed (rc={r.returncode})"
 
 
-def test_planted_misaligned_load_is_caught(drivers, tmp_path):
+@pytest.mark.slow  # see test_planted_bug_is_caught
+def test_planted_misaligned_load_is_caught(bug_drivers, tmp_path):
     """16-byte loads from a pointer that is not 16-byte aligned fault on a GPU; UBSan must flag them."""
     x = adversarial(1000, torch.float32, seed=1)
-    _, r = run_driver(drivers["bug_misaligned"], x, ["dense", 1, 2], tmp=tmp_path)
+    _, r = run_driver(bug_drivers["bug_misaligned"], x, ["dense", 1, 2], tmp=tmp_path)
     assert r.returncode != 0 and "misaligned address" in r.stderr, f"misaligned loads went unnoticed (rc={r.returncode})"
 
 

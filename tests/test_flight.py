@@ -114,3 +114,23 @@ def test_the_flight_under_torch_compile():
     mon = run(model, 10, nan_at=6, flight=3, step_fn=compiled)
     assert mon.flights and mon.flights[0].step == 6 and mon.flights[0].target == "1:output"
     assert mon.flights[0].steps == [4, 5, 6]
+
+
+@pytest.mark.filterwarnings("ignore::hookstats.alerts.AlertWarning")
+def test_report_draws_each_flight_and_its_progress_bar_counts_every_chart(tmp_path):
+    import contextlib
+    import io
+
+    from hookstats.tools import cli
+
+    class Terminal(io.StringIO):  # a stderr that is a terminal: the bar is drawn
+        def isatty(self):
+            return True
+
+    run(chain(), 14, nan_at=9, flight=5, sinks=[JSONLSink(tmp_path / "history.jsonl")])
+    err = Terminal()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        paths = cli.report(tmp_path, tmp_path / "charts", show_progress=True)
+    drawn = sorted((tmp_path / "charts").glob("*.png"))
+    assert tmp_path / "charts" / "flight_9.png" in drawn and sorted(paths) == drawn
+    assert "100%" in err.getvalue() and f"{len(drawn)}/{len(drawn)} " in err.getvalue()

@@ -148,14 +148,16 @@ def _report_run(run_dir, out, log, show_progress):
     from .progress import progress
     from ..records import last_records
     from .summary import FLOAT_CELLS, head_and_tail, stats_table
-    from .lowprec_plots import save_run_lowprec
+    from .run_charts import flight_charts, grad_norms_chart, save_run_charts
+    from ..grad_norms import grad_norms
     items, alerts = load_run(run_dir)
     if not items:
         raise ValueError("the history holds no steps")
     series = plots.collect(items)
     out = out or (run_dir if run_dir.is_dir() else run_dir.parent) / "charts"
-    paths = plots.save_all(series, out, progress=lambda charts: progress(
-        charts, desc=f"charts of {run_dir.name}", unit="chart", enabled=show_progress)) + save_run_lowprec(items, out)
+    extras = flight_charts(run_dir if run_dir.is_dir() else run_dir.parent) + grad_norms_chart(grad_norms(items))
+    paths = save_run_charts(series, items, out, extras=extras, bar=lambda: progress(
+        desc=f"charts of {run_dir.name}", unit="chart", enabled=show_progress))
     # per target and phase: its last train step, its last validation pass
     rows, last_buckets = last_records(items, [k for k, _ in FLOAT_CELLS.values()])
     steps = sorted({s for s, _ in items})
@@ -166,27 +168,9 @@ def _report_run(run_dir, out, log, show_progress):
     (out / TABLE_FILE).write_text(table + "\n", encoding="utf-8")
     # a model's thousands of targets would scroll everything else off the terminal: the file has them all
     log(head_and_tail(table, TABLE_ENDS, f"the whole table is in {out / TABLE_FILE}"))
-    paths += extra_charts(run_dir, items, out)
     msgs = brief(alerts)
     log(f"alerts ({len(alerts)}):" + "".join(f"\n  {m}" for m in msgs) if alerts else "alerts: none")
     log(f"wrote {len(paths)} charts and {TABLE_FILE} to {out}")
-    return paths
-
-
-def extra_charts(run_dir, items, out):
-    """The flight recorder's charts (flight_<step>.png, of the run folder's flight files) and the gradient norms'
-    (grad_norms.png, when the history has parameter gradients)."""
-    from ..grad_norms import grad_norms
-    from ..sinks.flight_file import find_flights, read_flight
-    from .flight_plots import plot_flight, plot_grad_norms
-    paths = []
-    for f in find_flights(run_dir if run_dir.is_dir() else run_dir.parent):
-        paths.append(out / f"{f.stem}.png")
-        plot_flight(read_flight(f), path=paths[-1])
-    norms = grad_norms(items)
-    if norms.targets:
-        paths.append(out / "grad_norms.png")
-        plot_grad_norms(norms, path=paths[-1])
     return paths
 
 

@@ -4,14 +4,15 @@ into an output folder (one subfolder per model). `hookstats report` rebuilds cha
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
 from . import plots
-from .lowprec_plots import save_run_lowprec
 from ..delivery import brief
 from ..monitor import attach
 from .progress import progress as show
+from .run_charts import grad_norms_chart, save_run_charts
 from ..sinks import HISTORY_CSV, HISTORY_JSONL, run_dir_sinks
 from .summary import stats_table, summary
 
@@ -81,6 +82,7 @@ def transformer_task(device, batch=32, seq=16, vocab=32, seed=0):
 
 
 TASKS = {"cnn": cnn_task, "transformer": transformer_task}
+CLIP_NORM = 1.0  # the max_norm the gradient norms are told against: what clip_grad_norm_ would have clipped
 
 
 def train_one(name, out_dir, device, steps, log_every=20, seed=0, nan_at=None, tensorboard=True, progress=True):
@@ -92,7 +94,7 @@ def train_one(name, out_dir, device, steps, log_every=20, seed=0, nan_at=None, t
     for old in (HISTORY_CSV, HISTORY_JSONL, Path(HISTORY_CSV).stem + "_alerts.csv"):
         (run_dir / old).unlink(missing_ok=True)  # a new demo run, not a resumed one (the file sinks append)
     mon = attach(model, inputs=True, grads=True, input_grads=True, param_grads=True, steps="manual", log_every=log_every,
-                 sinks=run_dir_sinks(run_dir, tensorboard=tensorboard))
+                 clip_norm=CLIP_NORM, sinks=run_dir_sinks(run_dir, tensorboard=tensorboard))
     bar = show(range(steps), desc=f"{name} on {device.type}", unit="step", enabled=progress)
     t0 = time.perf_counter()
     for step in bar:
@@ -111,6 +113,14 @@ def train_one(name, out_dir, device, steps, log_every=20, seed=0, nan_at=None, t
     return mon, model, batch_fn()[0], time.perf_counter() - t0
 
 
+def clipping(norms):
+    """One line on the gradient norms: their median and the steps clip_grad_norm_(max_norm=clip_norm) would clip."""
+    total = norms.total
+    return (f"gradient norm: median {float(np.nanmedian(total)):.3g} over {len(total)} recorded steps; "
+            f"clip_grad_norm_(max_norm={norms.clip_norm:g}) would clip {int(norms.clipped.sum())} of them "
+            f"(grad_norms.png)")
+
+
 def write_reports(name, run_dir, mon, model, example, seconds, log=print, progress=True, tensorboard=True):
     """summary.txt, the charts and, only when there are alerts, alerts.txt (one message a line) of one
     trained model; prints the summary and the alerts."""
@@ -127,12 +137,14 @@ def write_reports(name, run_dir, mon, model, example, seconds, log=print, progre
     series = plots.collect(mon.history_sink.items())
     totals = {k: v["float_hist"] if v.get("float_hist") is not None else v["log2_hist"]
               for k, v in mon.stats().items() if v.get("float_hist") is not None or v["log2_hist"] is not None}
-    charts = plots.save_all(series, run_dir / "charts", run_totals=totals, progress=lambda todo: show(
-        todo, desc=f"{name} charts", unit="chart", enabled=progress)) + save_run_lowprec(mon.history_sink.items(),
-                                                                                          run_dir / "charts")
+    norms = mon.grad_norms(clip_norm=CLIP_NORM)
+    charts = save_run_charts(series, mon.history_sink.items(), run_dir / "charts", run_totals=totals,
+                             extras=grad_norms_chart(norms), bar=lambda: show(
+                                 desc=f"{name} charts", unit="chart", enabled=progress))
     log(f"\n== {name}: {mon.step_count} steps in {seconds:.1f} s, {len(mon.stats())} targets, monitor memory "
         f"{mon.memory()['device_bytes'] / 2**20:.2f} MiB on the device")
     log(table)
+    log(clipping(norms))
     log(f"alerts ({len(alerts)}):" + "".join(f"\n  {m}" for m in alerts) if alerts else "alerts: none")
     written = ["history.csv", "history.jsonl"] + ["tensorboard/"] * tensorboard + ["summary.txt"] + \
         ["alerts.txt"] * bool(mon.alerts)

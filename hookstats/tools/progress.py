@@ -4,10 +4,11 @@ import sys
 
 
 class _Off:
-    """What a disabled bar offers the commands: iteration, a context, update and postfix doing nothing."""
+    """What a disabled bar offers the commands: iteration, a context, a settable total, update, refresh and postfix
+    doing nothing."""
 
-    def __init__(self, iterable=None):
-        self.iterable = iterable
+    def __init__(self, iterable=None, total=None):
+        self.iterable, self.total = iterable, total
 
     def __iter__(self):
         return iter(self.iterable if self.iterable is not None else ())
@@ -19,6 +20,9 @@ class _Off:
         return False
 
     def update(self, n=1):
+        pass
+
+    def refresh(self):
         pass
 
     def set_postfix_str(self, s="", refresh=True):
@@ -33,7 +37,7 @@ class _Off:
 
 def progress(iterable=None, total=None, desc=None, enabled=True, unit="it"):
     if not enabled:
-        return _Off(iterable)
+        return _Off(iterable, total)
     from ..extras import require
     return require("tqdm", "hookstats' progress bars").tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr,
                                                              dynamic_ncols=True, disable=None)  # None: off unless a terminal
