@@ -14,10 +14,10 @@ Float buckets: slot = float32 bits >> 20 (what each slot holds: csrc/accumulator
 """
 
 from .rawstate import (  # noqa: F401  (the slots of the fstate and the istate: rawstate.py owns them)
-    FSTATE_SIZE, M2, MAX, MEAN, MIN, N_FINITE, COUNT, NEAR_ZERO, LIN_BASE, LIN_EXTRA, LOG_SLOTS, LOG_EXP_MIN, MAX_BINS,
-    LINEAR_HIST, LOG_HIST, SIGNED_NEAR_ZERO, FLOAT_HIST, HIST_FLAGS, SKIP_HIST, FLOAT_MANT_BITS, FLOAT_SHIFT, FLOAT_HALF,
-    FLOAT_SLOTS, FLOAT_BELOW, FLOAT_ABOVE, FLOAT_ZERO, lin_slots, kept_first, nonfinite_base, log_base, float_base,
-    istate_size)
+    FSTATE_SIZE, M2, MAX, MEAN, MIN, N_FINITE, COUNTERS, COUNT, NEAR_ZERO, LIN_BASE, LIN_EXTRA, LOG_SLOTS, LOG_EXP_MIN,
+    MAX_BINS, LINEAR_HIST, LOG_HIST, SIGNED_NEAR_ZERO, FLOAT_HIST, HIST_FLAGS, SKIP_HIST, FLOAT_MANT_BITS, FLOAT_SHIFT,
+    FLOAT_HALF, FLOAT_SLOTS, FLOAT_BELOW, FLOAT_ABOVE, FLOAT_ZERO, lin_slots, kept_first, nonfinite_base, log_base,
+    float_base, istate_size)
 
 def offsets(nbins, flags):
     """(kept_first, nonfinite_base, log_base, float_base, istate_size): what torch.ops.hookstats.istate_offsets

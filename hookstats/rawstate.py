@@ -69,7 +69,9 @@ CONSTANTS = {
     **{snake_case(name).upper(): bit for name, bit in ROWS["FLAG"]},
     **{snake_case(name).upper(): value for name, value in ROWS["CONST"]},
 }
-COUNT, NEAR_ZERO, LIN_BASE = CONSTANTS["COUNT"], CONSTANTS["NEAR_ZERO"], CONSTANTS["LIN_BASE"]
+# the op counters' istate slots by field name: a counter's row in state_layout.def is all it takes to appear here
+COUNTERS = {snake_case(name): k for k, (name,) in enumerate(ROWS["COUNTER"])}
+COUNT, NEAR_ZERO, LIN_BASE = COUNTERS["count"], COUNTERS["near_zero"], CONSTANTS["LIN_BASE"]
 LIN_EXTRA = CONSTANTS["LIN_EXTRA"]
 LOG_SLOTS = CONSTANTS["LOG_SLOTS"]
 LOG_EXP_MIN = CONSTANTS["LOG_EXP_MIN"]

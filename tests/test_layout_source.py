@@ -93,7 +93,7 @@ def test_a_new_counter_is_one_row(tmp_path, monkeypatch):
     rs = rawstate_over(text, tmp_path, monkeypatch)
     fd = rs.BY_NAME["exact_zero"]
     assert (fd.part, fd.merge, fd.step, fd.empty) == (rs.ISTATE, rs.SUM, rs.GROWTH, 0)
-    assert rs.CONSTANTS["EXACT_ZERO"] == 2 and rs.LIN_BASE == 3
+    assert rs.COUNTERS == {"count": 0, "near_zero": 1, "exact_zero": 2} and rs.LIN_BASE == 3
     for flags in range(16):
         assert fd.slots(7, flags) == (2, 1)
         assert rs.istate_size(7, flags) == rawstate.istate_size(7, flags) + 1
