@@ -73,29 +73,33 @@ def test_the_layout_is_the_one_its_version_names():
 
 
 @pytest.mark.parametrize("old,new", [("HS_CONST(FloatMantBits, 3)", "HS_CONST(FloatMantBits, 4)"),
-                                     ("HS_COUNTER(NearZero)", "HS_COUNTER(NearZero)\nHS_COUNTER(ExactZero)"),
+                                     ("HS_COUNTER(NearZero)", "HS_COUNTER(NearZero)\nHS_COUNTER(Probe)"),
                                      ("HS_FLAG(LogHist, 2)", "HS_FLAG(LogHist, 16)")])
 def test_a_layout_change_without_a_new_version_is_caught(tmp_path, monkeypatch, old, new):
     text = def_text()
     assert old in text
+    v = rawstate.LAYOUT_VERSION
     changed = rawstate_over(text.replace(old, new), tmp_path, monkeypatch)
-    assert "HS_LAYOUT_VERSION is still 1: raise it" in version_problem(changed)
-    bumped = rawstate_over(text.replace(old, new).replace("HS_LAYOUT_VERSION(1)", "HS_LAYOUT_VERSION(2)"), tmp_path,
-                           monkeypatch)
-    assert bumped.LAYOUT == {**changed.LAYOUT, "version": 2}
-    assert version_problem(bumped) == f"layout version 2 is new: add 2: {layout_digest(bumped)!r} to KNOWN_LAYOUTS"
+    assert f"HS_LAYOUT_VERSION is still {v}: raise it" in version_problem(changed)
+    bumped = rawstate_over(text.replace(old, new).replace(f"HS_LAYOUT_VERSION({v})", f"HS_LAYOUT_VERSION({v + 1})"),
+                           tmp_path, monkeypatch)
+    assert bumped.LAYOUT == {**changed.LAYOUT, "version": v + 1}
+    assert version_problem(bumped) == \
+        f"layout version {v + 1} is new: add {v + 1}: {layout_digest(bumped)!r} to KNOWN_LAYOUTS"
 
 
 def test_a_new_counter_is_one_row(tmp_path, monkeypatch):
     """A counter row adds its field (one int64 slot, summed, its growth per step) after the others, and every
     histogram moves up one slot."""
-    text = def_text().replace("HS_COUNTER(NearZero)", "HS_COUNTER(NearZero)\nHS_COUNTER(ExactZero)")
+    last = rawstate.ROWS["COUNTER"][-1][0]
+    text = def_text().replace(f"HS_COUNTER({last})", f"HS_COUNTER({last})\nHS_COUNTER(ProbeCount)")
     rs = rawstate_over(text, tmp_path, monkeypatch)
-    fd = rs.BY_NAME["exact_zero"]
+    fd = rs.BY_NAME["probe_count"]
     assert (fd.part, fd.merge, fd.step, fd.empty) == (rs.ISTATE, rs.SUM, rs.GROWTH, 0)
-    assert rs.COUNTERS == {"count": 0, "near_zero": 1, "exact_zero": 2} and rs.LIN_BASE == 3
+    assert rs.COUNTERS == {**rawstate.COUNTERS, "probe_count": rawstate.LIN_BASE}
+    assert rs.LIN_BASE == rawstate.LIN_BASE + 1
     for flags in range(16):
-        assert fd.slots(7, flags) == (2, 1)
+        assert fd.slots(7, flags) == (rawstate.LIN_BASE, 1)
         assert rs.istate_size(7, flags) == rawstate.istate_size(7, flags) + 1
 
 
