@@ -44,17 +44,11 @@ inline __m256 load8(const T* x) {
   }
 }
 
-// The near-zero predicate 8 values a vector (accumulator.h near_zero): v & mask (v itself in the signed mode, else
-// |v|) at or below eps; count() adds the true lanes to nz (a true lane is -1: subtracted).
-struct NearZero8 {
-  __m256 mask, eps;
-  explicit NearZero8(const Params& p)
-      : mask(_mm256_castsi256_ps(_mm256_set1_epi32((p.flags & kSignedNearZero) ? -1 : 0x7fffffff))),
-        eps(_mm256_set1_ps(p.eps)) {}
-  __m256i count(__m256i nz, __m256 v) const {
-    return _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, mask), eps, _CMP_LE_OQ)));
-  }
-};
+// The near-zero predicate 8 values a vector (accumulator.h near_zero): v & mask (all ones in the signed mode: v
+// itself; else the sign cleared: |v|) at or below eps; the true lanes (-1 each) are subtracted from nz.
+inline __m256i count_near_zero8(__m256i nz, __m256 v, __m256 mask, __m256 eps) {
+  return _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, mask), eps, _CMP_LE_OQ)));
+}
 
 inline float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -313,8 +307,9 @@ template <typename T, bool kFloat, int kSub>
 int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64_t& near_zero, FloatCount* fh,
                      int64_t* nonfin) {
   const __m256 inf = _mm256_set1_ps(__builtin_inff()), ninf = _mm256_set1_ps(-__builtin_inff());
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const NearZero8 near_zero8(p);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), eps = _mm256_set1_ps(p.eps);
+  // near-zero compares v & nz_mask: v itself (signed mode) or |v|
+  const __m256 nz_mask = (p.flags & kSignedNearZero) ? _mm256_castsi256_ps(_mm256_set1_epi32(-1)) : abs_mask;
   const FloatSlots<kSub> slots;
   constexpr bool kBf16Slots = kFloat && std::is_same_v<T, c10::BFloat16>;
   OnePass<T, kFloat, kSub, std::conditional_t<kBf16Slots, uint16_t, uint32_t>> op(x, n, fh);
@@ -336,7 +331,7 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
       c2 = _mm256_fmadd_ps(d, d, c2);
       bmn = _mm256_min_ps(v, bmn);  // NaN drops out; a block with a NaN or Inf is redone anyway
       bmx = _mm256_max_ps(v, bmx);
-      nz = near_zero8.count(nz, v);
+      nz = count_near_zero8(nz, v, nz_mask, eps);
       if constexpr (kFloat && !kBf16Slots) slots.f32(v, _mm256_and_ps(v, abs_mask), fs + j * kVec);
       counter.template count<kVec>(j * kVec);
     };
@@ -378,7 +373,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
   const int nb = p.nbins;
   const __m256 inf = _mm256_set1_ps(__builtin_inff()), ninf = _mm256_set1_ps(-__builtin_inff());
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256 lo = _mm256_set1_ps(p.lo), inv_w = _mm256_set1_ps(p.inv_w);
+  const __m256 lo = _mm256_set1_ps(p.lo), inv_w = _mm256_set1_ps(p.inv_w), eps = _mm256_set1_ps(p.eps);
   const __m256 m1 = _mm256_set1_ps(-1.0f), nbf = _mm256_set1_ps(static_cast<float>(nb));
   const __m256i zero_i = _mm256_setzero_si256();
   // Slots are stored with their copy's offset added (value i counts into copy i % kSub): one base per increment.
@@ -389,7 +384,8 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
   const __m256i log_off = _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(off)),
                                            _mm256_set1_epi32(static_cast<int>(lin_slots(nb)) + 1));
   const FloatSlots<kSub> slots;
-  const NearZero8 near_zero8(p);
+  // near-zero compares v & nz_mask: v itself (signed mode) or |v|
+  const __m256 nz_mask = (p.flags & kSignedNearZero) ? _mm256_castsi256_ps(_mm256_set1_epi32(-1)) : abs_mask;
   __m256 mn = inf, mx = ninf;
   __m256i nz = zero_i;
 
@@ -434,7 +430,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
       if constexpr (!kLate) {
         bmn = _mm256_min_ps(v, bmn);
         bmx = _mm256_max_ps(v, bmx);
-        nz = near_zero8.count(nz, v);
+        nz = count_near_zero8(nz, v, nz_mask, eps);
       }
       if constexpr (kLin) {
         // accumulator.h lin_slot_finite: t = (v - lo) * inv_w, clamp to [-1, nbins], floor, + 1
@@ -472,7 +468,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         bmn = _mm256_min_ps(bmn, _mm256_blendv_ps(inf, v, fin));
         bmx = _mm256_max_ps(bmx, _mm256_blendv_ps(ninf, v, fin));
         if constexpr (kLate)
-          nz = near_zero8.count(nz, v);
+          nz = count_near_zero8(nz, v, nz_mask, eps);
       }
       for (int i = 0; i < kB; ++i) {
         const float v = vals[i];
@@ -509,7 +505,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         if (kLate && all_finite) {
           pmn = _mm256_min_ps(v, pmn);
           pmx = _mm256_max_ps(v, pmx);
-          pnz = near_zero8.count(pnz, v);
+          pnz = count_near_zero8(pnz, v, nz_mask, eps);
         }
         count(j);
         if (j % 2 == 0) count_float(fs + j * kVec);

@@ -31,18 +31,11 @@ inline __m512 load16(const T* x) {
 }
 
 // The near-zero predicate 16 values a vector (accumulator.h near_zero): bits & mask (v itself in the signed mode,
-// else |v|) at or below eps, in a mask register; count() adds 1 to nz's true lanes (subtracts all = -1).
-struct NearZero16 {
-  __m512i mask, all;
-  __m512 eps;
-  explicit NearZero16(const Params& p)
-      : mask(_mm512_set1_epi32((p.flags & kSignedNearZero) ? -1 : 0x7fffffff)), all(_mm512_set1_epi32(-1)),
-        eps(_mm512_set1_ps(p.eps)) {}
-  __m512i count(__m512i nz, __m512i bits) const {
-    const __mmask16 z = _mm512_cmp_ps_mask(_mm512_castsi512_ps(_mm512_and_si512(bits, mask)), eps, _CMP_LE_OQ);
-    return _mm512_mask_sub_epi32(nz, z, nz, all);
-  }
-};
+// else |v|) at or below eps, in a mask register; nz's true lanes take -all (all = -1: + 1).
+inline __m512i count_near_zero16(__m512i nz, __m512i bits, __m512i mask, __m512 eps, __m512i all) {
+  const __mmask16 z = _mm512_cmp_ps_mask(_mm512_castsi512_ps(_mm512_and_si512(bits, mask)), eps, _CMP_LE_OQ);
+  return _mm512_mask_sub_epi32(nz, z, nz, all);
+}
 
 // s + the 16 fp32 lanes of c in fp64
 inline __m512d add_halves(__m512d s, __m512 c) {
@@ -56,8 +49,10 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
                      int64_t* nonfin) {
   static_assert(kSub == 2 || kSub == 4 || kSub == 8, "the copies of a float bucket are side by side");
   const __m512 inf = _mm512_set1_ps(__builtin_inff()), ninf = _mm512_set1_ps(-__builtin_inff());
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
-  const NearZero16 near_zero16(p);
+  const __m512 eps = _mm512_set1_ps(p.eps);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), all = _mm512_set1_epi32(-1);
+  // near-zero compares v & nz_mask: v itself (signed mode) or |v|
+  const __m512i nz_mask = (p.flags & kSignedNearZero) ? all : abs_mask;
   // float slots (accumulator.h float_slot) with their copy's offset: value i counts into copy i % kSub
   const __m512i float_zero = _mm512_set1_epi32(kFloatZero), abs16 = _mm512_set1_epi16(0x7fff);
   const __m512i float_zero16 = _mm512_set1_epi16(kFloatZero);
@@ -89,7 +84,7 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
       bmn = _mm512_min_ps(v, bmn);  // NaN drops out; a block with a NaN or Inf is redone anyway
       bmx = _mm512_max_ps(v, bmx);
       const __m512i bits = _mm512_castps_si512(v);
-      nz = near_zero16.count(nz, bits);
+      nz = count_near_zero16(nz, bits, nz_mask, eps, all);
       if constexpr (kFloat && !kBf16Slots) {  // bits >> 20, zeros of either sign to kFloatZero, in 16 bits
         const __mmask16 zero = _mm512_testn_epi32_mask(bits, abs_mask);
         const __m512i f = _mm512_mask_mov_epi32(_mm512_srli_epi32(bits, kFloatShift), zero, float_zero);

@@ -340,7 +340,8 @@ struct ChunkKernel {
     const bool signed_nz = p.flags & kSignedNearZero;
     for (int b = 0; b < kBlock; b += kLanes)
       for (int j = 0; j < kLanes; ++j) {
-        nz[j] += (b + j < m) && near_zero(bin_value(v[b + j]), p.eps, signed_nz);
+        const bool z = near_zero(bin_value(v[b + j]), p.eps, signed_nz);  // every lane: no branch, vectorised
+        nz[j] += (b + j < m) && z;
       }
     // Slots: computed branch-free for the whole block (vectorisable), then counted.
     int32_t ls[kBlock], gs[kBlock], fsl[kBlock];
