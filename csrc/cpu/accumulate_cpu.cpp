@@ -340,8 +340,10 @@ struct ChunkKernel {
     const bool signed_nz = p.flags & kSignedNearZero;
     for (int b = 0; b < kBlock; b += kLanes)
       for (int j = 0; j < kLanes; ++j) {
-        const bool z = near_zero(bin_value(v[b + j]), p.eps, signed_nz);  // every lane: no branch, vectorised
-        nz[j] += (b + j < m) && z;
+        // accumulator.h near_zero spelled out: called here it changed this loop's code (float64 ~3% slower)
+        const float f = bin_value(v[b + j]);
+        const float a = signed_nz ? f : (f < 0 ? -f : f);
+        nz[j] += (b + j < m) && (a <= p.eps);
       }
     // Slots: computed branch-free for the whole block (vectorisable), then counted.
     int32_t ls[kBlock], gs[kBlock], fsl[kBlock];
