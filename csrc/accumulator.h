@@ -1,6 +1,6 @@
 // accumulator.h -- THE statistics of hookstats: state layout, bin formulas and merges.
 // Shared by the CPU kernel (g++), the CUDA kernel (nvcc) and the CUDA emulation tests; needs no ATen.
-// hookstats/layout.py mirrors the layout constants; tests/test_accumulate.py checks that they agree.
+// Its layout constants are csrc/state_layout.def's rows, which hookstats/rawstate.py reads as well.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -13,35 +13,47 @@
 
 namespace hookstats {
 
+// The layout's rows (slots, flags, sizes) are csrc/state_layout.def's, which hookstats/rawstate.py reads too.
+#define HS_LAYOUT_VERSION(version) constexpr int kLayoutVersion = version;
+#define HS_CONST(name, value) constexpr int k##name = value;
+#include "state_layout.def"
+
 // fstate: float64[kFState]. Moments are float64 and cover finite values only; min/max start as NaN
 // ("empty") and are merged with IEEE minNum/maxNum, which ignore NaN.
-enum FSlot : int { kNFinite = 0, kMean = 1, kM2 = 2, kMin = 3, kMax = 4, kFState = 5 };
+enum FSlot : int {
+#define HS_FSLOT(name, merge, step) k##name,
+#include "state_layout.def"
+  kFState
+};
 
 // istate: int64[istate_size(nbins, flags)] =
-//   count | near_zero | [under | nbins bins | over] | NaN | +Inf | -Inf | [log2[kLogSlots]] | [float[kFloatSlots]]
+//   counters (count | near_zero) | [under | nbins bins | over] | NaN | +Inf | -Inf | [log2[kLogSlots]]
+//   | [float[kFloatSlots]]
 // Only what the flags measure is there: the linear bins with kLinearHist, the log2 slots with kLogHist, the float
-// buckets with kFloatHist; the NaN/Inf counters always. After near_zero the slots are a window of the numbering
-// the kernels count in (lin_slot, then lin_slots(nbins) + log_slot): 0 under | 1..nbins | nbins+1 over | nbins+2 NaN
-// | nbins+3 +Inf | nbins+4 -Inf | nbins+5+k log2 slot k; the window starts at kept_first (under, or NaN).
-// log2 slots: 0 exact zero | 1 nonzero below 2^-126 | 2 + k for |x| in [2^(k-126), 2^(k-125)), k = 0..253.
-enum ISlot : int { kCount = 0, kNearZero = 1, kLinBase = 2 };
-constexpr int kLinExtra = 5;   // under, over, NaN, +Inf, -Inf
-constexpr int kLogSlots = 256;
-constexpr int kLogExpMin = -126;  // exponent of log2 slot 2
-constexpr int kMaxBins = 256;
+// buckets with kFloatHist; the counters and the NaN/Inf counters always. After the counters the slots are a window of
+// the numbering the kernels count in (lin_slot, then lin_slots(nbins) + log_slot): 0 under | 1..nbins | nbins+1 over
+// | nbins+2 NaN | nbins+3 +Inf | nbins+4 -Inf | nbins+5+k log2 slot k; the window starts at kept_first (under, or NaN).
+enum ISlot : int {
+#define HS_COUNTER(name) k##name,
+#include "state_layout.def"
+  kLinBase
+};
 
-enum Flags : int { kLinearHist = 1, kLogHist = 2, kSignedNearZero = 4, kFloatHist = 8 };
+enum Flags : int {
+#define HS_FLAG(name, bit) k##name = bit,
+#include "state_layout.def"
+};
 constexpr int kHistFlags = kLinearHist | kLogHist | kFloatHist;
 // The enabled flag's value (a 1-element tensor the op reads on x's device): 0 makes a call a no-op; any other value
 // runs it; with bit kSkipHist set, the histograms (linear bins, log2 slots, float buckets) are not counted in this
-// call (count, moments, min/max, near-zero and NaN/Inf are). A bool True (1) counts everything.
-constexpr int kSkipHist = 2;
+// call (count, moments, min/max, the counters and NaN/Inf are). A bool True (1) counts everything.
 // The flags of a call whose enabled flag has kSkipHist: no histogram counted (Params::layout keeps the state's).
 HS_HD int call_flags(int flags, int enabled) { return (enabled & kSkipHist) ? flags & ~kHistFlags : flags; }
 
 // Float buckets (kFloatHist; istate then ends with kFloatSlots more slots): log-linear buckets read from the
-// value's float32 bits, (sign, exponent, top kFloatMantBits mantissa bits): slot = bits >> 20, so a bucket is
-// at most 2^-3 of its lower edge wide and merging is adding counts. Slot s: sign s >> 11 (0 +, 1 -), k = s & 2047:
+// value's float32 bits, (sign, exponent, top kFloatMantBits mantissa bits): slot = bits >> kFloatShift (20), so a
+// bucket is at most 2^-3 of its lower edge wide and merging is adding counts. Slot s: sign s >> 11 (0 +, 1 -),
+// k = s & 2047:
 //   k in [0, 8):       |x| in [k * 2^-129, (k + 1) * 2^-129), nonzero (float32 subnormals, 8 linear sub-buckets)
 //   k in [8, 2040):    |x| in [2^(e-127) * (1 + t/8), 2^(e-127) * (1 + (t+1)/8)), e = k >> 3 (1..254), t = k & 7
 //   kFloatBelow:       float64 only: nonzero |x| < 2^-149 (below float32's smallest subnormal)
@@ -50,7 +62,6 @@ HS_HD int call_flags(int flags, int enabled) { return (enabled & kSkipHist) ? fl
 // NaN and +-Inf are not in the buckets (they have their own slots, nonfinite_base). float64 values are
 // bucketed by their exact magnitude (truncated toward zero to float32, never rounded up across an edge), so
 // the buckets of finite values sum to count - NaN - Inf, exactly, on every dtype.
-constexpr int kFloatMantBits = 3;
 constexpr int kFloatShift = 23 - kFloatMantBits;  // 20
 constexpr int kFloatHalf = 1 << (31 - kFloatShift);  // 2048 slots per sign
 constexpr int kFloatSlots = 2 * kFloatHalf;  // 4096
@@ -136,9 +147,11 @@ HS_HD float bin_value(double v) {
 }
 HS_HD float bin_value(float v) { return v; }
 
-HS_HD bool near_zero(float v, float eps, bool signed_mode) {
-  return signed_mode ? v <= eps : (v < 0 ? -v : v) <= eps;
-}
+// The near-zero predicate of one value (the CUDA emulation's, and the scalar loop's spelled out in
+// cpu/accumulate_cpu.cpp; each vector width has one of its own: count_near_zero8 in cpu/accumulate_avx2.h,
+// count_near_zero16 in cpu/accumulate_avx512.h, near_zero_one in cuda/accumulate_kernel.cuh): v itself in the
+// signed mode, else |v|, at or below eps. NaN is never near zero.
+HS_HD bool near_zero(float v, float eps, bool signed_mode) { return (signed_mode ? v : (v < 0 ? -v : v)) <= eps; }
 
 // Chan et al.'s pairwise merge of (n, mean, M2); b is merged into a. Callers merge in a fixed order.
 // Over float64's whole range: means near +-DBL_MAX of opposite signs overflow d (the mean is then taken as a

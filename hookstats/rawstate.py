@@ -4,10 +4,14 @@ merge, on NumPy arrays and torch tensors alike: calls, steps, the history ring, 
 The kernels merge the same way (csrc/accumulator.h chan_merge, fmin_nan/fmax_nan, istate sums)."""
 import dataclasses
 import math
+import os
+import re
 from typing import Callable
 
 import numpy as np
 import torch
+
+from . import _build
 
 FSTATE, ISTATE = "fstate", "istate"
 # merge rules: CHAN the moments (n, mean, M2) by Chan et al.'s pairwise merge, in order (b after a); FMIN/FMAX by
@@ -18,30 +22,78 @@ CHAN, FMIN, FMAX, SUM = "chan", "fmin", "fmax", "sum"
 STEP, RUNNING, GROWTH, WINDOW = "step", "running", "growth", "window"
 
 
-# The istate's numbering (csrc/accumulator.h): only what the flags measure,
-#   count | near_zero | [under | nbins bins | over] (LINEAR_HIST) | NaN | +Inf | -Inf | [log2] (LOG_HIST)
+# The layout's rows: csrc/state_layout.def, which csrc/accumulator.h includes. The istate's numbering, only what the
+# flags measure:
+#   counters (count, near_zero) | [under | nbins bins | over] (LINEAR_HIST) | NaN | +Inf | -Inf | [log2] (LOG_HIST)
 #   | [float] (FLOAT_HIST)
-COUNT, NEAR_ZERO, LIN_BASE = 0, 1, 2
-LIN_EXTRA = 5
-LOG_SLOTS = 256
-LOG_EXP_MIN = -126
-MAX_BINS = 256
+LAYOUT_FILE = "state_layout.def"
 
-LINEAR_HIST, LOG_HIST, SIGNED_NEAR_ZERO, FLOAT_HIST = 1, 2, 4, 8
+
+def read_layout(text):
+    """csrc/state_layout.def's rows, as {kind: [args, ...]} in file order: every HS_KIND(a, b) line's args, integers
+    as ints and names as str. Comment and preprocessor lines are skipped; anything else raises ValueError."""
+    rows = {}
+    for k, line in enumerate(text.splitlines(), 1):
+        line = line.split("//", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"HS_([A-Z_]+)\(([^()]*)\)", line)
+        if m is None:
+            raise ValueError(f"{LAYOUT_FILE}:{k}: not a layout row: {line!r}")
+        args = [a.strip() for a in m.group(2).split(",")]
+        rows.setdefault(m.group(1), []).append([int(a) if re.fullmatch(r"-?\d+", a) else a for a in args])
+    return rows
+
+
+def snake_case(name):
+    """A row's CamelCase name as Python spells it, in lower_snake (NearZero: near_zero, NFinite: n_finite)."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+def _layout_path():
+    root = _build.source_dir()
+    if root is None:
+        raise ImportError("hookstats: csrc/ (hookstats/_csrc/ when installed) is missing, and with it the state "
+                          f"layout ({LAYOUT_FILE}): reinstall hookstats")
+    return os.path.join(root, LAYOUT_FILE)
+
+
+LAYOUT_PATH = _layout_path()  # csrc/state_layout.def in a clone, hookstats/_csrc/state_layout.def installed
+with open(LAYOUT_PATH, encoding="utf-8") as _f:
+    ROWS = read_layout(_f.read())
+# every constant by its Python name, as accumulator.h derives it where it does
+CONSTANTS = {
+    "LAYOUT_VERSION": ROWS["LAYOUT_VERSION"][0][0],
+    **{snake_case(name).upper(): k for k, (name,) in enumerate(ROWS["COUNTER"])},
+    "LIN_BASE": len(ROWS["COUNTER"]),
+    **{snake_case(name).upper(): bit for name, bit in ROWS["FLAG"]},
+    **{snake_case(name).upper(): value for name, value in ROWS["CONST"]},
+}
+# the op counters' istate slots by field name: a counter's row in state_layout.def is all it takes to appear here
+COUNTERS = {snake_case(name): k for k, (name,) in enumerate(ROWS["COUNTER"])}
+COUNT, NEAR_ZERO, LIN_BASE = COUNTERS["count"], COUNTERS["near_zero"], CONSTANTS["LIN_BASE"]
+LIN_EXTRA = CONSTANTS["LIN_EXTRA"]
+LOG_SLOTS = CONSTANTS["LOG_SLOTS"]
+LOG_EXP_MIN = CONSTANTS["LOG_EXP_MIN"]
+MAX_BINS = CONSTANTS["MAX_BINS"]
+
+LINEAR_HIST, LOG_HIST = CONSTANTS["LINEAR_HIST"], CONSTANTS["LOG_HIST"]
+SIGNED_NEAR_ZERO, FLOAT_HIST = CONSTANTS["SIGNED_NEAR_ZERO"], CONSTANTS["FLOAT_HIST"]
 HIST_FLAGS = LINEAR_HIST | LOG_HIST | FLOAT_HIST
 # the enabled flag's values: 0 off, 1 everything, 1 | SKIP_HIST (3) all but the histograms (accumulator.h kSkipHist)
-SKIP_HIST = 2
+SKIP_HIST = CONSTANTS["SKIP_HIST"]
 
-FLOAT_MANT_BITS = 3
+FLOAT_MANT_BITS = CONSTANTS["FLOAT_MANT_BITS"]
 FLOAT_SHIFT = 23 - FLOAT_MANT_BITS
 FLOAT_HALF = 1 << (31 - FLOAT_SHIFT)  # slots per sign: + half first, then - half
 FLOAT_SLOTS = 2 * FLOAT_HALF
 FLOAT_BELOW, FLOAT_ABOVE, FLOAT_ZERO = FLOAT_HALF - 3, FLOAT_HALF - 2, FLOAT_HALF - 1
 
 # The layout saved with what holds slots (JSONL histories, checkpoints), since a reader of another layout would
-# misread every bucket: raise LAYOUT_VERSION with any change to what a slot means; the slot counts catch a change
-# that forgot to.
-LAYOUT_VERSION = 1
+# misread every bucket: state_layout.def's HS_LAYOUT_VERSION, raised with any change to what a slot means
+# (tests/test_layout_source.py fails on a layout that an older version already named); the slot counts catch a
+# change that forgot to.
+LAYOUT_VERSION = CONSTANTS["LAYOUT_VERSION"]
 LAYOUT = {"version": LAYOUT_VERSION, "float_slots": FLOAT_SLOTS, "log_slots": LOG_SLOTS}
 UNSTAMPED = {"version": 1, "float_slots": 4096, "log_slots": 256}  # files and checkpoints saved without a layout
 
@@ -113,13 +165,16 @@ def _i(start, size, flag=None):
     return slots
 
 
-# the fstate in slot order (csrc/accumulator.h FSlot): moments of the finite values, then min/max (NaN while empty)
-_FSTATE = (("n_finite", 0.0, CHAN, STEP), ("mean", 0.0, CHAN, STEP), ("m2", 0.0, CHAN, STEP),
-           ("min", math.nan, FMIN, RUNNING), ("max", math.nan, FMAX, RUNNING))
+# state_layout.def's merge and per-step rules by name; an fstate field's empty value follows from its merge
+_RULE = {"Chan": CHAN, "FMin": FMIN, "FMax": FMAX, "Step": STEP, "Running": RUNNING}
+_EMPTY = {CHAN: 0.0, FMIN: math.nan, FMAX: math.nan}
 FIELDS = (
-    *(Field(name, FSTATE, _f(k), empty, merge, step) for k, (name, empty, merge, step) in enumerate(_FSTATE)),
-    Field("count", ISTATE, _i(lambda n, f: COUNT, lambda n, f: 1), 0, SUM, GROWTH),
-    Field("near_zero", ISTATE, _i(lambda n, f: NEAR_ZERO, lambda n, f: 1), 0, SUM, GROWTH),
+    # the fstate in slot order: moments of the finite values, then min/max (NaN while empty)
+    *(Field(snake_case(name), FSTATE, _f(k), _EMPTY[_RULE[merge]], _RULE[merge], _RULE[step])
+      for k, (name, merge, step) in enumerate(ROWS["FSLOT"])),
+    # the op counters, one slot each
+    *(Field(snake_case(name), ISTATE, _i(lambda n, f, k=k: k, lambda n, f: 1), 0, SUM, GROWTH)
+      for k, (name,) in enumerate(ROWS["COUNTER"])),
     # under, nbins bins, over
     Field("linear", ISTATE, _i(lambda n, f: LIN_BASE, lambda n, f: n + 2, LINEAR_HIST), 0, SUM, GROWTH),
     # NaN, +Inf, -Inf

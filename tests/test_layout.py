@@ -65,8 +65,9 @@ def field_oracle(x, nbins, flags, lo, hi, eps):
                                 lo32=float(np.float32(lo)), inv_w=nbins / (hi - lo))
     p = oracle_parts(x, cfg)
     f = p["fstate"]
-    return {"n_finite": f[:1], "mean": f[1:2], "m2": f[2:3], "min": f[3:4], "max": f[4:5], "count": [p["count"]],
-            "near_zero": [p["near_zero"]], "linear": p["lin"][: nbins + 2] if flags & LIN else None,
+    return {"n_finite": f[:1], "mean": f[1:2], "m2": f[2:3], "min": f[3:4], "max": f[4:5],
+            **{name: [p[name]] for name in layout.COUNTERS},  # the op counters, by the oracle's name for each
+            "linear": p["lin"][: nbins + 2] if flags & LIN else None,
             "nonfinite": p["lin"][nbins + 2:], "log2": p["log2"],
             "float_buckets": float_buckets(x) if flags & FLT else None}
 

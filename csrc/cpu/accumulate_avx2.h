@@ -44,6 +44,12 @@ inline __m256 load8(const T* x) {
   }
 }
 
+// The near-zero predicate 8 values a vector (accumulator.h near_zero): v & mask (all ones in the signed mode: v
+// itself; else the sign cleared: |v|) at or below eps; the true lanes (-1 each) are subtracted from nz.
+inline __m256i count_near_zero8(__m256i nz, __m256 v, __m256 mask, __m256 eps) {
+  return _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, mask), eps, _CMP_LE_OQ)));
+}
+
 inline float hsum(__m256 v) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -302,6 +308,7 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
                      int64_t* nonfin) {
   const __m256 inf = _mm256_set1_ps(__builtin_inff()), ninf = _mm256_set1_ps(-__builtin_inff());
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), eps = _mm256_set1_ps(p.eps);
+  // near-zero compares v & nz_mask: v itself (signed mode) or |v|
   const __m256 nz_mask = (p.flags & kSignedNearZero) ? _mm256_castsi256_ps(_mm256_set1_epi32(-1)) : abs_mask;
   const FloatSlots<kSub> slots;
   constexpr bool kBf16Slots = kFloat && std::is_same_v<T, c10::BFloat16>;
@@ -324,7 +331,7 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
       c2 = _mm256_fmadd_ps(d, d, c2);
       bmn = _mm256_min_ps(v, bmn);  // NaN drops out; a block with a NaN or Inf is redone anyway
       bmx = _mm256_max_ps(v, bmx);
-      nz = _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, nz_mask), eps, _CMP_LE_OQ)));
+      nz = count_near_zero8(nz, v, nz_mask, eps);
       if constexpr (kFloat && !kBf16Slots) slots.f32(v, _mm256_and_ps(v, abs_mask), fs + j * kVec);
       counter.template count<kVec>(j * kVec);
     };
@@ -423,7 +430,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
       if constexpr (!kLate) {
         bmn = _mm256_min_ps(v, bmn);
         bmx = _mm256_max_ps(v, bmx);
-        nz = _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, nz_mask), eps, _CMP_LE_OQ)));
+        nz = count_near_zero8(nz, v, nz_mask, eps);
       }
       if constexpr (kLin) {
         // accumulator.h lin_slot_finite: t = (v - lo) * inv_w, clamp to [-1, nbins], floor, + 1
@@ -461,7 +468,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         bmn = _mm256_min_ps(bmn, _mm256_blendv_ps(inf, v, fin));
         bmx = _mm256_max_ps(bmx, _mm256_blendv_ps(ninf, v, fin));
         if constexpr (kLate)
-          nz = _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, nz_mask), eps, _CMP_LE_OQ)));
+          nz = count_near_zero8(nz, v, nz_mask, eps);
       }
       for (int i = 0; i < kB; ++i) {
         const float v = vals[i];
@@ -498,7 +505,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         if (kLate && all_finite) {
           pmn = _mm256_min_ps(v, pmn);
           pmx = _mm256_max_ps(v, pmx);
-          pnz = _mm256_sub_epi32(pnz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, nz_mask), eps, _CMP_LE_OQ)));
+          pnz = count_near_zero8(pnz, v, nz_mask, eps);
         }
         count(j);
         if (j % 2 == 0) count_float(fs + j * kVec);

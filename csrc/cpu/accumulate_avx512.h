@@ -30,6 +30,13 @@ inline __m512 load16(const T* x) {
   }
 }
 
+// The near-zero predicate 16 values a vector (accumulator.h near_zero): bits & mask (v itself in the signed mode,
+// else |v|) at or below eps, in a mask register; nz's true lanes take -all (all = -1: + 1).
+inline __m512i count_near_zero16(__m512i nz, __m512i bits, __m512i mask, __m512 eps, __m512i all) {
+  const __mmask16 z = _mm512_cmp_ps_mask(_mm512_castsi512_ps(_mm512_and_si512(bits, mask)), eps, _CMP_LE_OQ);
+  return _mm512_mask_sub_epi32(nz, z, nz, all);
+}
+
 // s + the 16 fp32 lanes of c in fp64
 inline __m512d add_halves(__m512d s, __m512 c) {
   const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(c));
@@ -77,8 +84,7 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
       bmn = _mm512_min_ps(v, bmn);  // NaN drops out; a block with a NaN or Inf is redone anyway
       bmx = _mm512_max_ps(v, bmx);
       const __m512i bits = _mm512_castps_si512(v);
-      const __mmask16 z = _mm512_cmp_ps_mask(_mm512_castsi512_ps(_mm512_and_si512(bits, nz_mask)), eps, _CMP_LE_OQ);
-      nz = _mm512_mask_sub_epi32(nz, z, nz, all);
+      nz = count_near_zero16(nz, bits, nz_mask, eps, all);
       if constexpr (kFloat && !kBf16Slots) {  // bits >> 20, zeros of either sign to kFloatZero, in 16 bits
         const __mmask16 zero = _mm512_testn_epi32_mask(bits, abs_mask);
         const __m512i f = _mm512_mask_mov_epi32(_mm512_srli_epi32(bits, kFloatShift), zero, float_zero);
