@@ -4,15 +4,12 @@ host reads the device state only in stats(), flushes and reduce()."""
 import inspect
 import weakref
 
-import torch
-from torch import nn
-
 from . import accumulate, rawstate
+from .frameworks import adapter_for
 from .clock import StepClock
-from .config import attach_config, check_arg
+from .config import check_arg
 from .hooks import Hooks, Port
-from .hooks.watch import watch
-from .selection import select_modules
+from .options import attach_options
 from .phases import TRAIN
 from .state import KINDS, PHASES, Phase, StateStore
 from .records import HISTOGRAM_FIELDS, stats_records
@@ -34,26 +31,25 @@ class Monitor:
 
     # history, distributed and the planner read cfg, modules, every, forward_order, step_listeners, step_count,
     # step_sampled, step_hist, states(), split_steps() and eager_point(): renaming one breaks them
-    def __init__(self, model, cfg, modules, every=1, eval=False, inputs=False, outputs=True, steps="forward",
-                 grads=True, input_grads=False, param_grads=False, params=False, separate_calls=False):
-        if not isinstance(model, nn.Module):
-            raise ValueError(f"model must be an nn.Module, got {type(model).__name__}")
-        self.model, self.cfg, self.modules, self.track_eval = model, cfg, modules, eval
+    def __init__(self, model, adapter, modules, options):
+        if not adapter.is_model(model):
+            raise ValueError(f"model must be an {adapter.noun}, got {type(model).__name__}")
+        cfg = options.config
+        self.model, self.adapter, self.cfg, self.modules, self.track_eval = model, adapter, cfg, modules, options.eval
         self.store = StateStore(cfg)
-        self.clock = StepClock(model, every, eval, steps, on_modes=self.store.set_modes,
-                               exclusive=self.store.exclusive, hist_every=cfg.hist_every)
-        self.every, self.separate_calls, self.tell = self.clock.every, separate_calls, WarnOnce()
-        self.port = Port(self.store, self.clock, self.tell, separate_calls)
+        self.clock = StepClock(adapter.mode(), options.every, options.eval, options.steps,
+                               on_modes=self.store.set_modes, exclusive=self.store.exclusive,
+                               hist_every=cfg.hist_every)
+        self.every, self.separate_calls, self.tell = self.clock.every, options.separate_calls, WarnOnce()
+        self.port = Port(self.store, self.clock, self.tell, options.separate_calls)
+        adapter.bind(self.port)
         self.step_listeners = self.clock.step_listeners  # callables(clock, finished_step, sampled, counted_hists, evaluated)
         self.forward_order = self.port.calls.forward_order  # name -> rank of its first eager forward call
         self.clock.eager_listeners.append(self.port.settle)
-        for dev in {t.device for t in (*model.parameters(), *model.buffers())} - {torch.device("meta")}:
+        for dev in adapter.flag_devices():
             self.store.flags(dev)  # compiled code cannot allocate them
-        self.store.flags(torch.device("cpu"))
-        self.options = dict(eval=eval, inputs=inputs, outputs=outputs, grads=grads, input_grads=input_grads,
-                            param_grads=param_grads, separate_calls=separate_calls, steps=steps)
-        self.hooks = Hooks(self.port, model, modules, inputs=inputs, outputs=outputs, grads=grads,
-                           input_grads=input_grads, param_grads=param_grads, params=params)
+        self.options = options.saved()
+        self.hooks = Hooks(self.port, adapter, model, modules, options)
         self._param_grads, self._params = self.hooks.param_grads, self.hooks.params
         self._hist_steps = HistSteps()
         self.step_listeners.append(self._hist_steps.on_step_end)
@@ -107,12 +103,12 @@ class Monitor:
     def measure(self, key, t):
         """Measures tensor `t` as target `key` (a TargetKey) in the current phase; tensors that are not floating
         point are skipped. watch() is the simpler way to measure a tensor of your own."""
-        self.port.measure_in(key, t, self.clock.phase)
+        self.adapter.measure(key, t, self.clock.phase)
 
     def watch(self, name, tensor):
         """Call inside a forward: measures `tensor` ("name:watch") and, if it requires grad, its gradient
         ("name:watch_grad"). Returns the tensor unchanged, so `x = mon.watch("attn", x)` also works."""
-        return watch(self.port, name, tensor)
+        return self.adapter.watch(name, tensor)
 
     # ---- reading ----
     def stats(self, phase=TRAIN, kind=None):
@@ -166,6 +162,7 @@ class Monitor:
         placement says which it is, else its states (the same on every tensor-parallel rank: replicated);
         `sharded` and `replicated`, glob patterns of target ids (``["*.up:output"]``), declare it instead."""
         from . import distributed
+        self.adapter.check_reduce()
         reduced = distributed.reduce(self, group, mesh=mesh, tp=tp, sharded=sharded, replicated=replicated)
         reduced.hist_steps = self._hist_steps.read(self.clock)  # every rank counts histograms on the same steps
         return reduced
@@ -330,7 +327,7 @@ def attached_monitor(model):
 def attach(model, *, modules=None, types=None, exclude=None, include_paramless=False, every=1, eval=None,
            steps="forward", inputs=False, outputs=True, grads=True, input_grads=False, param_grads=False,
            params=False, separate_calls=False, history=False, log_every=10, keep=1000, sinks=None, alerts=True,
-           clip_norm=None, rank_zero_only=True, start_step=0, config=None, **config_kwargs):
+           clip_norm=None, rank_zero_only=True, start_step=0, optimizer=None, config=None, **config_kwargs):
     """Hooks `model` and returns a :class:`Monitor` that measures it while it trains.
 
     The monitor is also a context manager: ``with hookstats.attach(model) as mon:`` removes the hooks on exit.
@@ -397,49 +394,35 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     start_step : int, default 0
         The number of the first step: a resumed run goes on from its checkpoint's step
         (``mon.load_state_dict()`` sets it too).
+    optimizer : paddle.optimizer.Optimizer, optional
+        A Paddle model only: with `param_grads`, the optimizer whose ``step()`` measures the parameter gradients
+        (Paddle has no global optimizer hook).
     config : StatsConfig, optional
         What each target measures; or give its fields as keywords instead.
     **config_kwargs
         :class:`StatsConfig` fields: ``hist_every`` (count the histograms on one measured step in `hist_every`;
         default: 10, or fewer so each `log_every` window holds one), ``linear_hist``, ``nbins``, ``lo``, ``hi``
         (a fixed-range linear histogram), ``eps`` and ``near_zero`` (what counts as near zero), ``log_hist``,
-        ``float_hist``. For a Paddle model, ``optimizer=`` names the optimizer whose ``step()`` measures
-        `param_grads`.
+        ``float_hist``.
 
     Returns
     -------
     Monitor
         The monitor; read it with ``mon.stats()``, ``mon.history()``, ``mon.histogram()``.
     """
-    if not isinstance(model, nn.Module):
-        raise ValueError(f"attach: model must be an nn.Module (or a paddle.nn.Layer), got "
-                         f"{type(model).__module__}.{type(model).__name__}")
-    from .history import attach_history, history_options
-    history = history_options(history, log_every, keep, sinks, alerts, clip_norm)  # History's keywords, or None
-    if clip_norm is not None and param_grads is not True:
-        raise ValueError("clip_norm is told against the parameter gradients' norms: attach(..., param_grads=True)")
-    eval = history is not None if eval is None else eval  # validation passes recorded wherever records go
-    flags = dict(include_paramless=include_paramless, eval=eval, inputs=inputs, outputs=outputs, grads=grads,
-                 input_grads=input_grads, param_grads=param_grads, params=params, separate_calls=separate_calls,
-                 rank_zero_only=rank_zero_only)
-    for name, v in flags.items():
-        check_arg(name, v, bool)
-    start_step = check_arg("start_step", start_step, int, lo=0)
-    config = attach_config(config, config_kwargs, None if history is None else history["log_every"], every,
-                           keywords=ATTACH_KEYWORDS)
-    if history is not None and rank_zero_only:
-        from .sinks.muted import rank_zero_sinks
-        history["sinks"] = rank_zero_sinks(history["sinks"])
-    selected = select_modules(model, modules, types, exclude, include_paramless)
+    keywords = {k: v for k, v in dict(locals()).items() if k != "model"}
+    from .history import attach_history
+    adapter = adapter_for(model)
+    options = attach_options(adapter, ATTACH_KEYWORDS, **keywords)
+    selected = adapter.select(options)
+    adapter.check_model(selected)
     if attached_monitor(model) is not None:
         warn_user("hookstats: this model already has a monitor attached, and both would measure every step: call "
                   "remove() on the first (or attach in `with hookstats.attach(model) as mon:`) before attaching again",
                   AttachedTwiceWarning)
-    mon = Monitor(model, config, selected, every=every, eval=eval, inputs=inputs, outputs=outputs, steps=steps,
-                  grads=grads, input_grads=input_grads, param_grads=param_grads, params=params,
-                  separate_calls=separate_calls)
-    mon.clock.start_at(start_step)
-    mon.step_history = attach_history(mon, history)
+    mon = Monitor(model, adapter, selected, options)
+    mon.clock.start_at(options.start_step)
+    mon.step_history = attach_history(mon, options.history)
     _attached_to[model] = weakref.ref(mon)
     return mon
 

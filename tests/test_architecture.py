@@ -442,7 +442,8 @@ def files_using(names, package=PACKAGE):
 
 
 def test_one_optimizer_hook_and_one_idea_of_what_an_optimizer_steps():
-    """The step clock owns the monitor's optimizer hooks (registered in hooks/handles.py, at one place); parameter
+    """The step clock owns the monitor's optimizer hooks (registered in hooks/handles.py, asked for by the torch
+    adapter at one place); parameter
     gradients and values listen to it (before_optimizer, after_optimizer), and which parameters an optimizer
     steps is read from its param_groups in clock.py alone."""
     registers = ("register_optimizer_step_pre_hook", "register_optimizer_step_post_hook", "register_step_pre_hook",
@@ -450,7 +451,7 @@ def test_one_optimizer_hook_and_one_idea_of_what_an_optimizer_steps():
     assert files_using(registers) == {"hooks/handles.py"}
     calls = [(p, node) for p in sorted(PACKAGE.rglob("*.py")) for node in ast.walk(ast.parse(p.read_text()))
              if isinstance(node, ast.Call) and dotted_tail(node.func) == "optimizer_hooks"]
-    assert [p.relative_to(PACKAGE).as_posix() for p, _ in calls] == ["hooks/__init__.py"]
+    assert [p.relative_to(PACKAGE).as_posix() for p, _ in calls] == ["torch_adapter.py"]
     assert [ast.unparse(a) for a in calls[0][1].args] == ["clock.on_optimizer_pre_step", "clock.on_optimizer_step"]
     assert files_using(("param_groups",)) == {"clock.py"}
 

@@ -5,6 +5,7 @@ rank the sinks write on."""
 import inspect
 import paddle
 
+from ..adapter import Adapter
 from ..clock import StepClock
 from ..config import attach_config, check_arg
 from ..hooks import Port
@@ -33,6 +34,7 @@ class PaddleMonitor(Monitor):
     def __init__(self, layer, cfg, layers, every=1, eval=False, inputs=False, outputs=True, steps="forward",
                  grads=True, param_grads=False, separate_calls=False, optimizer=None):
         self.model, self.cfg, self.modules, self.track_eval = layer, cfg, layers, eval
+        self.adapter = Adapter(layer)  # reduce() asks it
         self.store = StateStore(cfg)
         self.clock = StepClock(TrainingMode(layer), every, eval, steps, on_modes=self.store.set_modes,
                                exclusive=self.store.exclusive, hist_every=cfg.hist_every)
