@@ -1,8 +1,7 @@
 """hookstats: activation and gradient statistics for PyTorch training, fused into one op, no host sync."""
 from .accumulate import accumulate_, accumulate_many_, backend
 from .config import StatsConfig
-from .entry import attach
-from .monitor import Monitor
+from .monitor import Monitor, attach
 from .state import Kind, TargetKey
 from .phases import Phase
 from .alerts import AlertRules

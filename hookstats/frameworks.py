@@ -1,5 +1,7 @@
 """Which framework adapter a model gets: torch for an nn.Module, Paddle for a paddle.nn.Layer (Paddle is imported only
-for a Paddle model). A new framework is one Adapter subclass (adapter.py) and its line here."""
+for a Paddle model). A new framework is one Adapter subclass (adapter.py) and its lines here."""
+
+
 def adapter_for(model):
     """The Adapter of the model's framework: torch for an nn.Module, Paddle for a paddle.nn.Layer (Paddle is
     imported only then). Anything else is a ValueError."""
@@ -10,6 +12,8 @@ def adapter_for(model):
         from .paddle.adapter import PaddleAdapter
         if PaddleAdapter.is_model(model):
             return PaddleAdapter(model)
+        raise ValueError(f"attach: model must be a torch.nn.Module or a paddle.nn.Layer, got "
+                         f"{type(model).__module__}.{type(model).__name__}")
     raise ValueError(f"attach: model must be an nn.Module (or a paddle.nn.Layer), got "
                      f"{type(model).__module__}.{type(model).__name__}")
 

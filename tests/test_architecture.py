@@ -480,8 +480,8 @@ EXTENSIONS = ("hookstats._C",)
 # re-exports summary and plan) and __main__ (the command line's entry) sit between them.
 TOOLS = "hookstats.tools"
 ENTRY_POINTS = ("hookstats", "hookstats.__main__")
-# Import cycles the package still has, each as the set of its modules: none (hookstats.attach routes a Paddle
-# model from hookstats/entry.py, outside the torch engine the Paddle front end builds on). Never add one.
+# Import cycles the package still has, each as the set of its modules: none (frameworks.py picks a model's adapter,
+# and no adapter imports the attach() that asks it). Never add one.
 KNOWN_CYCLES = []
 
 

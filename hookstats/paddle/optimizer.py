@@ -47,6 +47,12 @@ class OptimizerGrads:
             self.order.run(place, device, lambda: self.store.accumulate_many(
                 [bridge.as_torch(g) for _, g in items], sts, device))
 
+    def flush(self):
+        """Nothing to measure at mon.step(): the optimizer's step() measured the gradients already."""
+
+    def tell_if_never_measured(self):
+        """Nothing to say: a parameter without a gradient is left out at each step."""
+
     def remove(self):
         if self.optimizer is not None and vars(self.optimizer).get("step") is self.step:
             del self.optimizer.step
