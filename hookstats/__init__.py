@@ -2,7 +2,7 @@
 from .accumulate import accumulate_, accumulate_many_, backend
 from .config import StatsConfig
 from .monitor import Monitor, attach
-from .state import Kind, TargetKey
+from .targets import Kind, TargetKey
 from .phases import Phase
 from .alerts import AlertRules
 from .flight import Flight

@@ -10,8 +10,10 @@ from .clock import StepClock
 from .config import check_arg
 from .hooks import Hooks, Port
 from .options import attach_options
-from .phases import TRAIN
-from .state import KINDS, PHASES, Phase, StateStore
+from .host import to_host
+from .phases import PHASES, TRAIN, Phase
+from .state import StateStore
+from .targets import KINDS
 from .records import HISTOGRAM_FIELDS, stats_records
 from .user_warning import WarnOnce, warn_user
 
@@ -133,7 +135,7 @@ class Monitor:
             warn_user("hookstats: stats() is {}: no step was measured yet (run a training forward through the "
                       "model, in model.train() mode, first)")
         with self.store.exclusive():  # not halfway through another thread's step end (open step read twice)
-            host = self.store.to_host(chosen)
+            host = to_host(chosen)
         grouped = {}
         for st in chosen:
             grouped.setdefault(st.key, []).append(host[id(st)])

@@ -13,7 +13,7 @@ from .hooks.params import ParamValues
 from .hooks.watch import watch
 from .selection import select_modules
 from .sinks.muted import rank_zero_sinks
-from .state import Kind, TargetKey
+from .targets import Kind, TargetKey
 from .tensors import is_measurable, tensor_leaves
 
 

@@ -342,7 +342,7 @@ def docstrings(tree):
     return out
 
 
-def kind_spellings(package=PACKAGE, owner="state.py"):
+def kind_spellings(package=PACKAGE, owner="targets.py"):
     """'file:line: text' of every kind name spelled in code outside `owner` (the Kind definition): a string equal
     to a kind's value, or a pattern naming several kinds ("output|grad_output")."""
     found = []
@@ -361,18 +361,18 @@ def kind_spellings(package=PACKAGE, owner="state.py"):
 
 
 def test_kind_names_come_from_kind():
-    """A target kind is spelled once, in state.Kind: the others compare with Kind members and build patterns from
-    KINDS, so a new kind touches state.py and the hook that measures it."""
-    from hookstats.state import KINDS
+    """A target kind is spelled once, in targets.Kind: the others compare with Kind members and build patterns from
+    KINDS, so a new kind touches targets.py and the hook that measures it."""
+    from hookstats.targets import KINDS
     assert KINDS == KIND_VALUES
     found = kind_spellings()
-    assert not found, "kind names spelled outside state.Kind:\n" + "\n".join(found)
+    assert not found, "kind names spelled outside targets.Kind:\n" + "\n".join(found)
 
 
 def test_the_kind_check_finds_a_spelled_kind(tmp_path):
     pkg = tmp_path / "hookstats"
     pkg.mkdir()
-    (pkg / "state.py").write_text("KINDS = ('output', 'param_grad')\n")
+    (pkg / "targets.py").write_text("KINDS = ('output', 'param_grad')\n")
     (pkg / "a.py").write_text('"""About the output kind."""\nimport re\n'
                               "def f(k):\n    '''output'''\n    return k == 'param_grad' or k == 'outputs'\n"
                               "R = re.compile(r':(grad_output|output)$')\n")

@@ -4,7 +4,8 @@ the parameters themselves after each optimizer step (params.py) and any tensor (
 resolves a preallocated state and calls the fused op through its Port (state owner and step clock); none of
 them changes what it observes. What differs between frameworks is asked of the monitor's Adapter (adapter.py)."""
 
-from ..state import Kind, Phase, TargetKey
+from ..phases import Phase
+from ..targets import Kind, TargetKey
 from .calls import CallIndex
 from .outputs import input_hook, output_hook
 from .port import Port

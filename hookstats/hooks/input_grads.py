@@ -3,7 +3,7 @@ view of itself whose gradient is tapped, so what is measured is the gradient flo
 calls that modify such an input in place are left out, said once."""
 import torch
 
-from ..state import Kind, TargetKey
+from ..targets import Kind, TargetKey
 from ..tensors import tensor_leaves
 from .calls import CallStacks
 from .grad_taps import tap_grad

@@ -5,7 +5,7 @@ import inspect
 
 import torch
 
-from ..state import Kind, TargetKey
+from ..targets import Kind, TargetKey
 
 
 def output_hook(port, adapter, name, values=True, grads=True):

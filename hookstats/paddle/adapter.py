@@ -10,7 +10,8 @@ from ..hooks.grad_taps import tell_split_step
 from ..selection import select
 from ..sinks.base import check_sinks
 from ..sinks.muted import MutedSink
-from ..state import Kind, Phase, TargetKey
+from ..phases import Phase
+from ..targets import Kind, TargetKey
 from . import bridge
 from .optimizer import OptimizerGrads
 

@@ -3,7 +3,8 @@ optimizer given to attach() has its step() wrapped on the instance: each selecte
 measured once per optimizer step, just before the update, after any gradient accumulation."""
 import paddle
 
-from ..state import Kind, Phase, TargetKey
+from ..phases import Phase
+from ..targets import Kind, TargetKey
 from . import bridge
 
 
