@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from . import layout, statistics
-from .config import check_arg
+from .checks import check_arg
 from .targets import FORWARD_KINDS, OPTIMIZER_KINDS
 
 F = layout.FSTATE_SIZE

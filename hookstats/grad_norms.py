@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .config import check_arg
+from .checks import check_arg
 from .phases import Phase, record_phase
 from .targets import Kind
 

@@ -7,7 +7,7 @@ import weakref
 from . import accumulate, rawstate
 from .frameworks import adapter_for
 from .clock import StepClock
-from .config import check_arg
+from .checks import check_arg
 from .hooks import Hooks, Port
 from .options import attach_options
 from .host import to_host

@@ -1,8 +1,9 @@
-"""AttachOptions: attach()'s keywords, checked once (one clear error each) and kept as one object that the monitor,
-its hooks and its framework adapter read."""
+"""attach()'s keywords, parsed once: AttachOptions (checked, one clear error each; the monitor, its hooks and its
+framework adapter read it) and attach_config (its StatsConfig, from config= or the fields as keywords)."""
 import dataclasses
 
-from .config import StatsConfig, attach_config, check_arg
+from .checks import check_arg, check_count, did_you_mean
+from .config import StatsConfig, hist_every_for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,3 +69,24 @@ def attach_options(adapter, signature, *, history, log_every, keep, sinks, alert
 
 # the bool keywords checked after include_paramless and eval, in attach()'s order
 FLAGS = ("inputs", "outputs", "grads", "input_grads", "param_grads", "params", "separate_calls", "rank_zero_only")
+
+
+def attach_config(config, config_kwargs, log_every=None, every=1, keywords=()):
+    """attach()'s StatsConfig: `config` or its fields as keywords (one clear error each; an unknown keyword a
+    TypeError naming the closest of `keywords`, attach()'s own, and the fields). Without hist_every, a history
+    (log_every given) gets hist_every_for(log_every, every): each logging window holds a histogram step."""
+    if config is not None and not isinstance(config, StatsConfig):
+        raise ValueError(f"config must be a hookstats.StatsConfig (or pass its fields as keywords: "
+                         f"attach(model, nbins=..., lo=...)), got {type(config).__name__}")
+    if config is not None and config_kwargs:
+        raise ValueError("pass either config= or its fields as keywords, not both")
+    if config is not None:
+        return config
+    fields = [f.name for f in dataclasses.fields(StatsConfig)]
+    unknown = sorted(set(config_kwargs) - set(fields))
+    if unknown:
+        raise TypeError("; ".join(f"attach() got an unexpected keyword argument {k!r}"
+                                  + did_you_mean(k, [*keywords, *fields]) for k in unknown))
+    if log_every is not None and config_kwargs.get("hist_every") is None:
+        config_kwargs = {**config_kwargs, "hist_every": hist_every_for(log_every, check_count("every", every))}
+    return StatsConfig(**config_kwargs)
