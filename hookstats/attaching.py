@@ -95,10 +95,14 @@ def attach(model, *, modules=None, types=None, exclude=None, include_paramless=F
     Monitor
         The monitor; read it with ``mon.stats()``, ``mon.history()``, ``mon.histogram()``.
     """
-    keywords = {k: v for k, v in dict(locals()).items() if k != "model"}
     from .history import attach_history
     adapter = adapter_for(model)
-    options = attach_options(adapter, ATTACH_KEYWORDS, **keywords)
+    options = attach_options(
+        adapter, ATTACH_KEYWORDS, modules=modules, types=types, exclude=exclude, include_paramless=include_paramless,
+        every=every, eval=eval, steps=steps, inputs=inputs, outputs=outputs, grads=grads, input_grads=input_grads,
+        param_grads=param_grads, params=params, separate_calls=separate_calls, history=history, log_every=log_every,
+        keep=keep, sinks=sinks, alerts=alerts, clip_norm=clip_norm, rank_zero_only=rank_zero_only,
+        start_step=start_step, optimizer=optimizer, config=config, config_kwargs=config_kwargs)
     selected = adapter.select(options)
     adapter.check_model(selected)
     if registry.attached_monitor(model) is not None:
