@@ -1,9 +1,8 @@
 """hookstats: activation and gradient statistics for PyTorch training, fused into one op, no host sync."""
 from .accumulate import accumulate_, accumulate_many_, backend
 from .config import StatsConfig
-from .entry import attach
-from .monitor import Monitor
-from .state import Kind, TargetKey
+from .monitor import Monitor, attach
+from .targets import Kind, TargetKey
 from .phases import Phase
 from .alerts import AlertRules
 from .flight import Flight

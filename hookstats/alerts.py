@@ -7,8 +7,8 @@ import numpy as np
 import torch
 
 from . import layout, statistics
-from .config import check_arg
-from .state import FORWARD_KINDS, OPTIMIZER_KINDS
+from .checks import check_arg
+from .targets import FORWARD_KINDS, OPTIMIZER_KINDS
 
 F = layout.FSTATE_SIZE
 # columns of the alert row (one row per target); float columns are float64 bits in the int64 buffer

@@ -8,7 +8,8 @@ import torch
 
 from . import layout, rawstate
 from .phases import CHOICES, PHASES, Phase
-from .state import KINDS, Kind, TargetKey, order
+from .buffers import order
+from .targets import KINDS, Kind, TargetKey
 
 FORMAT = 1
 INT64_MAX = 2 ** 63 - 1

@@ -7,7 +7,7 @@ import weakref
 import torch
 
 from . import layout
-from .config import check_arg, check_count
+from .checks import check_arg, check_count
 from .phases import Phase
 
 

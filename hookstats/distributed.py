@@ -16,7 +16,7 @@ from . import rawstate, replicas
 from .phases import Phase, check_phase, phase_label
 from .ranks import is_initialized, rank, world_size  # noqa: F401 (hookstats.distributed.rank() and the others)
 from .records import stats_records
-from .state import order
+from .buffers import order
 from .user_warning import warn_user
 
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor

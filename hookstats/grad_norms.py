@@ -12,9 +12,9 @@ import math
 
 import numpy as np
 
-from .config import check_arg
+from .checks import check_arg
 from .phases import Phase, record_phase
-from .state import Kind
+from .targets import Kind
 
 PARAM_GRAD = Kind.PARAM_GRAD
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s own

@@ -1,111 +1,19 @@
-"""The one owner of the device state: what a target is (TargetKey, Kind), its buffers (allocated once, updated in
-place by the fused op), the device-side sampling flags, states first reached inside compiled code, host reads and
-the bytes it all holds."""
+"""The one owner of the device state: every target's state (allocated once, updated in place by the fused op), the
+device-side sampling flags, the lookup compiled code uses and states first reached inside it, and the lock that keeps
+threads' updates apart. What a target is: targets.py; its buffers: buffers.py; host reads: host.py; the bytes held:
+footprint.py."""
 import contextlib
-import dataclasses
-import enum
 import threading
 
 import torch
 
-from . import accumulate, layout, rawstate
+from . import accumulate
+from .buffers import TargetState, mark_static, order, scratch_bytes  # noqa: F401 (hookstats.state's names)
+from .footprint import memory
+from .host import to_host
 from .phases import PHASES, Phase  # noqa: F401 (what a state is measured in, beside Kind)
+from .targets import FORWARD_KINDS, KINDS, OPTIMIZER_KINDS, Kind, TargetKey  # noqa: F401 (hookstats.state's names)
 from .tensors import placement_of
-
-
-class Kind(str, enum.Enum):
-    """What a target measures. A str that prints, formats, hashes and reprs as its plain value, so ids
-    ("fc1:output"), records, stats(kind="output") and saved files read as plain strings did, and a key made
-    with "output" finds the state of Kind.OUTPUT."""
-    OUTPUT = "output"
-    GRAD_OUTPUT = "grad_output"
-    INPUT = "input"
-    GRAD_INPUT = "grad_input"
-    PARAM_GRAD = "param_grad"
-    PARAM = "param"
-    WATCH = "watch"
-    WATCH_GRAD = "watch_grad"
-
-    __str__ = str.__str__
-    __repr__ = str.__repr__
-    __format__ = str.__format__
-    __hash__ = str.__hash__
-
-
-KINDS = tuple(k.value for k in Kind)
-# When a step reaches each kind: forward ones in this order within a module, those read at the optimizer step last,
-# the others (gradients, parameter values) in backward order (alerts.step_order)
-FORWARD_KINDS = (Kind.INPUT, Kind.OUTPUT, Kind.WATCH)
-OPTIMIZER_KINDS = (Kind.PARAM_GRAD,)
-
-
-@dataclasses.dataclass(frozen=True)
-class TargetKey:
-    """What one state measures: `module` (module, parameter or watched tensor name), `kind` (a Kind: output,
-    grad_output, input, grad_input, param_grad, param, watch, watch_grad), `leaf` (the path of the tensor inside a
-    tuple/dict output, "" for a plain tensor) and `call` (the call's index in the step with
-    separate_calls=True, else None: every call of a module goes to one state)."""
-    module: str
-    kind: Kind
-    leaf: str = ""
-    call: int = None
-
-    @property
-    def id(self):
-        return f"{self.module}:{self.kind}{self.leaf}" + ("" if self.call is None else f"@{self.call}")
-
-
-class TargetState:
-    """The running state of one target in one phase on one device. Allocated once, updated in place."""
-
-    __slots__ = ("key", "phase", "fstate", "istate", "scratch", "reached", "closed_f")
-
-    def __init__(self, key, phase, device, cfg):
-        self.key, self.phase = key, phase
-        self.reached = False  # preallocated states no hook ever reached are left out of stats()
-        self.fstate, self.istate = rawstate.empty(cfg.istate_size, device=device)
-        self.scratch = torch.zeros(scratch_bytes(device), dtype=torch.uint8, device=device)
-        for t in (self.fstate, self.istate, self.scratch):
-            mark_static(t)
-        # With a per-step history, the op's fstate holds the open step only and closed_f the steps before
-        # it (merged in at each step end), so a step's moments never come from subtracting running totals.
-        self.closed_f = None
-
-    def split_steps(self):
-        if self.closed_f is None:
-            self.closed_f = self.fstate.clone()
-            self.fstate.copy_(rawstate.empty(device=self.fstate.device))
-
-    def total_fstate(self):
-        """The running fstate since attach or reset(), on the device."""
-        return self.fstate if self.closed_f is None else rawstate.combine(self.closed_f, self.fstate)
-
-    def load(self, total_f, istate):
-        """Makes the running totals those of a checkpoint (checkpoint.py), with no open step."""
-        order([self])
-        if self.closed_f is None:
-            self.fstate.copy_(total_f)
-        else:
-            self.closed_f.copy_(total_f)
-            self.fstate.copy_(rawstate.empty(device=self.fstate.device))
-        self.istate.copy_(istate)
-        self.reached = True
-
-    def reset(self):
-        self.fstate.copy_(rawstate.empty(device=self.fstate.device))
-        if self.closed_f is not None:
-            self.closed_f.copy_(self.fstate)
-        self.istate.zero_()
-
-    def nbytes(self):
-        return sum(t.numel() * t.element_size() for t in (self.fstate, self.istate, self.scratch, self.closed_f)
-                   if t is not None)
-
-
-def order(states):
-    """Before torch ops read or write these TargetStates on the current stream: they wait for the op's launches on
-    them from other streams (accumulate.order_states)."""
-    accumulate.order_states([st.fstate for st in states])
 
 
 def compiled_key(phase, key, device):
@@ -114,24 +22,6 @@ def compiled_key(phase, key, device):
     enum with str's __hash__) at all."""
     kind = key.kind.value if isinstance(key.kind, Kind) else key.kind  # a key may be made with a plain "output"
     return phase, key.module, kind, key.leaf, key.call, str(device)
-
-
-def scratch_bytes(device):
-    """Per-state scratch of the CUDA kernel (ticket + one partial per block of its grid), as the kernel
-    computes it (csrc/cuda/accumulate_cuda.cu); the CPU kernel and the reference path need none."""
-    device = torch.device(device)
-    if device.type != "cuda" or not accumulate.has_cuda_kernel():
-        return 0
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return torch.ops.hookstats.cuda_scratch_bytes(index)
-
-
-def mark_static(t):
-    """Fixed addresses let CUDA graphs (torch.compile mode="reduce-overhead") keep the state in place."""
-    try:
-        torch._dynamo.mark_static_address(t)
-    except Exception:  # older torch: nothing to mark
-        pass
 
 
 class StateStore:
@@ -277,33 +167,18 @@ class StateStore:
             accumulate.accumulate_many_(ts, [s.fstate for s in sts], [s.istate for s in sts], [s.scratch for s in sts],
                                         self.flag(device, phase), self._op_params)
 
-    @staticmethod
-    def to_host(states):
-        """{id(state): (fstate, istate)} as NumPy rows: one packed device-to-host transfer per device."""
-        order(states)
-        by_dev = {}
-        for st in states:
-            by_dev.setdefault(st.fstate.device, []).append(st)
-        host = {}
-        for sts in by_dev.values():
-            f = torch.cat([s.total_fstate() for s in sts]).cpu().numpy().reshape(len(sts), -1)
-            i = torch.cat([s.istate for s in sts]).cpu().numpy().reshape(len(sts), -1)
-            for k, s in enumerate(sts):
-                host[id(s)] = (f[k], i[k])
-        return host
+    to_host = staticmethod(to_host)  # {id(state): (fstate, istate)} as NumPy rows (host.py)
 
     def reset(self):
         order(self._states.values())
         for st in self._states.values():
             st.reset()
 
+    def nbytes(self):
+        """Bytes of the running states and the sampling flags on the devices."""
+        return sum(st.nbytes() for st in self._states.values()) + sum(f.numel() * f.element_size()
+                                                                     for f in self._flags.values())
+
     def memory(self, history=None):
-        """Bytes held: running states and sampling flags on the devices, plus, from `history` (a History or
-        None), its rings, host staging buffers and the steps mon.history() keeps on the host
-        (host_history_bytes, growing up to `keep` steps)."""
-        states = sum(st.nbytes() for st in self._states.values())
-        states += sum(f.numel() * f.element_size() for f in self._flags.values())
-        dev, host = history.nbytes() if history is not None else (0, 0)
-        kept = history.memory_sink.nbytes() if history is not None else 0
-        return {"state_bytes": states, "history_bytes": dev, "host_staging_bytes": host, "host_history_bytes": kept,
-                "device_bytes": states + dev}
+        """footprint.memory() of these states with `history` (a History or None)."""
+        return memory(self.nbytes(), history)

@@ -365,7 +365,7 @@ def docstrings(tree):
     return out
 
 
-def kind_spellings(package=PACKAGE, owner="state.py"):
+def kind_spellings(package=PACKAGE, owner="targets.py"):
     """'file:line: text' of every kind name spelled in code outside `owner` (the Kind definition): a string equal
     to a kind's value, or a pattern naming several kinds ("output|grad_output")."""
     found = []
@@ -384,18 +384,18 @@ def kind_spellings(package=PACKAGE, owner="state.py"):
 
 
 def test_kind_names_come_from_kind():
-    """A target kind is spelled once, in state.Kind: the others compare with Kind members and build patterns from
-    KINDS, so a new kind touches state.py and the hook that measures it."""
-    from hookstats.state import KINDS
+    """A target kind is spelled once, in targets.Kind: the others compare with Kind members and build patterns from
+    KINDS, so a new kind touches targets.py and the hook that measures it."""
+    from hookstats.targets import KINDS
     assert KINDS == KIND_VALUES
     found = kind_spellings()
-    assert not found, "kind names spelled outside state.Kind:\n" + "\n".join(found)
+    assert not found, "kind names spelled outside targets.Kind:\n" + "\n".join(found)
 
 
 def test_the_kind_check_finds_a_spelled_kind(tmp_path):
     pkg = tmp_path / "hookstats"
     pkg.mkdir()
-    (pkg / "state.py").write_text("KINDS = ('output', 'param_grad')\n")
+    (pkg / "targets.py").write_text("KINDS = ('output', 'param_grad')\n")
     (pkg / "a.py").write_text('"""About the output kind."""\nimport re\n'
                               "def f(k):\n    '''output'''\n    return k == 'param_grad' or k == 'outputs'\n"
                               "R = re.compile(r':(grad_output|output)$')\n")
@@ -465,7 +465,8 @@ def files_using(names, package=PACKAGE):
 
 
 def test_one_optimizer_hook_and_one_idea_of_what_an_optimizer_steps():
-    """The step clock owns the monitor's optimizer hooks (registered in hooks/handles.py, at one place); parameter
+    """The step clock owns the monitor's optimizer hooks (registered in hooks/handles.py, asked for by the torch
+    adapter at one place); parameter
     gradients and values listen to it (before_optimizer, after_optimizer), and which parameters an optimizer
     steps is read from its param_groups in clock.py alone."""
     registers = ("register_optimizer_step_pre_hook", "register_optimizer_step_post_hook", "register_step_pre_hook",
@@ -473,7 +474,7 @@ def test_one_optimizer_hook_and_one_idea_of_what_an_optimizer_steps():
     assert files_using(registers) == {"hooks/handles.py"}
     calls = [(p, node) for p in sorted(PACKAGE.rglob("*.py")) for node in walk(parsed(p))
              if isinstance(node, ast.Call) and dotted_tail(node.func) == "optimizer_hooks"]
-    assert [p.relative_to(PACKAGE).as_posix() for p, _ in calls] == ["hooks/__init__.py"]
+    assert [p.relative_to(PACKAGE).as_posix() for p, _ in calls] == ["torch_adapter.py"]
     assert [ast.unparse(a) for a in calls[0][1].args] == ["clock.on_optimizer_pre_step", "clock.on_optimizer_step"]
     assert files_using(("param_groups",)) == {"clock.py"}
 
@@ -502,8 +503,8 @@ EXTENSIONS = ("hookstats._C",)
 # re-exports summary and plan) and __main__ (the command line's entry) sit between them.
 TOOLS = "hookstats.tools"
 ENTRY_POINTS = ("hookstats", "hookstats.__main__")
-# Import cycles the package still has, each as the set of its modules: none (hookstats.attach routes a Paddle
-# model from hookstats/entry.py, outside the torch engine the Paddle front end builds on). Never add one.
+# Import cycles the package still has, each as the set of its modules: none (frameworks.py picks a model's adapter,
+# and no adapter imports the attach() that asks it). Never add one.
 KNOWN_CYCLES = []
 
 

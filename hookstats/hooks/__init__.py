@@ -2,16 +2,12 @@
 gradients w.r.t. module inputs (input_grads.py), parameter gradients once per optimizer step (param_grads.py),
 the parameters themselves after each optimizer step (params.py) and any tensor (watch.py). Each hook only
 resolves a preallocated state and calls the fused op through its Port (state owner and step clock); none of
-them changes what it observes."""
+them changes what it observes. What differs between frameworks is asked of the monitor's Adapter (adapter.py)."""
 
-from ..state import Kind, Phase, TargetKey
-from ..tensors import is_measurable
+from ..phases import Phase
+from ..targets import Kind, TargetKey
 from .calls import CallIndex
-from .handles import hook_module, optimizer_hooks
-from .input_grads import InputGrads
 from .outputs import input_hook, output_hook
-from .param_grads import ParamGrads
-from .params import ParamValues
 from .port import Port
 
 __all__ = ["Hooks", "Port"]
@@ -22,51 +18,49 @@ class Hooks:
     parameters before any hook is registered, and listen to the step clock's optimizer hooks), the step clock's
     root-forward and optimizer hooks, then per module the
     call index's pre-hook (first), output/input hooks, input-gradient hooks and the call index's end (last).
-    remove() takes them all off; safe to call twice."""
+    remove() takes them all off; safe to call twice. options: the monitor's AttachOptions."""
 
-    def __init__(self, port, model, modules, inputs=False, outputs=True, grads=True, input_grads=False,
-                 param_grads=False, params=False):
-        clock, calls = port.clock, port.calls
-        self.port, self.handles, self.param_grads, self.params, self.per_call = port, [], None, None, []
-        named = [(f"{name}.{pn}", p) for name, m in modules.items() for pn, p in m.named_parameters(recurse=False)]
-        if param_grads:
-            self.param_grads = ParamGrads(port, named)
-        if params:
-            self.params = ParamValues(port, named)
-        self.handles.append(hook_module(model, clock.on_root_forward, pre=True))
-        self.handles.append(hook_module(model, clock.on_root_forward_end, always_call=True))
-        self.handles += optimizer_hooks(clock.on_optimizer_pre_step, clock.on_optimizer_step)
+    def __init__(self, port, adapter, model, modules, options):
+        clock, calls, hook = port.clock, port.calls, adapter.hook
+        self.port, self.adapter, self.handles, self.per_call = port, adapter, [], []
+        named = [(f"{name}.{pn}", p) for name, m in modules.items() for pn, p in adapter.own_params(m)]
+        self.param_grads, self.params = adapter.parameter_hooks(named, options)
+        pre, post = adapter.root_hooks(clock)
+        self.handles.append(hook(model, pre, pre=True))
+        self.handles.append(hook(model, post, always_call=True))
+        self.handles += adapter.step_hooks(clock)
         clock.forward_listeners.append(self.new_forward)
         for name, m in modules.items():
             if calls.separate:  # registered first: its pre-hook runs before the others
                 calls.index[name] = CallIndex(clock, name)
-                self.handles.append(hook_module(m, calls.index[name].pre_hook, pre=True))
-            if outputs or grads:
-                self.handles.append(hook_module(m, output_hook(port, name, outputs, grads)))
-            if outputs:
+                self.handles.append(hook(m, calls.index[name].pre_hook, pre=True))
+            if options.outputs or options.grads:
+                self.handles.append(hook(m, output_hook(port, adapter, name, options.outputs, options.grads)))
+            if options.outputs:
                 self.preallocate(name, Kind.OUTPUT, m)
-            if grads and any(p.requires_grad for p in m.parameters(recurse=False)):
+            if options.grads and any(adapter.trainable(p) for _, p in adapter.own_params(m)):
                 self.preallocate(name, Kind.GRAD_OUTPUT, m, phases=(Phase.TRAIN,))
-            if inputs:
-                self.handles.append(hook_module(m, input_hook(port, name, m), pre=True, with_kwargs=True))
+            if options.inputs:
+                self.handles.append(hook(m, input_hook(port, adapter, name, m), pre=True, with_kwargs=True))
                 self.preallocate(name, Kind.INPUT, m)
-            if input_grads:
-                per_call = InputGrads(port, name, m)
+            if options.input_grads:
+                per_call = adapter.input_grads(name, m)
                 self.per_call.append(per_call)
-                self.handles.append(hook_module(m, per_call.pre_hook, pre=True))
-                self.handles.append(hook_module(m, per_call.forward_hook, always_call=True))
+                self.handles.append(hook(m, per_call.pre_hook, pre=True))
+                self.handles.append(hook(m, per_call.forward_hook, always_call=True))
             if calls.separate:  # registered last: its forward hook runs after the others
-                self.handles.append(hook_module(m, calls.index[name].forward_hook, always_call=True))
+                self.handles.append(hook(m, calls.index[name].forward_hook, always_call=True))
 
     def preallocate(self, name, kind, m, phases=None):
-        p = next(m.parameters(recurse=False), None)
-        if is_measurable(p):
+        device = self.adapter.state_device(m)
+        if device is not None:
             clock, calls = self.port.clock, self.port.calls
             for phase in phases or (tuple(Phase) if clock.track_eval else (Phase.TRAIN,)):
-                self.port.store.state(TargetKey(name, kind, "", 0 if calls.separate else None), p.device, phase)
+                self.port.store.state(TargetKey(name, kind, "", 0 if calls.separate else None), device, phase)
 
     def new_forward(self):
         self.port.calls.new_forward()
+        self.adapter.new_forward()
         for per_call in self.per_call:
             per_call.reset()  # a forward that raised leaves its calls open
 

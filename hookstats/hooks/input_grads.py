@@ -3,7 +3,8 @@ view of itself whose gradient is tapped, so what is measured is the gradient flo
 calls that modify such an input in place are left out, said once."""
 import torch
 
-from ..state import Kind, TargetKey
+from ..targets import Kind, TargetKey
+from ..tensors import tensor_leaves
 from .calls import CallStacks
 from .grad_taps import tap_grad
 from .outputs import positional_leaves, positional_names
@@ -46,7 +47,7 @@ class InputGrads:
         args, taps = list(args), []
         for i in wrap:
             view = args[i].view_as(args[i])
-            leaf = next(positional_leaves([None] * i + [view], self.names))[0]
+            leaf = next(positional_leaves([None] * i + [view], self.names, tensor_leaves))[0]
             taps.append((TargetKey(self.name, Kind.GRAD_INPUT, leaf, call), view, None if compiling else view._version))
             args[i] = view
         self.open.push((phase, taps))

@@ -2,7 +2,8 @@
 import torch
 from torch.nn.parameter import is_lazy
 
-from ..state import Kind, Phase, TargetKey
+from ..phases import Phase
+from ..targets import Kind, TargetKey
 from ..tensors import measured
 from .handles import weakly
 

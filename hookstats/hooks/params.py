@@ -2,7 +2,8 @@
 them, once per optimizer step, with one multi-tensor op per device and no host read."""
 import torch
 
-from ..state import Kind, Phase, TargetKey
+from ..phases import Phase
+from ..targets import Kind, TargetKey
 from ..tensors import measured
 
 

@@ -2,7 +2,7 @@
 ("name:watch_grad")."""
 import torch
 
-from ..state import Kind, TargetKey
+from ..targets import Kind, TargetKey
 from ..tensors import MEASURED_DTYPES, is_measurable, watch_unread_reason
 from .grad_taps import tap_grad
 from .port import recomputing

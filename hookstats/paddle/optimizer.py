@@ -3,7 +3,8 @@ optimizer given to attach() has its step() wrapped on the instance: each selecte
 measured once per optimizer step, just before the update, after any gradient accumulation."""
 import paddle
 
-from ..state import Kind, Phase, TargetKey
+from ..phases import Phase
+from ..targets import Kind, TargetKey
 from . import bridge
 
 
@@ -46,6 +47,12 @@ class OptimizerGrads:
             sts = [self.store.resolve(key, device, Phase.TRAIN, compiling=False)[0] for key, _ in items]
             self.order.run(place, device, lambda: self.store.accumulate_many(
                 [bridge.as_torch(g) for _, g in items], sts, device))
+
+    def flush(self):
+        """Nothing to measure at mon.step(): the optimizer's step() measured the gradients already."""
+
+    def tell_if_never_measured(self):
+        """Nothing to say: a parameter without a gradient is left out at each step."""
 
     def remove(self):
         if self.optimizer is not None and vars(self.optimizer).get("step") is self.step:

@@ -1,0 +1,112 @@
+"""The framework adapter: what attach(), the Monitor and its hooks ask of a deep-learning framework (which modules a
+model has, how to hook them, a tensor's leaves, how a tensor reaches the fused op, the train/eval mode, the gradient
+tap and the optimizer hook). One Adapter subclass per framework (torch_adapter.py, paddle/adapter.py); the rest of
+the engine is shared. frameworks.adapter_for() picks one from the model's class."""
+from .hooks.handles import hook_module
+
+
+class Adapter:
+    """The protocol, with the defaults a framework that needs nothing special keeps. One instance per monitor: the
+    model at attach, the monitor's Port once bind() gives it (hooks/port.py)."""
+
+    noun = "module"  # what the framework calls a module, in error messages
+    # attach() keywords this framework refuses when given (a true value), and why: never silently ignored
+    refused = {}
+    # attach() keywords that are not this framework's: given, they are unknown keywords (a TypeError)
+    foreign = ()
+    hook = staticmethod(hook_module)  # hook(module, fn, pre=False, **kwargs): a forward (pre-)hook's handle
+
+    def __init__(self, model):
+        self.model, self.port = model, None
+
+    def bind(self, port):
+        """The monitor's Port (state owner, step clock, calls), before any hook is registered."""
+        self.port = port
+
+    # ---- the model ----
+    def select(self, options):
+        """{name: module} that attach() hooks (options.modules, types, exclude, include_paramless)."""
+        raise NotImplementedError
+
+    def check_options(self, options):
+        """Refuses what the framework cannot do with attach()'s keywords (a dict, checked and with eval resolved;
+        a ValueError), before the StatsConfig is made."""
+
+    def check_model(self, selected):
+        """Refuses a model, or a selected module, that the hooks cannot measure (a ValueError naming it)."""
+
+    def mode(self):
+        """What the step clock reads as the root model's mode: an object whose .training is True in training."""
+        return self.model
+
+    def flag_devices(self):
+        """The torch devices whose sampling flags are allocated at attach (compiled code cannot)."""
+        raise NotImplementedError
+
+    def own_params(self, module):
+        """(name, parameter) of the module's own parameters (not its submodules')."""
+        raise NotImplementedError
+
+    def trainable(self, param):
+        """Whether a gradient flows into the parameter."""
+        raise NotImplementedError
+
+    def state_device(self, module):
+        """The torch device where the module's targets are preallocated, or None to allocate at the first call."""
+        raise NotImplementedError
+
+    # ---- hooks ----
+    def root_hooks(self, clock):
+        """(pre-hook, hook) on the root model: the step clock's root-forward start and end."""
+        return clock.on_root_forward, clock.on_root_forward_end
+
+    def parameter_hooks(self, named, options):
+        """(parameter gradients, parameter values): the objects measuring param_grads and params (None when off);
+        each has flush(), tell_if_never_measured() and remove()."""
+        raise NotImplementedError
+
+    def step_hooks(self, clock):
+        """Handles of the hooks that tell the step clock about optimizer steps."""
+        return []
+
+    def input_grads(self, name, module):
+        """input_grads=True: the per-call object (pre_hook, forward_hook, reset()) of one module."""
+        raise NotImplementedError
+
+    def recomputing(self, name, compiling):
+        """Whether this call of module `name` is a recompute of activation checkpointing, in backward. compiling:
+        what torch.compiler.is_compiling() said in the hook."""
+        return False
+
+    def new_forward(self):
+        """A root forward starts."""
+
+    def leaves(self, obj, path=""):
+        """(path, tensor) of every tensor inside obj (tuples, lists, dicts, dataclasses)."""
+        raise NotImplementedError
+
+    def output_leaves(self, obj):
+        """leaves() of a module's output."""
+        return self.leaves(obj)
+
+    def output_readers(self):
+        """(values, grads): callables (t, module name, leaf, call, phase, compiling) that measure an output leaf now
+        and the gradient flowing back into it, built once per hook (they may keep what a call can share)."""
+        raise NotImplementedError
+
+    def measure(self, key, t, phase, compiling=None):
+        """Measures tensor t into key's state (a TargetKey) in `phase`."""
+        raise NotImplementedError
+
+    def watch(self, name, t):
+        """mon.watch(name, t): t now ("name:watch") and its gradient ("name:watch_grad"); returns t."""
+        raise NotImplementedError
+
+    # ---- around the monitor ----
+    def rank_zero_sinks(self, sinks):
+        """attach(rank_zero_only=True): the sinks, muted on every rank but 0."""
+        raise NotImplementedError
+
+    def check_reduce(self):
+        """Refuses mon.reduce() where the framework's ranks are not torch.distributed's."""
+
