@@ -107,7 +107,8 @@ def _report(args):
     if jobs > 1:
         require("matplotlib", "hookstats charts")  # one line here, not one per process
         from .report_jobs import report_in_processes
-        failed = report_in_processes(tasks, jobs, show_progress=not args.no_progress, log=print, warn=_stderr)
+        failed = report_in_processes(tasks, jobs, report_quietly, show_progress=not args.no_progress, log=print,
+                                     warn=_stderr)
         if failed is not None:
             raise UsageError(failed)
         return 0
@@ -117,6 +118,17 @@ def _report(args):
         except (ValueError, KeyError, OSError) as e:
             raise UsageError(f"{run}: {e}") from None
     return 0
+
+
+def report_quietly(run, out):
+    """report() of one run in a worker process (report_jobs): (what it printed and warned, in order, as (stream,
+    text) pairs; its error line or None)."""
+    said = []
+    try:
+        report(run, out, log=lambda text: said.append(("out", text)), warn=lambda text: said.append(("err", text)))
+    except (ValueError, KeyError, OSError) as e:
+        return said, f"{run}: {e}"
+    return said, None
 
 
 def find_runs(root):

@@ -8,13 +8,15 @@ import multiprocessing
 from .progress import progress
 
 
-def report_in_processes(tasks, jobs, show_progress=False, log=print, warn=print):
-    """tasks: (run folder, charts folder or None) pairs. Returns None, or the first failing run's error line (the
-    runs after it in order are not printed; those already drawn keep their charts)."""
+def report_in_processes(tasks, jobs, report_one, show_progress=False, log=print, warn=print):
+    """tasks: (run folder, charts folder or None) pairs; report_one(run, out) -> (what it printed and warned, in
+    order, as ("out" or "err", text) pairs; its error line or None), a module-level function (a worker process
+    imports it by name). Returns None, or the first failing run's error line (the runs after it in order are not
+    printed; those already drawn keep their charts)."""
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool, \
             progress(total=len(tasks), desc="run folders", unit="run", enabled=show_progress) as bar:
-        futures = [pool.submit(report_quietly, run, out) for run, out in tasks]
+        futures = [pool.submit(report_one, run, out) for run, out in tasks]
         for future in futures:
             said, failed = future.result()
             for stream, text in said:
@@ -25,14 +27,3 @@ def report_in_processes(tasks, jobs, show_progress=False, log=print, warn=print)
                 return failed
     return None
 
-
-def report_quietly(run, out):
-    """(what report printed and warned, in order, as (stream, text) pairs; its error line or None): one worker's
-    run."""
-    from .cli import report
-    said = []
-    try:
-        report(run, out, log=lambda text: said.append(("out", text)), warn=lambda text: said.append(("err", text)))
-    except (ValueError, KeyError, OSError) as e:
-        return said, f"{run}: {e}"
-    return said, None
