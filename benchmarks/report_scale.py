@@ -4,7 +4,11 @@ N/2 tiny Linear(4, 4) modules (N targets: each output and the gradient into it) 
 JSONLSink, log_every=10 (float buckets once per flush). Each report runs in a fresh process, as a user runs it, so
 the time includes reading the file, the charts, the table and the imports. --profile PATH writes cProfile's
 statistics of the largest report instead of timing all of them. --folders N: a folder of N copies of a run of
---small-targets targets, reported by one command (a folder of runs, as the demo writes)."""
+--small-targets targets, reported by one command (a folder of runs, as the demo writes), with --jobs N passed on.
+--keep DIR keeps the histories there and reuses them (writing the 20,000-target one takes minutes). --baseline PATH:
+a checkout of an earlier commit (with its hookstats/_C.so) timed on the same histories, interleaved with this one,
+--repeats times each; the figures are medians with their min and max."""
+import statistics
 import argparse
 import os
 import resource
@@ -41,11 +45,12 @@ def _children_cpu():
     return r.ru_utime + r.ru_stime
 
 
-def time_report(folder, profile=None):
-    """(CPU seconds, wall seconds, charts written) of one report of `folder` in a fresh process."""
+def time_report(folder, profile=None, tree=ROOT, jobs=None):
+    """(CPU seconds, wall seconds, charts written) of one report of `folder` in a fresh process, with the hookstats
+    of the checkout `tree`."""
     cmd = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else []), "-m", "hookstats", "report",
-           str(folder), "--no-progress"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+           str(folder), "--no-progress", *([] if jobs is None else ["--jobs", str(jobs)])]
+    env = {**os.environ, "PYTHONPATH": str(tree), "MPLBACKEND": "Agg"}
     cpu, t = _children_cpu(), time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall, cpu = time.perf_counter() - t, _children_cpu() - cpu
@@ -62,41 +67,81 @@ def many_folders(root, n, targets, steps):
     return root
 
 
+def kept(folder, make):
+    """folder, made by make(folder) unless a complete one is there (--keep); a half-written one is made again."""
+    done = folder / ".complete"
+    if not done.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        make(folder)
+        done.touch()
+    for charts in folder.glob("**/charts"):  # each report draws them anew
+        shutil.rmtree(charts)
+    return folder
+
+
+def timed(label, folder, args, trees):
+    """{tree: row} of --repeats reports of folder with each tree, interleaved; prints one line per tree."""
+    runs = {name: [] for name in trees}
+    for _ in range(args.repeats):
+        for name, tree in trees.items():
+            runs[name].append(time_report(folder, tree=tree, jobs=args.jobs if name == "this" else None))
+            for charts in folder.glob("**/charts"):
+                shutil.rmtree(charts)
+    rows = {}
+    for name, got in runs.items():
+        cpu, wall, charts = [g[0] for g in got], [g[1] for g in got], got[0][2]
+        print(f"{label} [{name}]: report {statistics.median(cpu):6.1f} s CPU [{min(cpu):.1f}..{max(cpu):.1f}] "
+              f"({statistics.median(wall):6.1f} s wall), {charts} charts", flush=True)
+        rows[name] = {"report_cpu_s": round(statistics.median(cpu), 2), "report_cpu_min_s": round(min(cpu), 2),
+                      "report_cpu_max_s": round(max(cpu), 2), "report_wall_s": round(statistics.median(wall), 2),
+                      "repeats": len(got), "charts": charts}
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--targets", type=int, nargs="+", default=[20, 2000, 20000])
+    ap.add_argument("--targets", type=int, nargs="*", default=[20, 2000, 20000])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--profile", help="cProfile output of the report of the largest --targets (no timing)")
     ap.add_argument("--folders", type=int, default=0, help="also time one report of this many small run folders")
     ap.add_argument("--small-targets", type=int, default=20, help="targets of each of the --folders runs")
+    ap.add_argument("--jobs", type=int, help="report's --jobs (default: report's own, the number of CPUs)")
+    ap.add_argument("--keep", help="keep the histories in this folder and reuse them")
+    ap.add_argument("--baseline", help="a checkout of an earlier commit, timed interleaved with this one")
+    ap.add_argument("--baseline-label", default="baseline", help="its name in the results (e.g. its commit)")
+    ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--json", help="write the results file here (e.g. benchmarks/results/report_scale.json)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     load = os.getloadavg()[0]
+    trees = {"this": ROOT, **({args.baseline_label: Path(args.baseline).resolve()} if args.baseline else {})}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
+        base = Path(args.keep) if args.keep else Path(tmp)
         for n in sorted(args.targets):
-            folder = write_run(Path(tmp) / f"run{n}", n, args.steps)
+            folder = kept(base / f"run{n}_{args.steps}", lambda f, n=n: write_run(f, n, args.steps))
             mb = (folder / "history.jsonl").stat().st_size / 1e6
-            if args.profile and n != max(args.targets):
+            if args.profile:
+                if n == max(args.targets):
+                    time_report(folder, args.profile)
                 continue
-            cpu, wall, charts = time_report(folder, args.profile if args.profile else None)
-            print(f"{n:6d} targets, {args.steps} steps, {mb:7.1f} MB history: report {cpu:6.1f} s CPU "
-                  f"({wall:6.1f} s wall), {charts} charts", flush=True)
-            results[f"{n} targets"] = {"steps": args.steps, "history_mb": round(mb, 1), "report_cpu_s": round(cpu, 2),
-                                       "report_wall_s": round(wall, 2), "charts": charts}
+            for name, row in timed(f"{n:6d} targets, {args.steps} steps, {mb:7.1f} MB history", folder, args,
+                                   trees).items():
+                results[f"{n} targets" + ("" if name == "this" else f" ({name})")] = {
+                    "steps": args.steps, "history_mb": round(mb, 1), **row}
         if args.folders and not args.profile:
-            root = many_folders(Path(tmp) / "folders", args.folders, args.small_targets, args.steps)
-            cpu, wall, charts = time_report(root)
-            print(f"{args.folders} run folders of {args.small_targets} targets: report {cpu:6.1f} s CPU "
-                  f"({wall:6.1f} s wall), {charts} charts", flush=True)
-            results[f"{args.folders} folders"] = {"targets": args.small_targets, "steps": args.steps,
-                                                  "report_cpu_s": round(cpu, 2), "report_wall_s": round(wall, 2),
-                                                  "charts": charts}
+            root = kept(base / f"folders{args.folders}x{args.small_targets}_{args.steps}",
+                        lambda f: many_folders(f, args.folders, args.small_targets, args.steps))
+            for name, row in timed(f"{args.folders} run folders of {args.small_targets} targets", root, args,
+                                   trees).items():
+                results[f"{args.folders} folders" + ("" if name == "this" else f" ({name})")] = {
+                    "targets": args.small_targets, "steps": args.steps, "jobs": args.jobs or os.cpu_count(), **row}
     if args.json and not args.profile:
         results_file.write(args.json, results, results_file.machine(clock="CPU time (user + sys) of the report "
-                                                                          "process, and wall clock", load_start=load) +
-                           ", the report in a fresh process each")
+                                                                          "process and its workers, and wall clock",
+                                                                    load_start=load) +
+                           ", the report in a fresh process each" +
+                           (f"; {args.baseline_label}: the same at that commit" if args.baseline else ""))
 
 
 if __name__ == "__main__":

@@ -85,8 +85,8 @@ def shorten(text, width=NAME_MAX):
     return text[: width - 114] + "\u2026" + digest + "\u2026" + text[-100:]
 
 
-_INT_COUNTS = frozenset(s for s in COUNTS if s in statistics.BY_NAME and statistics.BY_NAME[s].type == statistics.INT)
-_EXACT = 2 ** 53  # an int up to this converts to float exactly: no check below can fail for it
+INT_COUNTS = frozenset(s for s in COUNTS if s in statistics.BY_NAME and statistics.BY_NAME[s].type == statistics.INT)
+EXACT = 2 ** 53  # an int up to this converts to float exactly: no check below can fail for it
 
 
 def scalar(stat, v):
@@ -95,7 +95,7 @@ def scalar(stat, v):
     t = type(v)
     if t is float and stat not in COUNTS:
         return v
-    if t is int and stat in _INT_COUNTS and 0 <= v <= _EXACT:
+    if t is int and stat in INT_COUNTS and 0 <= v <= EXACT:
         return v
     if v is None:
         return math.nan

@@ -5,6 +5,7 @@ entries that keep the files readable by versions without buckets; null beside th
 and one line per alert. Each run header names the state layout its slots are in (rawstate.LAYOUT). read_jsonl()
 loads it back for `hookstats report`; files of versions without float buckets read as before, and a run of another
 layout without its slots (LayoutWarning)."""
+import functools
 import json
 import re
 import warnings
@@ -126,7 +127,7 @@ def read_jsonl(path):
     header names another state layout is read without its slots, with one LayoutWarning per such run."""
     path = Path(path)
     ledger, lines = Ledger(path), fields.BadLines(path)
-    alerts, bad, read = [], [], 0
+    alerts, bad, read, names = [], [], 0, {}
     other, unread = None, {}  # why the current run's slots cannot be read (None: they can); run -> why
     for n, line in file_lines(path, bad):
         if not line.strip():
@@ -148,7 +149,7 @@ def read_jsonl(path):
             if kind == "stats":
                 if other is not None:
                     obj = {k: v for k, v in obj.items() if k not in SLOT_FIELDS}
-                ledger.record(*_record(obj, lines))
+                ledger.record(*_record(obj, lines, names))
             elif kind == "alert":
                 alerts.append(_alert(obj))
             elif kind == "run":
@@ -183,6 +184,20 @@ _SCALARS = frozenset(SCALARS)  # sets: a history has a million fields to look up
 SLOT_FIELDS = ("log2_hist", "float_hist")  # what a record holds in the state layout's slots
 
 
+_FLOAT, _COUNT, _SCALAR, _OTHER = "float", "count", "scalar", "other"
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(keys):
+    """(field, how it is checked) of a record's fields other than its keys and histograms, in the line's order: a
+    history's lines share a few key sets, so each field's check is looked up once per set, not once per line."""
+    def how(k):
+        if k not in _SCALARS:
+            return _OTHER
+        return _FLOAT if k not in fields.COUNTS else _COUNT if k in fields.INT_COUNTS else _SCALAR
+    return tuple((k, how(k)) for k in keys if k not in _NOT_SCALARS)
+
+
 def _alert(obj):
     out = {k: v for k, v in obj.items() if k != "type"}
     for k in ("kind", "message"):
@@ -194,20 +209,27 @@ def _alert(obj):
     return out
 
 
-def _record(obj, lines):
+def _record(obj, lines, names=None):
+    """names: {(field, value): checked value} shared by a file's records (a target's name recurs every step)."""
     out = {}
     step = fields.step(obj.get("step"))
+    names = {} if names is None else names
     for k in KEYS:
         if k == "target" or k in obj:
-            out[k] = fields.key(obj.get(k), k, lines)
+            v = obj.get(k)
+            got = names.get((k, v)) if type(v) is str else None
+            if got is None:
+                got = names[(k, v)] = fields.key(v, k, lines)  # raises unless v is a valid str
+            out[k] = got
         else:
             out[k] = ""
     out["phase"] = fields.key(obj.get("phase", Phase.TRAIN), "phase")  # files of versions without phases
     log2_off = "log2_hist" in obj and obj["log2_hist"] is None  # written with log_hist=False
-    for k, v in obj.items():
-        if k in _NOT_SCALARS:
-            continue
-        if k in _SCALARS:
+    for k, how in _plan(tuple(obj)):
+        v = obj[k]
+        if how is _FLOAT and type(v) is float or how is _COUNT and type(v) is int and 0 <= v <= fields.EXACT:
+            out[k] = v  # what json.loads gives for almost every field: settled as fields.scalar would
+        elif how is not _OTHER:
             out[k] = fields.scalar(k, v)
         elif isinstance(v, str):  # a field of a later version (e.g. a phase name): kept when plain
             out[k] = fields.name(v, k, lines)

@@ -1,6 +1,7 @@
 """The command line: `python -m hookstats demo|report|bench`. Bad arguments and paths end with one line
 on stderr and exit status 2, never a traceback."""
 import importlib
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -43,6 +44,9 @@ def _demo_arguments(d):
 def _report_arguments(r):
     r.add_argument("run_dir", metavar="RUN_DIR")
     r.add_argument("--out", help="write charts here instead of RUN_DIR/<run>/charts")
+    r.add_argument("--jobs", type=int_in(1), metavar="N",
+                   help="run folders reported at once, each in a process of its own (default: the number of CPUs; "
+                        "1: one after another in this process). A single run is always reported in this process")
     progress_argument(r)
 
 
@@ -96,15 +100,35 @@ def _report(args):
         raise UsageError(f"{root} holds no history.jsonl or history.csv (nor do its subfolders)")
     if args.out is not None and not args.out.strip():
         raise UsageError("--out is empty: give a folder, or leave --out out to write to RUN_DIR/<run>/charts")
-    for run in runs:
-        out = None
-        if args.out is not None:
-            out = Path(args.out) if run == root else Path(args.out) / run.name
+    # the folder to write to is the user's --out and the run folder's own name, never a name read from a file
+    tasks = [(run, None if args.out is None else Path(args.out) if run == root else Path(args.out) / run.name)
+             for run in runs]
+    jobs = min(args.jobs or os.cpu_count() or 1, len(tasks))
+    if jobs > 1:
+        require("matplotlib", "hookstats charts")  # one line here, not one per process
+        from .report_jobs import report_in_processes
+        failed = report_in_processes(tasks, jobs, report_quietly, show_progress=not args.no_progress, log=print,
+                                     warn=_stderr)
+        if failed is not None:
+            raise UsageError(failed)
+        return 0
+    for run, out in tasks:
         try:
             report(run, out, show_progress=not args.no_progress)
         except (ValueError, KeyError, OSError) as e:
             raise UsageError(f"{run}: {e}") from None
     return 0
+
+
+def report_quietly(run, out):
+    """report() of one run in a worker process (report_jobs): (what it printed and warned, in order, as (stream,
+    text) pairs; its error line or None)."""
+    said = []
+    try:
+        report(run, out, log=lambda text: said.append(("out", text)), warn=lambda text: said.append(("err", text)))
+    except (ValueError, KeyError, OSError) as e:
+        return said, f"{run}: {e}"
+    return said, None
 
 
 def find_runs(root):
@@ -134,15 +158,16 @@ def _stderr(msg):
     print(msg, file=sys.stderr)
 
 
-def report(run_dir, out=None, log=print, show_progress=False):
+def report(run_dir, out=None, log=print, show_progress=False, warn=None):
     """Charts and tables of one run folder from history.jsonl (histograms included) or history.csv, or of one
-    history file (charts beside it, in charts/)."""
+    history file (charts beside it, in charts/). log: the printed lines; warn: what the file holds beyond whole
+    records of one run (load_run; default: stderr)."""
     import numpy as np
     with np.errstate(all="ignore"):  # values at float64's ends are legal: no NumPy warning from drawing them
-        return _report_run(run_dir, out, log, show_progress)
+        return _report_run(run_dir, out, log, show_progress, warn)
 
 
-def _report_run(run_dir, out, log, show_progress):
+def _report_run(run_dir, out, log, show_progress, warn):
     from . import plots
     from ..delivery import brief
     from .progress import progress
@@ -150,7 +175,7 @@ def _report_run(run_dir, out, log, show_progress):
     from .summary import FLOAT_CELLS, head_and_tail, stats_table
     from .run_charts import flight_charts, grad_norms_chart, save_run_charts
     from ..grad_norms import grad_norms
-    items, alerts = load_run(run_dir)
+    items, alerts = load_run(run_dir, warn)
     if not items:
         raise ValueError("the history holds no steps")
     series = plots.collect(items)

@@ -6,6 +6,7 @@ import functools
 import numpy as np
 
 from ..extras import require
+from .chart_files import png_options
 
 NEIGHBOURS = 4  # targets on each side of the first one, in step order
 
@@ -25,7 +26,7 @@ def figure(**kw):
 
 def save(fig, path):
     if path is not None:  # "tight": long target names stay whole
-        fig.savefig(path, dpi=110, bbox_inches="tight")
+        fig.savefig(path, dpi=110, bbox_inches="tight", **png_options(path))
     return fig
 
 

@@ -16,6 +16,7 @@ from ..extras import require
 from ..names import short
 from ..phases import phase_label, record_phase
 from ..state import KINDS, Kind
+from .chart_files import png_options
 
 HEATMAP_BINS = 64
 HEATMAP_SPAN_Q = (0.001, 0.999)
@@ -168,7 +169,7 @@ def _count(shown, total):
 
 def save_figure(fig, path, whole_legend=False):
     if path is not None:  # bbox "tight" keeps a legend's long target names whole, at the cost of a second draw
-        fig.savefig(path, dpi=110, bbox_inches="tight" if whole_legend else None)
+        fig.savefig(path, dpi=110, bbox_inches="tight" if whole_legend else None, **png_options(path))
     return fig
 
 
@@ -325,9 +326,8 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
     fig = new_figure(figsize=(4.6 * ncols, height))
     top, bottom = 1 - head / height, 0.6 / height
     fig.subplots_adjust(left=0.06, right=0.93, top=top, bottom=bottom, hspace=0.45, wspace=0.25)
-    axes = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).ravel()
-    for ax in axes[len(targets):]:
-        ax.set_visible(False)
+    grid = fig.add_gridspec(nrows, ncols)  # a panel per target, none in the last row's empty places
+    axes = [fig.add_subplot(grid[k // ncols, k % ncols]) for k in range(len(targets))]
     cmap = _cmap("viridis").with_extremes(bad=_cmap("viridis")(0.0), under=_cmap("viridis")(0.0))
     norm = _matplotlib("colors").LogNorm(vmin=SHARE_MIN, vmax=1.0)
     for ax, t in zip(axes, targets):
