@@ -448,20 +448,17 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
       for (int i = 0; i < M; ++i) count_value(v[i], p, h, warp);
     }
   }
-  const auto redo = [&] {
+  ChunkMoments<A> m{static_cast<double>(Kc), static_cast<double>(c1), static_cast<double>(c2), cmn, cmx, M, false};
+  if (!fast_path_stands<kUnderflow>(t, c2, cmn, cmx)) {
     Chunk<M, A> ch;
 #pragma unroll
     for (int i = 0; i < M; ++i) ch.v[i] = v[i];
-    const ChunkMoments<A> m = slow_chunk(ch, p, t.huge);
+    m = slow_chunk(ch, p, t.huge);
     scale_if_huge(t, m);
-    fold_chunk(t, m);
-    t.mn = min_acc(t.mn, m.mn);
-    t.mx = max_acc(t.mx, m.mx);
-  };
-  if (fold_moments<M, kUnderflow>(t, Kc, c1, c2, cmn, cmx, redo)) {
-    t.mn = min_acc(t.mn, cmn);
-    t.mx = max_acc(t.mx, cmx);
   }
+  t.mn = min_acc(t.mn, m.mn);
+  t.mx = max_acc(t.mx, m.mx);
+  fold_chunk(t, m);
 }
 
 // 16-bit inputs (bf16, fp16) two values to a 32-bit word: min/max and the near-zero test take one packed instruction
