@@ -14,13 +14,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import results_file  # noqa: E402
+import worker_pipe  # noqa: E402
+from worker_pipe import git_commit  # noqa: E402
 
 HIST_EVERY = 10
 WARMUP_WINDOWS = 3
@@ -62,30 +63,12 @@ def worker(path, targets, log_every):
     mon.remove()
 
 
-class Worker:
+class Worker(worker_pipe.Worker):
     def __init__(self, path, targets, log_every):
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=HERE)
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", path, str(targets),
-                                      str(log_every)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        self.ask(None)
+        super().__init__([sys.executable, os.path.abspath(__file__), "--worker", path, str(targets), str(log_every)],
+                         env)
 
-    def ask(self, cmd):
-        if cmd is not None:
-            self.proc.stdin.write(cmd + "\n")
-            self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker ended: {self.proc.args}")
-        return json.loads(line)
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait()
-
-
-def git_commit(path):
-    out = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or os.path.abspath(path)
 
 
 def spread(xs):

@@ -12,9 +12,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+
+import worker_pipe
 
 
 def worker(path, workload, hooked, attach_kwargs):
@@ -66,26 +67,10 @@ def worker(path, workload, hooked, attach_kwargs):
         mon.remove()
 
 
-class Worker:
+class Worker(worker_pipe.Worker):
     def __init__(self, path, workload, hooked, attach_kwargs="{}"):
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="")
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", path, workload, str(int(hooked)),
-                                      attach_kwargs],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        self.info = self.ask(None)
-
-    def ask(self, cmd):
-        if cmd is not None:
-            self.proc.stdin.write(cmd + "\n")
-            self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker ended: {self.proc.args}")
-        return json.loads(line)
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait()
+        super().__init__([sys.executable, __file__, "--worker", path, workload, str(int(hooked)), attach_kwargs], env)
 
 
 def spread(xs):

@@ -15,13 +15,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import results_file  # noqa: E402
+import worker_pipe  # noqa: E402
+from worker_pipe import git_commit  # noqa: E402
 
 # glibc returns the freed heap top to the kernel and faults it in again: thousands of page faults a step that come
 # and go with the order of frees. Every worker allocates from a heap that stays mapped (as step_floor.py does).
@@ -60,31 +61,12 @@ def worker(path, workload, kind, attach_kwargs):
         mon.remove()
 
 
-class Worker:
+class Worker(worker_pipe.Worker):
     def __init__(self, path, workload, kind, attach_kwargs, malloc):
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=HERE, **(STABLE_MALLOC if malloc else {}))
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", path, workload, kind,
-                                      attach_kwargs], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env=env)
-        self.info = self.ask(None)
+        super().__init__([sys.executable, os.path.abspath(__file__), "--worker", path, workload, kind, attach_kwargs],
+                         env)
 
-    def ask(self, cmd):
-        if cmd is not None:
-            self.proc.stdin.write(cmd + "\n")
-            self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"worker ended: {self.proc.args}")
-        return json.loads(line)
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait()
-
-
-def git_commit(path):
-    out = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or os.path.abspath(path)
 
 
 def variants(old, new):
