@@ -468,13 +468,13 @@ def sass_figures(write=None):
     tests/test_ptxas.py gates them against benchmarks/results/sass_sm90.json, which `write` rewrites)."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     import sass
-    from test_ptxas import FLAGS, KERNELS, nvcc
+    from test_ptxas import FLAGS, KERNELS, TORCH_DEFINES, nvcc
     if sass.cuobjdump() is None:
         sys.exit("cuobjdump not found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
     print("| kernel (sm_90) | loop instructions | per element | ATOMS per element |\n|---|---|---|---|")
     with tempfile.TemporaryDirectory() as d:
         cubin = os.path.join(d, "k.cubin")
-        subprocess.run([nvcc(), *FLAGS[:3], "-arch=sm_90", f"-I{os.path.join(ROOT, 'csrc')}", "-cubin", KERNELS,
+        subprocess.run([nvcc(), *FLAGS[:3], *TORCH_DEFINES, "-arch=sm_90", f"-I{os.path.join(ROOT, 'csrc')}", "-cubin", KERNELS,
                         "-o", cubin], check=True)
         loops = sass.hot_loops(sass.disassemble(cubin))
     for name, f in loops.items():

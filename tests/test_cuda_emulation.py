@@ -17,6 +17,7 @@ from float64_exact import CASES as F64_CASES, assert_moments, case_values
 from float_oracle import float_buckets
 from conftest import made_once
 from helpers import oracle, without_histograms
+from test_ptxas import TORCH_DEFINES
 from hookstats import layout, rawstate
 from hookstats.config import StatsConfig
 
@@ -75,7 +76,8 @@ def built(tmp_path_factory, folder, names):
             pytest.skip("HOOKSTATS_SKIP_CUDA_EMU=1 and no CUDA toolkit headers")
         pytest.fail("CUDA toolkit headers (cuda_fp16.h) not found: set CUDA_HOME, or HOOKSTATS_SKIP_CUDA_EMU=1")
     cxx = os.environ.get("CXX", "g++")
-    base = [cxx, "-std=c++20", "-O1", "-g", "-pthread", f"-I{inc}", f"-I{os.path.join(inc, 'cccl')}",
+    # torch's -D flags too (no implicit half/bfloat16 conversions): the kernel source must build as the extension does
+    base = [cxx, "-std=c++20", "-O1", "-g", "-pthread", *TORCH_DEFINES, f"-I{inc}", f"-I{os.path.join(inc, 'cccl')}",
             f"-I{os.path.join(ROOT, 'csrc')}", os.path.join(EMU, "emu_driver.cpp")]
 
     def build(out, name):

@@ -16,8 +16,12 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNELS = os.path.join(ROOT, "csrc", "cuda", "accumulate_launch.cu")
 ARCHS = ("sm_80", "sm_90")
-# nvcc flags of the real build (setup.py nvcc_flags) plus the gates
-FLAGS = ["-O3", "-std=c++20", "--expt-relaxed-constexpr", "-Xptxas", "-v,-warn-spills,-warn-lmem-usage,-Werror"]
+# nvcc flags of the real build (setup.py nvcc_flags, and the -D flags torch's cpp_extension adds to every CUDA
+# extension: no implicit half/bfloat16 conversions or operators) plus the gates
+TORCH_DEFINES = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+                 "-D__CUDA_NO_HALF2_OPERATORS__"]
+FLAGS = ["-O3", "-std=c++20", "--expt-relaxed-constexpr", *TORCH_DEFINES, "-Xptxas",
+         "-v,-warn-spills,-warn-lmem-usage,-Werror"]
 
 
 def nvcc():

@@ -467,10 +467,12 @@ template <typename T> struct PairOf;
 template <> struct PairOf<__nv_bfloat16> {
   using type = __nv_bfloat162;
   static HS_HD __nv_bfloat16 round_down(float x) { return __float2bfloat16_rd(x); }
+  static HS_HD type both(float x) { return __float2bfloat162_rn(x); }  // exact for a value of the type, or NaN
 };
 template <> struct PairOf<__half> {
   using type = __half2;
   static HS_HD __half round_down(float x) { return __float2half_rd(x); }
+  static HS_HD type both(float x) { return __float2half2_rn(x); }
 };
 template <typename T> constexpr bool kPaired = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
 
@@ -481,16 +483,15 @@ struct PairStats {
   P mn, mx, eps;  // eps: the threshold rounded down to T, so that v <= eps in T exactly when it holds in fp32
   bool signed_nz;
   HS_HD explicit PairStats(const Params& p) {
-    mn = mx = P(static_cast<T>(__builtin_nanf("")), static_cast<T>(__builtin_nanf("")));
+    mn = mx = PairOf<T>::both(__builtin_nanf(""));
     const T e = PairOf<T>::round_down(p.eps);
     eps = P(e, e);
     signed_nz = p.flags & kSignedNearZero;
   }
   // t's min/max (the scalar head's) taken over, so that t's are dead in the main loop (fewer live registers).
   HS_HD void take_from(ThreadStats<float>& t) {
-    const T lo = static_cast<T>(t.mn), hi = static_cast<T>(t.mx);  // exact: values of T, or NaN
-    mn = __hmin2(mn, P(lo, lo));
-    mx = __hmax2(mx, P(hi, hi));
+    mn = __hmin2(mn, PairOf<T>::both(t.mn));
+    mx = __hmax2(mx, PairOf<T>::both(t.mx));
     t.mn = t.mx = __builtin_nanf("");
   }
   HS_HD void fold_into(ThreadStats<float>& t) const {
@@ -538,9 +539,8 @@ __device__ __forceinline__ void consume_pairs(ThreadStats<float>& t, PairStats<T
     for (int k = 0; k < M / 2; ++k) ch.w[k] = w[k];
     const ChunkMoments<float> m = slow_words<T>(ch, p);
     fold_chunk(t, m);
-    const T lo = static_cast<T>(m.mn), hi = static_cast<T>(m.mx);  // exact: values of T, or NaN
-    ps.mn = __hmin2(ps.mn, P(lo, lo));
-    ps.mx = __hmax2(ps.mx, P(hi, hi));
+    ps.mn = __hmin2(ps.mn, PairOf<T>::both(m.mn));
+    ps.mx = __hmax2(ps.mx, PairOf<T>::both(m.mx));
   };
   if (fold_moments<M, kUnderflow>(t, Kc, c1, c2, cmn, cmx, redo)) {
     ps.mn = __hmin2(ps.mn, pmn);
