@@ -1,19 +1,14 @@
 """The phase a value is measured in (Phase), the phase of a record that names none, and a target's label across
 phases: the one place that spells the phases."""
-import enum
+from .plain_enum import PlainStrEnum
 
 
-class Phase(str, enum.Enum):
+class Phase(PlainStrEnum):
     """TRAIN: a root forward in model.train() mode, its backward and what the optimizer step reads; EVAL: a
     validation forward (model.eval(), with attach(eval=True)). A str that prints, formats, hashes and reprs as its
     plain value, as Kind does, so records, saved files and stats(phase="eval") read as plain strings did."""
     TRAIN = "train"
     EVAL = "eval"
-
-    __str__ = str.__str__
-    __repr__ = str.__repr__
-    __format__ = str.__format__
-    __hash__ = str.__hash__
 
 
 PHASES = tuple(p.value for p in Phase)

@@ -1,10 +1,11 @@
 """The target vocabulary: what a target measures (Kind, spelled here and nowhere else) and which state it is
 (TargetKey: module, kind, leaf, call)."""
 import dataclasses
-import enum
+
+from .plain_enum import PlainStrEnum
 
 
-class Kind(str, enum.Enum):
+class Kind(PlainStrEnum):
     """What a target measures. A str that prints, formats, hashes and reprs as its plain value, so ids
     ("fc1:output"), records, stats(kind="output") and saved files read as plain strings did, and a key made
     with "output" finds the state of Kind.OUTPUT."""
@@ -16,11 +17,6 @@ class Kind(str, enum.Enum):
     PARAM = "param"
     WATCH = "watch"
     WATCH_GRAD = "watch_grad"
-
-    __str__ = str.__str__
-    __repr__ = str.__repr__
-    __format__ = str.__format__
-    __hash__ = str.__hash__
 
 
 KINDS = tuple(k.value for k in Kind)

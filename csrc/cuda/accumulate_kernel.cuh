@@ -423,7 +423,7 @@ __device__ __forceinline__ void count_value(A x, const Params& p, Hists h, unsig
 // Consumes M values (M a power of two) as one chunk. Fast path, branch-free, as if every value were finite:
 // integer statistics per value; moments in the input precision about the chunk's midrange Kc, then folded into
 // fp64 sums about K. A non-finite value makes the chunk's sum of squares non-finite, so the one test on c2 sends it
-// (and fp32 overflow, and underflowed squares) to slow_chunk (fold_moments).
+// (and fp32 overflow, and underflowed squares) to slow_chunk (fast_path_stands).
 // hists false (a kSkipHist call, uniform over the launch; p then has no histogram flags): the dense kernels
 // (kSkippable) skip the histograms with one branch per chunk. The strided kernel counts them beside the moments, as
 // its p says (a separate pass there made ptxas spill the float64 kernel).
@@ -448,6 +448,8 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
       for (int i = 0; i < M; ++i) count_value(v[i], p, h, warp);
     }
   }
+  // one fold for either path (fold_moments' two, as consume_pairs has them, made the fp32 kernels with the linear
+  // or log2 histograms spill on sm_80)
   ChunkMoments<A> m{static_cast<double>(Kc), static_cast<double>(c1), static_cast<double>(c2), cmn, cmx, M, false};
   if (!fast_path_stands<kUnderflow>(t, c2, cmn, cmx)) {
     Chunk<M, A> ch;
