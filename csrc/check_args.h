@@ -2,7 +2,7 @@
 // raises the same errors, so the fallback fails where the op fails. One error per bad argument, naming it.
 // Every argument of a call is checked before any state changes.
 #pragma once
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>

@@ -9,7 +9,7 @@ alignas(4096) static FloatCount fh_store[(kFloatSlots + 1) * kSub + 4096];
 static FloatCount* fh = fh_store + (getenv("FH_OFF") ? atoi(getenv("FH_OFF")) : 0) / 2;
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
-static void flush(int64_t* dst) {  // as accumulate_cpu.cpp flush_float
+static void flush(int64_t* dst) {  // as accumulate_cpu_kernel.h flush_float
   constexpr int kLine = 32;
   for (int base = 0; base < kFloatSlots * kSub; base += kLine) {
     uint64_t any = 0, w;

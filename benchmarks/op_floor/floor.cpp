@@ -3,7 +3,7 @@
 // (as a hook sees it: just written by its layer), variants rotated each round, the thread's CPU clock.
 // The "+" variants are one-pass AVX-512 loops shaped like the op's (csrc/cpu/accumulate_avx512.h: blocks of 1024
 // values, shift K = the previous block's mean, fp32 sums over 8 values per lane then fp64), adding one statistic at
-// a time; "the op" rows call the op's own kernel (run_one_pass) as accumulate_cpu.cpp does, chunks and flushes.
+// a time; "the op" rows call the op's own kernel (run_one_pass) as accumulate_cpu_kernel.h does, chunks and flushes.
 //   floor TENSORS_FILE ROUNDS [CAP]  ->  one JSON object on stdout
 // CAP: only the first CAP values of each tensor, called over and over (~2M values a tensor): the loops' speed on
 // cache-resident data, where memory is no limit (the float buckets' flush then dominates their row).
@@ -97,7 +97,7 @@ double one_pass(const float* x, int64_t n) {
   return mean + m2 + _mm512_reduce_min_ps(mn) + _mm512_reduce_max_ps(mx) + _mm512_reduce_add_epi32(nz);
 }
 
-// the op's kernel as accumulate_cpu.cpp runs it on one thread: chunks of max(2^15, n / 1024) values, the float
+// the op's kernel as accumulate_cpu_kernel.h runs it on one thread: chunks of max(2^15, n / 1024) values, the float
 // buckets flushed every 255 * 1024 values (a plain flush here, without the atomics)
 alignas(64) FloatCount fh[(kFloatSlots + 1) * 4];
 int64_t hist[kFloatSlots];

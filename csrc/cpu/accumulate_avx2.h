@@ -1,5 +1,5 @@
 // accumulate_avx2.h -- the AVX2 chunk kernel of the CPU op for float32, float16 (F16C) and bfloat16 inputs.
-// Same results as the portable ChunkKernel of accumulate_cpu.cpp: slots from the accumulator.h formulas (no FMA
+// Same results as the portable ChunkKernel of accumulate_cpu_kernel.h: slots from the accumulator.h formulas (no FMA
 // in the bin formula), fp32 sums over <= 8 values per lane then fp64, one fp32 shift K per block; without the
 // linear/log2 histograms one pass per block (run_one_pass, shared with accumulate_avx512.h), else two.
 #pragma once
@@ -14,7 +14,7 @@
 
 #include "../accumulator.h"
 
-// Everything below, lambdas included, is compiled for AVX2; accumulate_cpu.cpp calls it only where the CPU has it.
+// Everything below, lambdas included, is compiled for AVX2; accumulate_cpu_kernel.h calls it only where the CPU has it.
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,popcnt")
 

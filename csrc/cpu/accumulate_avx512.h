@@ -4,7 +4,7 @@
 #pragma once
 #include "accumulate_avx2.h"
 
-// Everything below is compiled for AVX-512 (F, BW, VL, DQ); accumulate_cpu.cpp calls it only where the CPU has it.
+// Everything below is compiled for AVX-512 (F, BW, VL, DQ); accumulate_cpu_kernel.h calls it only where the CPU has it.
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,popcnt")
 // g++ 12 reports the intrinsics' own _mm512_undefined_* placeholders as uninitialised (a false positive)

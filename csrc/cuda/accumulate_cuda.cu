@@ -1,7 +1,7 @@
 // accumulate_cuda.cu -- the CUDA launcher of hookstats::accumulate_ / accumulate_many_ and its registration.
 // Checks, grid planning from the cached SM count, launch on the current stream: no host sync, no
 // allocation, no memset, so a call is safe inside CUDA graph capture. The kernels are in accumulate_kernel.cuh.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
