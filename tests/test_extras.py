@@ -147,3 +147,12 @@ def test_a_disabled_progress_bar_needs_no_tqdm(monkeypatch):
     from hookstats.tools.bench import command
     out = command.run(["stack4"], [command.BASELINE], repeats=1, steps=1, memory_steps=0, show_progress=False)
     assert list(out["workloads"]) == ["stack4"]
+
+
+def test_demo_trains_with_no_progress_and_no_tqdm(monkeypatch, tmp_path):
+    """`demo --no-progress`: the training loop asks the disabled bar what tqdm's bar answers (disable, postfix)."""
+    import torch
+    from hookstats.tools.demo import train_one
+    hide(monkeypatch, "tqdm")
+    mon, _, _, _ = train_one("cnn", tmp_path, torch.device("cpu"), 3, tensorboard=False, progress=False)
+    assert mon.step_count == 3

@@ -4,8 +4,10 @@ import sys
 
 
 class _Off:
-    """What a disabled bar offers the commands: iteration, a context, a settable total, update, refresh and postfix
-    doing nothing."""
+    """What a disabled bar offers the commands (tqdm's names): iteration, a context, a settable total, `disable`,
+    update, refresh and the postfix and description setters doing nothing."""
+
+    disable = True
 
     def __init__(self, iterable=None, total=None):
         self.iterable, self.total = iterable, total
@@ -26,6 +28,9 @@ class _Off:
         pass
 
     def set_postfix_str(self, s="", refresh=True):
+        pass
+
+    def set_postfix(self, ordered_dict=None, refresh=True, **kwargs):
         pass
 
     def set_description(self, desc=None, refresh=True):
