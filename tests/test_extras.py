@@ -156,3 +156,29 @@ def test_demo_trains_with_no_progress_and_no_tqdm(monkeypatch, tmp_path):
     hide(monkeypatch, "tqdm")
     mon, _, _, _ = train_one("cnn", tmp_path, torch.device("cpu"), 3, tensorboard=False, progress=False)
     assert mon.step_count == 3
+
+
+def test_demo_trains_on_one_cpu_thread_and_restores_the_setting(monkeypatch, tmp_path):
+    """The demo's tiny models train on one intra-op thread (a second only spin-waits); the caller's count is back
+    after, also when training fails."""
+    import torch
+    from hookstats.tools import demo
+    seen = []
+    real = demo.attach
+
+    def spy(*a, **k):
+        seen.append(torch.get_num_threads())
+        return real(*a, **k)
+
+    monkeypatch.setattr(demo, "attach", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        demo.train_one("cnn", tmp_path, torch.device("cpu"), 2, tensorboard=False, progress=False)
+        assert seen == [1] and torch.get_num_threads() == 2
+        monkeypatch.setattr(demo, "attach", lambda *a, **k: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            demo.train_one("cnn", tmp_path, torch.device("cpu"), 2, tensorboard=False, progress=False)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -1,6 +1,7 @@
 """`python -m hookstats demo`: trains a small CNN and a small transformer on synthetic data with every
 target measured, and writes TensorBoard logs, CSV/JSONL history, charts, the summary table and the alerts
 into an output folder (one subfolder per model). `hookstats report` rebuilds charts and tables from it."""
+import contextlib
 import time
 from pathlib import Path
 
@@ -85,8 +86,29 @@ TASKS = {"cnn": cnn_task, "transformer": transformer_task}
 CLIP_NORM = 1.0  # the max_norm the gradient norms are told against: what clip_grad_norm_ would have clipped
 
 
+@contextlib.contextmanager
+def one_cpu_thread(device):
+    """The demo's models are tiny: on the CPU each op is a few microseconds, which a second intra-op thread only
+    costs (its spin-waits took 6x the CPU time of one thread on a shared 2-core machine). The caller's setting is
+    restored after."""
+    if device.type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def train_one(name, out_dir, device, steps, log_every=20, seed=0, nan_at=None, tensorboard=True, progress=True):
     """Trains one model with a monitor attached; returns (monitor, model, example batch, seconds)."""
+    with one_cpu_thread(device):
+        return _train(name, out_dir, device, steps, log_every, seed, nan_at, tensorboard, progress)
+
+
+def _train(name, out_dir, device, steps, log_every, seed, nan_at, tensorboard, progress):
     torch.manual_seed(seed)
     model, batch_fn, loss_fn = TASKS[name](device, seed=seed)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
