@@ -267,19 +267,35 @@ struct ChunkMoments {
 template <typename T>
 constexpr bool kUnderflowCheck = std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16>;
 
-// The bucket a value took in the shared float table (non-finite ones too: the slow path undoes those).
-HS_HD int float_index(float v) {
-#if defined(__CUDA_ARCH__)
-  // float_slot from the bits the value already is: an opaque copy keeps the compiler from re-deriving a bf16
-  // value's slot from its load word (a shift and a mask, where one shift of v's bits does)
-  float w;
-  asm("mov.b32 %0, %1;" : "=f"(w) : "f"(v));
-  return float_slot(w);
-#else
-  return float_slot(v);
+// Where float bucket `slot` lives in the block's shared table: its low 5 bits (the bank: 2 exponent and 3 mantissa
+// bits) XORed with its top 5 (sign, exponent bits 4-7), so that +v and -v fall in different banks
+// (tests/bank_conflicts.py simulates the conflicts: on N(0,1), 2.51-way on average before, 2.44 after). An involution:
+// the flush reads slot s from word float_word(s); istate keeps the slots' own order. -DHS_BANK_SWIZZLE=0 keeps the
+// slots' order in shared memory too (one SASS instruction less per value; benchmarks/gpu_tune.sh compares the two).
+#ifndef HS_BANK_SWIZZLE
+#define HS_BANK_SWIZZLE 1
 #endif
+constexpr int kBankSwizzleShift = 7;
+HS_HD int float_word(int slot) { return HS_BANK_SWIZZLE ? slot ^ (slot >> kBankSwizzleShift) : slot; }
+
+// The byte offset of a value's float bucket in the shared table (non-finite values too: the slow path undoes those).
+HS_HD unsigned float_offset(float v) {
+  // 4 x float_word(float_slot(v)) from the value's bits: two shifts and one masked XOR (LOP3) where the plain slot
+  // took a shift and an address computation (LEA); zero's select comes after. An opaque copy of the bits keeps the
+  // compiler from re-deriving a bf16 value's bits from its load word (a shift and a mask, where one shift does).
+#if defined(__CUDA_ARCH__)
+  asm("mov.b32 %0, %1;" : "=f"(v) : "f"(v));
+#endif
+  const uint32_t u = float_bits(v);
+  const unsigned swizzle = HS_BANK_SWIZZLE ? u >> (kFloatShift + kBankSwizzleShift - 2) : 0u;
+  const unsigned natural = ((u >> (kFloatShift - 2)) ^ swizzle) & ((kFloatSlots - 1u) << 2);
+  return (u & 0x7fffffffu) == 0 ? float_word(kFloatZero) * 4u : natural;
 }
-HS_HD int float_index(double v) { return float_slot(v); }
+HS_HD unsigned float_offset(double v) { return float_word(float_slot(v)) * 4u; }
+// The shared counter at a byte offset of the float table.
+__device__ __forceinline__ unsigned* float_counter(unsigned offset) {
+  return reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(float_hist()) + offset);
+}
 
 // Folds one chunk's moments into t (the first sets K).
 template <typename A>
@@ -319,7 +335,7 @@ __device__ __forceinline__ ChunkMoments<A> redo_chunk(const Chunk<M, A>& ch, con
     }
     const float f = bin_value(v);
     if (h.lin) shared_dec(&warp[lin_slot_fast(f, p)]);
-    if (h.flt) shared_dec(&float_hist()[float_index(v)]);
+    if (h.flt) shared_dec(float_counter(float_offset(v)));
     shared_inc(&warp[f != f ? p.nbins + 2 : (f > 0.0f ? p.nbins + 3 : p.nbins + 4)]);
   }
   return r;
@@ -417,7 +433,7 @@ __device__ __forceinline__ void count_value(A x, const Params& p, Hists h, unsig
   const float f = bin_value(x);
   if (h.lin) shared_inc(&warp[lin_slot_fast(f, p)]);
   if (h.lg) shared_inc(&warp[lin_slots(p.nbins) + log_slot(f)]);  // exponent 255 (NaN, Inf): the dummy slot
-  if (h.flt) shared_inc(&float_hist()[float_index(x)]);
+  if (h.flt) shared_inc(float_counter(float_offset(x)));
 }
 
 // Consumes M values (M a power of two) as one chunk. Fast path, branch-free, as if every value were finite:
@@ -630,7 +646,8 @@ __device__ __forceinline__ void flush_hists(const Target& tg, const Params& p) {
   }
   unsigned long long* fis = tg.is + float_base(p.nbins, p.layout);
   for (int s = threadIdx.x; s < fw; s += blockDim.x) {
-    if (hist_all[s]) atomicAdd(&fis[s], static_cast<unsigned long long>(hist_all[s]));
+    const unsigned c = hist_all[float_word(s)];
+    if (c) atomicAdd(&fis[s], static_cast<unsigned long long>(c));
   }
 }
 
