@@ -19,12 +19,18 @@ ZERO = 2047          # kFloatZero: exact zeros of either sign
 SWIZZLE_SHIFT = 7    # accumulate_kernel.cuh kBankSwizzleShift: word = slot ^ (slot >> 7)
 
 
-def slots(x):
+def slots(x, zeros_natural=False):
     """The float bucket (csrc/accumulator.h float_slot) of each value of a float32 view of x (bf16 and fp16 values
-    are exact in float32): the top 12 bits, zero moved to ZERO."""
+    are exact in float32): the top 12 bits, zero moved to ZERO; with zeros_natural (the fp16 kernel's shared table,
+    kZerosNatural) +0 and -0 stay in slots 0 and 2048."""
     bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     s = (bits >> np.uint32(SHIFT)).astype(np.int64)
-    return np.where(bits & np.uint32(0x7FFFFFFF), s, ZERO)
+    return s if zeros_natural else np.where(bits & np.uint32(0x7FFFFFFF), s, ZERO)
+
+
+def zeros_natural(dtype):
+    """Whether the dense kernel of dtype counts zeros in their natural slot in shared memory (fp16)."""
+    return dtype == torch.float16
 
 
 def word_main(slot):
@@ -66,9 +72,11 @@ def degrees(words):
     return per_bank.reshape(-1, BANKS).max(axis=1)
 
 
-def average_degree(x, dtype, mapping=KERNEL_MAPPING):
-    """Mean degree of the warp instructions that count x's float buckets, under one of MAPPINGS."""
-    return float(degrees(MAPPINGS[mapping](slots(warp_instructions(x, dtype)))).mean())
+def average_degree(x, dtype, mapping=KERNEL_MAPPING, natural=None):
+    """Mean degree of the warp instructions that count x's float buckets, under one of MAPPINGS; natural: whether
+    zeros stay in their natural slot (default: as the kernel of dtype does)."""
+    natural = zeros_natural(dtype) if natural is None else natural
+    return float(degrees(MAPPINGS[mapping](slots(warp_instructions(x, dtype), natural))).mean())
 
 
 def _activations(rng, n, width=768):

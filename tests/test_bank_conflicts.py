@@ -12,7 +12,7 @@ import bank_conflicts as bc
 from float_oracle import slots_from_frexp
 from test_cuda_emulation import ENV, drivers  # noqa: F401 (the emulation build, a fixture)
 
-# The average degree per distribution that the kernel's mapping must stay within, on the samples below (fp32 and bf16).
+# The average degree per distribution that the kernel's mapping must stay within, on the samples below (each dtype).
 # At most 2 where a mapping can reach it. N(0,1)-like data draw some 26 distinct buckets per instruction out of ~240 in
 # use, and the best assignment of buckets to banks that a search found stays above 2 on them (N(0,1): 2.37 on a fresh
 # sample, 2.24 on the one it was fitted to; benchmarks/results/bank_conflicts.json), so there the target is what the
@@ -59,6 +59,22 @@ def test_float64_values_take_the_word_of_their_oracle_bucket(drivers, tmp_path):
     assert np.array_equal(words, bc.MAPPINGS[bc.KERNEL_MAPPING](slots_from_frexp(x)))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_values_take_their_kernels_word(drivers, tmp_path, dtype):
+    """Every bit pattern of the type (but NaN's); the fp16 kernel keeps zeros in their natural word (slots 0 and 2048,
+    which no other fp16 value reaches), bf16 moves them to ZERO's as float32 does."""
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    x = torch.from_numpy(bits.view(np.int16)).view(dtype).float().numpy()
+    name = str(dtype).split(".")[1]
+    words = kernel_words(drivers["asan"], bits, name, tmp_path)
+    assert bc.zeros_natural(dtype) == (dtype == torch.float16)
+    # NaN payloads: the host's fp16 conversion makes every NaN one, the GPU's keeps them (their count is undone anyway)
+    num = ~np.isnan(x)
+    assert np.array_equal(words[num], bc.MAPPINGS[bc.KERNEL_MAPPING](bc.slots(x[num], bc.zeros_natural(dtype))))
+    natural = bc.MAPPINGS[bc.KERNEL_MAPPING](np.array([0, bc.SLOTS // 2, bc.ZERO]))
+    assert (words[0], words[0x8000]) == ((natural[0], natural[1]) if dtype == torch.float16 else (natural[2],) * 2)
+
+
 def test_every_mapping_is_a_permutation_of_the_slots():
     for name, word in bc.MAPPINGS.items():
         assert sorted(word(np.arange(bc.SLOTS)).tolist()) == list(range(bc.SLOTS)), name
@@ -86,7 +102,7 @@ def test_degree_counts_distinct_words_per_bank():
     assert bc.degrees(rows).tolist() == [1, 1, 2, 32, 3]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("dist", sorted(TARGETS))
 def test_simulated_conflicts_stay_within_their_target(dist, dtype):
     x = bc.sample(dist, N, seed=0)

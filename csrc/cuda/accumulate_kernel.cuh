@@ -278,7 +278,16 @@ constexpr bool kUnderflowCheck = std::is_same_v<T, float> || std::is_same_v<T, _
 constexpr int kBankSwizzleShift = 7;
 HS_HD int float_word(int slot) { return HS_BANK_SWIZZLE ? slot ^ (slot >> kBankSwizzleShift) : slot; }
 
-// The byte offset of a value's float bucket in the shared table (non-finite values too: the slow path undoes those).
+// Zeros in their natural bucket: the dense fp16 kernels count +0 in slot 0's word and -0 in slot 2048's, which no
+// other fp16 value reaches (the least nonzero one, 2^-24, is far above 2^-129), and the block moves them to
+// kFloatZero's word before its flush (move_zeros): two instructions a value fewer (the test for +-0 and its select).
+// bf16 has nonzero values in those buckets; finding them per chunk made the bf16 kernel spill.
+template <typename T>
+constexpr bool kZerosNatural = std::is_same_v<T, __half>;
+
+// The byte offset of a value's float bucket in the shared table (non-finite values too: the slow path undoes those);
+// kNatural: zeros in slot 0 or 2048 (kZerosNatural), as for any other value.
+template <bool kNatural = false>
 HS_HD unsigned float_offset(float v) {
   // 4 x float_word(float_slot(v)) from the value's bits: two shifts and one masked XOR (LOP3) where the plain slot
   // took a shift and an address computation (LEA); zero's select comes after. An opaque copy of the bits keeps the
@@ -289,8 +298,10 @@ HS_HD unsigned float_offset(float v) {
   const uint32_t u = float_bits(v);
   const unsigned swizzle = HS_BANK_SWIZZLE ? u >> (kFloatShift + kBankSwizzleShift - 2) : 0u;
   const unsigned natural = ((u >> (kFloatShift - 2)) ^ swizzle) & ((kFloatSlots - 1u) << 2);
+  if constexpr (kNatural) return natural;
   return (u & 0x7fffffffu) == 0 ? float_word(kFloatZero) * 4u : natural;
 }
+template <bool kNatural = false>
 HS_HD unsigned float_offset(double v) { return float_word(float_slot(v)) * 4u; }
 // The shared counter at a byte offset of the float table.
 __device__ __forceinline__ unsigned* float_counter(unsigned offset) {
@@ -335,7 +346,7 @@ __device__ __forceinline__ ChunkMoments<A> redo_chunk(const Chunk<M, A>& ch, con
     }
     const float f = bin_value(v);
     if (h.lin) shared_dec(&warp[lin_slot_fast(f, p)]);
-    if (h.flt) shared_dec(float_counter(float_offset(v)));
+    if (h.flt) shared_dec(float_counter(float_offset(v)));  // never a zero: the same word in either numbering
     shared_inc(&warp[f != f ? p.nbins + 2 : (f > 0.0f ? p.nbins + 3 : p.nbins + 4)]);
   }
   return r;
@@ -427,13 +438,14 @@ __device__ __forceinline__ void shifted_sums(const A (&v)[M], A Kc, A& c1, A& c2
   }
 }
 
-// The histograms' shared counters for one value (the float buckets from the value's own bits).
-template <typename A>
+// The histograms' shared counters for one value (the float buckets from the value's own bits; kNatural: zeros in
+// their natural word, kZerosNatural).
+template <bool kNatural = false, typename A>
 __device__ __forceinline__ void count_value(A x, const Params& p, Hists h, unsigned* warp) {
   const float f = bin_value(x);
   if (h.lin) shared_inc(&warp[lin_slot_fast(f, p)]);
   if (h.lg) shared_inc(&warp[lin_slots(p.nbins) + log_slot(f)]);  // exponent 255 (NaN, Inf): the dummy slot
-  if (h.flt) shared_inc(float_counter(float_offset(x)));
+  if (h.flt) shared_inc(float_counter(float_offset<kNatural>(x)));
 }
 
 // Consumes M values (M a power of two) as one chunk. Fast path, branch-free, as if every value were finite:
@@ -443,7 +455,7 @@ __device__ __forceinline__ void count_value(A x, const Params& p, Hists h, unsig
 // hists false (a kSkipHist call, uniform over the launch; p then has no histogram flags): the dense kernels
 // (kSkippable) skip the histograms with one branch per chunk. The strided kernel counts them beside the moments, as
 // its p says (a separate pass there made ptxas spill the float64 kernel).
-template <int M, bool kUnderflow, bool kSkippable, typename A>
+template <int M, bool kUnderflow, bool kSkippable, typename A, bool kNatural = false>
 __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], const Params& p, Hists h,
                                        unsigned* warp, bool hists) {
   const bool signed_nz = p.flags & kSignedNearZero;
@@ -453,7 +465,7 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
     cmn = min_acc(cmn, v[i]);
     cmx = max_acc(cmx, v[i]);
     t.nz += near_zero_one(bin_value(v[i]), p.eps, signed_nz);
-    if constexpr (!kSkippable) count_value(v[i], p, h, warp);
+    if constexpr (!kSkippable) count_value<kNatural>(v[i], p, h, warp);
   }
   const A Kc = midrange(cmn, cmx);
   A c1, c2;
@@ -461,7 +473,7 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
   if constexpr (kSkippable) {
     if ((h.lin || h.lg || h.flt) && hists) {
 #pragma unroll
-      for (int i = 0; i < M; ++i) count_value(v[i], p, h, warp);
+      for (int i = 0; i < M; ++i) count_value<kNatural>(v[i], p, h, warp);
     }
   }
   // one fold for either path (fold_moments' two, as consume_pairs has them, made the fp32 kernels with the linear
@@ -549,7 +561,7 @@ __device__ __forceinline__ void consume_pairs(ThreadStats<float>& t, PairStats<T
   shifted_sums(v, Kc, c1, c2);
   if ((h.lin || h.lg || h.flt) && hists) {
 #pragma unroll
-    for (int i = 0; i < M; ++i) count_value(v[i], p, h, warp);
+    for (int i = 0; i < M; ++i) count_value<kZerosNatural<T>>(v[i], p, h, warp);
   }
   const auto redo = [&] {
     Words<M / 2> ch;
@@ -621,6 +633,13 @@ struct BlockShared {
   unsigned nz[kMaxWarps];
   int last;
 };
+
+// kZerosNatural: the zeros counted in slot 0's and slot 2048's words moved to kFloatZero's.
+__device__ __forceinline__ void move_zeros(unsigned* fh) {
+  unsigned &pos = fh[float_word(0)], &neg = fh[float_word(kFloatHalf)];
+  fh[float_word(kFloatZero)] += pos + neg;
+  pos = neg = 0u;
+}
 
 // Zeroes the block's shared histograms; returns this thread's warp histogram.
 __device__ __forceinline__ unsigned* zero_hists(const Params& p) {
@@ -785,7 +804,7 @@ __device__ __forceinline__ void dense_body(const Batch& b, int ti, const Params&
   const int64_t gstride = static_cast<int64_t>(nblk) * blockDim.x;
   for (int64_t i = gtid; i < tg.head; i += gstride) {
     const A v[1] = {to_acc(x[i])};
-    consume<1, kU, true>(t, v, p, h, warp, hists);
+    consume<1, kU, true, A, kZerosNatural<T>>(t, v, p, h, warp, hists);
   }
   if constexpr (kPaired<T>) pairs.take_from(t);
   const uint4* xv = reinterpret_cast<const uint4*>(x + tg.head);
@@ -803,10 +822,13 @@ __device__ __forceinline__ void dense_body(const Batch& b, int ti, const Params&
   }
   for (int64_t i = tg.head + tg.nvec * V + gtid; i < tg.n; i += gstride) {
     const A v[1] = {to_acc(x[i])};
-    consume<1, kU, true>(t, v, p, h, warp, hists);
+    consume<1, kU, true, A, kZerosNatural<T>>(t, v, p, h, warp, hists);
   }
   if constexpr (kPaired<T>) pairs.fold_into(t);
   __syncthreads();
+  if constexpr (kFloat && kZerosNatural<T>) {
+    if (hists && threadIdx.x == 0) move_zeros(float_hist());  // before finish_block's barrier, which orders the flush
+  }
   if constexpr (kChunkVecs == 2 && kPaired<T>) {
     // 16 paired values a chunk: the block's place read again from the launch's table (held across the loop, it
     // spills)

@@ -8,8 +8,8 @@
 //   mode strided GRID S1,S2,.. T1,T2,..   one view of IN with these sizes and element strides (coalesced
 //                                         by the launcher's own coalesce())
 //   mode limits                           prints max_block_elems(params, threads) (IN and OUT unused)
-//   mode float_words                      OUT: the float table's word (int32) the hot loop increments for each value
-//                                         of IN (dtype float32 or float64; tests/test_bank_conflicts.py)
+//   mode float_words                      OUT: the float table's word (int32) the dense kernel's hot loop increments
+//                                         for each value of IN (tests/test_bank_conflicts.py)
 #include "cuda_emu.h"
 #include "cuda/accumulate_kernel.cuh"
 
@@ -120,7 +120,7 @@ std::vector<int32_t> words_of(const std::vector<unsigned char>& raw) {
   for (size_t i = 0; i < w.size(); ++i) {
     T v;
     std::memcpy(&v, raw.data() + i * sizeof(T), sizeof(T));
-    w[i] = static_cast<int32_t>(float_offset(v) / sizeof(unsigned));
+    w[i] = static_cast<int32_t>(float_offset<kZerosNatural<T>>(to_acc(v)) / sizeof(unsigned));
   }
   return w;
 }
@@ -131,6 +131,8 @@ int float_words(const char* in_path, const char* out_path, const std::string& dt
   std::vector<int32_t> w;
   if (dtype == "float32") w = words_of<float>(raw);
   else if (dtype == "float64") w = words_of<double>(raw);
+  else if (dtype == "bfloat16") w = words_of<__nv_bfloat16>(raw);
+  else if (dtype == "float16") w = words_of<__half>(raw);
   else return 2;
   std::ofstream(out_path, std::ios::binary).write(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(int32_t));
   return 0;
