@@ -270,10 +270,15 @@ constexpr bool kUnderflowCheck = std::is_same_v<T, float> || std::is_same_v<T, _
 // Where float bucket `slot` lives in the block's shared table: its low 5 bits (the bank: 2 exponent and 3 mantissa
 // bits) XORed with its top 5 (sign, exponent bits 4-7), so that +v and -v fall in different banks
 // (tests/bank_conflicts.py simulates the conflicts: on N(0,1), 2.51-way on average before, 2.44 after). An involution:
-// the flush reads slot s from word float_word(s); istate keeps the slots' own order. -DHS_BANK_SWIZZLE=0 keeps the
-// slots' order in shared memory too (one SASS instruction less per value; benchmarks/gpu_tune.sh compares the two).
-#ifndef HS_BANK_SWIZZLE
+// the flush reads slot s from word float_word(s); istate keeps the slots' own order. sm_90 and the CPU emulation that
+// tests it (on sm_80 the fp32 kernel with the linear histogram spills with it); -DHS_BANK_SWIZZLE=0 keeps the slots'
+// order in shared memory too (one SASS instruction less per value; benchmarks/gpu_tune.sh compares the two).
+#if !defined(HS_BANK_SWIZZLE)
+#if defined(HS_CPU_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
 #define HS_BANK_SWIZZLE 1
+#else
+#define HS_BANK_SWIZZLE 0
+#endif
 #endif
 constexpr int kBankSwizzleShift = 7;
 HS_HD int float_word(int slot) { return HS_BANK_SWIZZLE ? slot ^ (slot >> kBankSwizzleShift) : slot; }
