@@ -267,19 +267,51 @@ struct ChunkMoments {
 template <typename T>
 constexpr bool kUnderflowCheck = std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16>;
 
-// The bucket a value took in the shared float table (non-finite ones too: the slow path undoes those).
-HS_HD int float_index(float v) {
-#if defined(__CUDA_ARCH__)
-  // float_slot from the bits the value already is: an opaque copy keeps the compiler from re-deriving a bf16
-  // value's slot from its load word (a shift and a mask, where one shift of v's bits does)
-  float w;
-  asm("mov.b32 %0, %1;" : "=f"(w) : "f"(v));
-  return float_slot(w);
+// Where float bucket `slot` lives in the block's shared table: its low 5 bits (the bank: 2 exponent and 3 mantissa
+// bits) XORed with its top 5 (sign, exponent bits 4-7), so that +v and -v fall in different banks
+// (tests/bank_conflicts.py simulates the conflicts: on N(0,1), 2.51-way on average before, 2.44 after). An involution:
+// the flush reads slot s from word float_word(s); istate keeps the slots' own order. sm_90 and the CPU emulation that
+// tests it (on sm_80 the fp32 kernel with the linear histogram spills with it); -DHS_BANK_SWIZZLE=0 keeps the slots'
+// order in shared memory too (one SASS instruction less per value; benchmarks/gpu_tune.sh compares the two).
+#if !defined(HS_BANK_SWIZZLE)
+#if defined(HS_CPU_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+#define HS_BANK_SWIZZLE 1
 #else
-  return float_slot(v);
+#define HS_BANK_SWIZZLE 0
 #endif
+#endif
+constexpr int kBankSwizzleShift = 7;
+HS_HD int float_word(int slot) { return HS_BANK_SWIZZLE ? slot ^ (slot >> kBankSwizzleShift) : slot; }
+
+// Zeros in their natural bucket: the dense fp16 kernels count +0 in slot 0's word and -0 in slot 2048's, which no
+// other fp16 value reaches (the least nonzero one, 2^-24, is far above 2^-129), and the block moves them to
+// kFloatZero's word before its flush (move_zeros): two instructions a value fewer (the test for +-0 and its select).
+// bf16 has nonzero values in those buckets; finding them per chunk made the bf16 kernel spill.
+template <typename T>
+constexpr bool kZerosNatural = std::is_same_v<T, __half>;
+
+// The byte offset of a value's float bucket in the shared table (non-finite values too: the slow path undoes those);
+// kNatural: zeros in slot 0 or 2048 (kZerosNatural), as for any other value.
+template <bool kNatural = false>
+HS_HD unsigned float_offset(float v) {
+  // 4 x float_word(float_slot(v)) from the value's bits: two shifts and one masked XOR (LOP3) where the plain slot
+  // took a shift and an address computation (LEA); zero's select comes after. An opaque copy of the bits keeps the
+  // compiler from re-deriving a bf16 value's bits from its load word (a shift and a mask, where one shift does).
+#if defined(__CUDA_ARCH__)
+  asm("mov.b32 %0, %1;" : "=f"(v) : "f"(v));
+#endif
+  const uint32_t u = float_bits(v);
+  const unsigned swizzle = HS_BANK_SWIZZLE ? u >> (kFloatShift + kBankSwizzleShift - 2) : 0u;
+  const unsigned natural = ((u >> (kFloatShift - 2)) ^ swizzle) & ((kFloatSlots - 1u) << 2);
+  if constexpr (kNatural) return natural;
+  return (u & 0x7fffffffu) == 0 ? float_word(kFloatZero) * 4u : natural;
 }
-HS_HD int float_index(double v) { return float_slot(v); }
+template <bool kNatural = false>
+HS_HD unsigned float_offset(double v) { return float_word(float_slot(v)) * 4u; }
+// The shared counter at a byte offset of the float table.
+__device__ __forceinline__ unsigned* float_counter(unsigned offset) {
+  return reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(float_hist()) + offset);
+}
 
 // Folds one chunk's moments into t (the first sets K).
 template <typename A>
@@ -319,7 +351,7 @@ __device__ __forceinline__ ChunkMoments<A> redo_chunk(const Chunk<M, A>& ch, con
     }
     const float f = bin_value(v);
     if (h.lin) shared_dec(&warp[lin_slot_fast(f, p)]);
-    if (h.flt) shared_dec(&float_hist()[float_index(v)]);
+    if (h.flt) shared_dec(float_counter(float_offset(v)));  // never a zero: the same word in either numbering
     shared_inc(&warp[f != f ? p.nbins + 2 : (f > 0.0f ? p.nbins + 3 : p.nbins + 4)]);
   }
   return r;
@@ -411,13 +443,14 @@ __device__ __forceinline__ void shifted_sums(const A (&v)[M], A Kc, A& c1, A& c2
   }
 }
 
-// The histograms' shared counters for one value (the float buckets from the value's own bits).
-template <typename A>
+// The histograms' shared counters for one value (the float buckets from the value's own bits; kNatural: zeros in
+// their natural word, kZerosNatural).
+template <bool kNatural = false, typename A>
 __device__ __forceinline__ void count_value(A x, const Params& p, Hists h, unsigned* warp) {
   const float f = bin_value(x);
   if (h.lin) shared_inc(&warp[lin_slot_fast(f, p)]);
   if (h.lg) shared_inc(&warp[lin_slots(p.nbins) + log_slot(f)]);  // exponent 255 (NaN, Inf): the dummy slot
-  if (h.flt) shared_inc(&float_hist()[float_index(x)]);
+  if (h.flt) shared_inc(float_counter(float_offset<kNatural>(x)));
 }
 
 // Consumes M values (M a power of two) as one chunk. Fast path, branch-free, as if every value were finite:
@@ -427,7 +460,7 @@ __device__ __forceinline__ void count_value(A x, const Params& p, Hists h, unsig
 // hists false (a kSkipHist call, uniform over the launch; p then has no histogram flags): the dense kernels
 // (kSkippable) skip the histograms with one branch per chunk. The strided kernel counts them beside the moments, as
 // its p says (a separate pass there made ptxas spill the float64 kernel).
-template <int M, bool kUnderflow, bool kSkippable, typename A>
+template <int M, bool kUnderflow, bool kSkippable, typename A, bool kNatural = false>
 __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], const Params& p, Hists h,
                                        unsigned* warp, bool hists) {
   const bool signed_nz = p.flags & kSignedNearZero;
@@ -437,7 +470,7 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
     cmn = min_acc(cmn, v[i]);
     cmx = max_acc(cmx, v[i]);
     t.nz += near_zero_one(bin_value(v[i]), p.eps, signed_nz);
-    if constexpr (!kSkippable) count_value(v[i], p, h, warp);
+    if constexpr (!kSkippable) count_value<kNatural>(v[i], p, h, warp);
   }
   const A Kc = midrange(cmn, cmx);
   A c1, c2;
@@ -445,7 +478,7 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
   if constexpr (kSkippable) {
     if ((h.lin || h.lg || h.flt) && hists) {
 #pragma unroll
-      for (int i = 0; i < M; ++i) count_value(v[i], p, h, warp);
+      for (int i = 0; i < M; ++i) count_value<kNatural>(v[i], p, h, warp);
     }
   }
   // one fold for either path (fold_moments' two, as consume_pairs has them, made the fp32 kernels with the linear
@@ -533,7 +566,7 @@ __device__ __forceinline__ void consume_pairs(ThreadStats<float>& t, PairStats<T
   shifted_sums(v, Kc, c1, c2);
   if ((h.lin || h.lg || h.flt) && hists) {
 #pragma unroll
-    for (int i = 0; i < M; ++i) count_value(v[i], p, h, warp);
+    for (int i = 0; i < M; ++i) count_value<kZerosNatural<T>>(v[i], p, h, warp);
   }
   const auto redo = [&] {
     Words<M / 2> ch;
@@ -606,6 +639,13 @@ struct BlockShared {
   int last;
 };
 
+// kZerosNatural: the zeros counted in slot 0's and slot 2048's words moved to kFloatZero's.
+__device__ __forceinline__ void move_zeros(unsigned* fh) {
+  unsigned &pos = fh[float_word(0)], &neg = fh[float_word(kFloatHalf)];
+  fh[float_word(kFloatZero)] += pos + neg;
+  pos = neg = 0u;
+}
+
 // Zeroes the block's shared histograms; returns this thread's warp histogram.
 __device__ __forceinline__ unsigned* zero_hists(const Params& p) {
   const int words = float_words(p) + (blockDim.x / kWarp) * hist_stride(p);
@@ -630,7 +670,8 @@ __device__ __forceinline__ void flush_hists(const Target& tg, const Params& p) {
   }
   unsigned long long* fis = tg.is + float_base(p.nbins, p.layout);
   for (int s = threadIdx.x; s < fw; s += blockDim.x) {
-    if (hist_all[s]) atomicAdd(&fis[s], static_cast<unsigned long long>(hist_all[s]));
+    const unsigned c = hist_all[float_word(s)];
+    if (c) atomicAdd(&fis[s], static_cast<unsigned long long>(c));
   }
 }
 
@@ -768,7 +809,7 @@ __device__ __forceinline__ void dense_body(const Batch& b, int ti, const Params&
   const int64_t gstride = static_cast<int64_t>(nblk) * blockDim.x;
   for (int64_t i = gtid; i < tg.head; i += gstride) {
     const A v[1] = {to_acc(x[i])};
-    consume<1, kU, true>(t, v, p, h, warp, hists);
+    consume<1, kU, true, A, kZerosNatural<T>>(t, v, p, h, warp, hists);
   }
   if constexpr (kPaired<T>) pairs.take_from(t);
   const uint4* xv = reinterpret_cast<const uint4*>(x + tg.head);
@@ -786,10 +827,13 @@ __device__ __forceinline__ void dense_body(const Batch& b, int ti, const Params&
   }
   for (int64_t i = tg.head + tg.nvec * V + gtid; i < tg.n; i += gstride) {
     const A v[1] = {to_acc(x[i])};
-    consume<1, kU, true>(t, v, p, h, warp, hists);
+    consume<1, kU, true, A, kZerosNatural<T>>(t, v, p, h, warp, hists);
   }
   if constexpr (kPaired<T>) pairs.fold_into(t);
   __syncthreads();
+  if constexpr (kFloat && kZerosNatural<T>) {
+    if (hists && threadIdx.x == 0) move_zeros(float_hist());  // before finish_block's barrier, which orders the flush
+  }
   if constexpr (kChunkVecs == 2 && kPaired<T>) {
     // 16 paired values a chunk: the block's place read again from the launch's table (held across the loop, it
     // spills)

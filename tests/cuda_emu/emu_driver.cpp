@@ -8,6 +8,8 @@
 //   mode strided GRID S1,S2,.. T1,T2,..   one view of IN with these sizes and element strides (coalesced
 //                                         by the launcher's own coalesce())
 //   mode limits                           prints max_block_elems(params, threads) (IN and OUT unused)
+//   mode float_words                      OUT: the float table's word (int32) the dense kernel's hot loop increments
+//                                         for each value of IN (tests/test_bank_conflicts.py)
 #include "cuda_emu.h"
 #include "cuda/accumulate_kernel.cuh"
 
@@ -112,6 +114,30 @@ int run(char** argv, const std::vector<unsigned char>& raw, const Params& p, int
   return 2;
 }
 
+template <typename T>
+std::vector<int32_t> words_of(const std::vector<unsigned char>& raw) {
+  std::vector<int32_t> w(raw.size() / sizeof(T));
+  for (size_t i = 0; i < w.size(); ++i) {
+    T v;
+    std::memcpy(&v, raw.data() + i * sizeof(T), sizeof(T));
+    w[i] = static_cast<int32_t>(float_offset<kZerosNatural<T>>(to_acc(v)) / sizeof(unsigned));
+  }
+  return w;
+}
+
+int float_words(const char* in_path, const char* out_path, const std::string& dtype) {
+  std::ifstream in(in_path, std::ios::binary);
+  const std::vector<unsigned char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<int32_t> w;
+  if (dtype == "float32") w = words_of<float>(raw);
+  else if (dtype == "float64") w = words_of<double>(raw);
+  else if (dtype == "bfloat16") w = words_of<__nv_bfloat16>(raw);
+  else if (dtype == "float16") w = words_of<__half>(raw);
+  else return 2;
+  std::ofstream(out_path, std::ios::binary).write(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(int32_t));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,6 +146,7 @@ int main(int argc, char** argv) {
     std::printf("%lld\n", static_cast<long long>(max_block_elems(q, std::stoi(argv[9]))));
     return 0;
   }
+  if (argc == 12 && std::string(argv[11]) == "float_words") return float_words(argv[1], argv[2], argv[3]);
   if (argc < 13) {
     std::fprintf(stderr, "usage: emu_driver IN OUT dtype nbins lo inv_w eps flags threads launches mode ARGS...\n");
     return 2;

@@ -1,0 +1,105 @@
+"""Shared-memory bank conflicts of the CUDA kernel's float buckets, simulated on the host.
+
+The dense kernel's hot loop increments one 32-bit counter of the block's shared float table per value
+(csrc/cuda/accumulate_kernel.cuh float_offset, ATOMS.POPC.INC). A warp instruction increments value k of each lane's
+16-byte vector, and lane l holds the warp's l-th vector of 512 contiguous bytes: value 4l + k of the 128 (fp32), 8l + k
+of the 256 (bf16, fp16). Lanes hitting the same word are combined into one access; distinct words in one of the 32
+banks are served one after the other, so an instruction takes as many shared-memory wavefronts as its busiest bank
+has distinct words: its degree. This module mirrors the kernel's word of a value (tests/test_bank_conflicts.py checks
+the mirror against the kernel source through the emulation build) and averages the degree over data;
+benchmarks/bank_conflicts.py writes the figures."""
+import numpy as np
+import torch
+
+BANKS = 32
+WARP = 32
+SHIFT = 20           # csrc/accumulator.h kFloatShift: slot = float32 bits >> 20 (sign, exponent, 3 mantissa bits)
+SLOTS = 4096
+ZERO = 2047          # kFloatZero: exact zeros of either sign
+SWIZZLE_SHIFT = 7    # accumulate_kernel.cuh kBankSwizzleShift: word = slot ^ (slot >> 7)
+
+
+def slots(x, zeros_natural=False):
+    """The float bucket (csrc/accumulator.h float_slot) of each value of a float32 view of x (bf16 and fp16 values
+    are exact in float32): the top 12 bits, zero moved to ZERO; with zeros_natural (the fp16 kernel's shared table,
+    kZerosNatural) +0 and -0 stay in slots 0 and 2048."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    s = (bits >> np.uint32(SHIFT)).astype(np.int64)
+    return s if zeros_natural else np.where(bits & np.uint32(0x7FFFFFFF), s, ZERO)
+
+
+def zeros_natural(dtype):
+    """Whether the dense kernel of dtype counts zeros in their natural slot in shared memory (fp16)."""
+    return dtype == torch.float16
+
+
+def word_main(slot):
+    """The shared word of a slot before the swizzle: the slot itself (bank = 2 exponent + 3 mantissa bits)."""
+    return np.asarray(slot)
+
+
+def word_swizzled(slot):
+    """The kernel's word (float_word): the bank bits XORed with the slot's top 5 bits (sign, exponent bits 4-7)."""
+    slot = np.asarray(slot)
+    return slot ^ (slot >> SWIZZLE_SHIFT)
+
+
+MAPPINGS = {"main": word_main, "swizzled": word_swizzled}
+KERNEL_MAPPING = "swizzled"  # sm_90 builds and the emulation; sm_80 builds keep "main" (HS_BANK_SWIZZLE)
+
+
+def values_per_vector(dtype):
+    return 16 // torch.tensor([], dtype=dtype).element_size()
+
+
+def warp_instructions(x, dtype):
+    """The (instructions, 32) values of the kernel's float-bucket increments over x cast to dtype: each warp reads
+    512 contiguous bytes, lane l the l-th 16-byte vector, and instruction k takes value k of every lane's vector.
+    Whole warps only (the scalar head and tail take other paths)."""
+    v = torch.as_tensor(np.asarray(x, dtype=np.float64)).to(dtype).float().numpy()
+    per = values_per_vector(dtype)
+    n = len(v) // (WARP * per) * (WARP * per)
+    return v[:n].reshape(-1, WARP, per).transpose(0, 2, 1).reshape(-1, WARP)
+
+
+def degrees(words):
+    """Per row of 32 word indices (one warp instruction): the greatest number of distinct words in one bank."""
+    w = np.sort(np.asarray(words), axis=1)
+    distinct = np.ones(w.shape, dtype=bool)
+    distinct[:, 1:] = w[:, 1:] != w[:, :-1]
+    rows = np.broadcast_to(np.arange(w.shape[0])[:, None], w.shape)
+    per_bank = np.bincount((rows * BANKS + w % BANKS)[distinct], minlength=w.shape[0] * BANKS)
+    return per_bank.reshape(-1, BANKS).max(axis=1)
+
+
+def average_degree(x, dtype, mapping=KERNEL_MAPPING, natural=None):
+    """Mean degree of the warp instructions that count x's float buckets, under one of MAPPINGS; natural: whether
+    zeros stay in their natural slot (default: as the kernel of dtype does)."""
+    natural = zeros_natural(dtype) if natural is None else natural
+    return float(degrees(MAPPINGS[mapping](slots(warp_instructions(x, dtype), natural))).mean())
+
+
+def _activations(rng, n, width=768):
+    """Real-ish activations: GELU of a transformer MLP's pre-activations, rows of `width` channels whose scales
+    (log-normal, four outlier channels 30x) and offsets differ per channel, laid out channel-innermost."""
+    ch = np.arange(n) % width
+    scale = np.exp(rng.normal(0.0, 0.5, width))
+    scale[rng.choice(width, 4, replace=False)] *= 30.0
+    z = rng.standard_normal(n) * scale[ch] + rng.normal(0.0, 0.3, width)[ch]
+    return 0.5 * z * (1.0 + np.tanh(0.7978845608 * (z + 0.044715 * z ** 3)))
+
+
+# name: values from a seeded generator
+DISTRIBUTIONS = {
+    "N(0,1)": lambda rng, n: rng.standard_normal(n),
+    "N(0,1e-3)": lambda rng, n: rng.standard_normal(n) * 1e-3,
+    "ReLU(N(0,1))": lambda rng, n: np.maximum(rng.standard_normal(n), 0.0),
+    "all zero": lambda rng, n: np.zeros(n),
+    "constant 0.7": lambda rng, n: np.full(n, 0.7),
+    "U(-1,1)": lambda rng, n: rng.uniform(-1.0, 1.0, n),
+    "GELU activations": _activations,
+}
+
+
+def sample(name, n, seed=0):
+    return DISTRIBUTIONS[name](np.random.default_rng(seed), n)
