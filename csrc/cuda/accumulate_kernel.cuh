@@ -807,10 +807,11 @@ __device__ __forceinline__ void dense_body(const Batch& b, int ti, const Params&
   };
 
   const T* x = static_cast<const T*>(tg.x);
-  // both < 2^31 (blocks_for caps the grid): 32-bit products; where ptxas wants them (fp32: else it spills the
-  // loop's addresses at 64 registers; 16-bit: the other way round)
-  const int64_t gtid = kPaired<T> ? static_cast<int64_t>(bid) * blockDim.x + threadIdx.x
-                                  : static_cast<int64_t>(static_cast<unsigned>(bid) * blockDim.x + threadIdx.x);
+  // both < 2^31 (blocks_for caps the grid): 32-bit products where ptxas wants them (fp32: else it spills the
+  // loop's addresses at 64 registers; the other dtypes' loops take more instructions with a 32-bit gtid)
+  const int64_t gtid = std::is_same_v<T, float>
+                           ? static_cast<int64_t>(static_cast<unsigned>(bid) * blockDim.x + threadIdx.x)
+                           : static_cast<int64_t>(bid) * blockDim.x + threadIdx.x;
   const int64_t gstride = static_cast<int64_t>(static_cast<unsigned>(nblk) * blockDim.x);
   for (int64_t i = gtid; i < tg.head; i += gstride) {
     const A v[1] = {to_acc(x[i])};
