@@ -465,7 +465,8 @@ def issue13_targets():
 # ---------------------------------------------------------------- static SASS (no GPU)
 def sass_figures(write=None):
     """Instructions on one pass of the hot loop (the one holding LDG.E.128) per element, per kernel (tests/sass.py;
-    tests/test_ptxas.py gates them against benchmarks/results/sass_sm90.json, which `write` rewrites)."""
+    tests/test_ptxas.py gates them against benchmarks/results/sass_sm90.json, which `write` rewrites), and each
+    kernel's float64 divisions outside that loop (test_ptxas: at most 4)."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     import sass
     from test_ptxas import FLAGS, KERNELS, TORCH_DEFINES, nvcc
@@ -476,9 +477,13 @@ def sass_figures(write=None):
         cubin = os.path.join(d, "k.cubin")
         subprocess.run([nvcc(), *FLAGS[:3], *TORCH_DEFINES, "-arch=sm_90", f"-I{os.path.join(ROOT, 'csrc')}", "-cubin", KERNELS,
                         "-o", cubin], check=True)
-        loops = sass.hot_loops(sass.disassemble(cubin))
+        text = sass.disassemble(cubin)
+        loops, divisions = sass.hot_loops(text), sass.epilogue_divisions(text)
     for name, f in loops.items():
         print(f"| dense {name} | {f['instructions']} | {f['per_element']:.1f} | {f['atoms_per_element']:.1f} |")
+    print("\n| kernel (sm_90) | float64 divisions outside the hot loop |\n|---|---|")
+    for name, count in divisions.items():
+        print(f"| {name} | {count} |")
     if write:
         nv = subprocess.run([nvcc(), "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
         with open(write, "w") as fh:

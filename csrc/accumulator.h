@@ -175,6 +175,44 @@ HS_HD void chan_merge(double& na, double& ma, double& m2a, double nb, double mb,
   m2a += m2b + cross;
   na = n;
 }
+// Shifted sums of n values: S1 = sum(v - K), S2 = sum((v - K)^2). The CUDA kernel merges threads, warps and blocks
+// in this form (merge_sums: no division) and converts once (shifted_to_partial). Plain members: the kernel keeps
+// them in __shared__ memory.
+struct Sums {
+  double n, K, s1, s2;
+};
+// About 1/n (n >= 1), good to ~2^-22: merge_sums' next shift needs no exact division (on the GPU one MUFU.RCP, where
+// a float64 division is a reciprocal refined by a dozen instructions and a slow-path call).
+HS_HD double approx_recip(double n) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(static_cast<float>(n)));
+  return r;
+#else
+  return 1.0f / static_cast<float>(n);
+#endif
+}
+// b merged into a, both re-shifted to K = a.K + approx_recip(n) * (merged S1 about a.K): K is the merged mean to
+// ~2^-22 of its distance from a.K, so neither operand's re-shift adds terms much above the merged M2 (S2 about a
+// shift d from the mean carries n d^2, and loses eps * n d^2 / M2 of M2 in the final conversion). Merging at a's
+// shift instead would lose eps * n (a.K - mean)^2 / M2: a thread whose first chunk is an outlier sets it for the
+// grid. Each operand's shift difference (K - a.K, K - b.K) is exact when K is within a factor 2 of its shift, and
+// otherwise n d^2 dominates M2 and the rounding stays at eps of it. A merge that overflows (shifts or sums past
+// DBL_MAX) leaves a non-finite K, S1 or S2, which stays so through later merges (the caller redoes with chan_merge).
+HS_HD void merge_sums(Sums& a, const Sums& b) {
+  if (b.n == 0.0) return;
+  if (a.n == 0.0) {
+    a = b;
+    return;
+  }
+  const double n = a.n + b.n;
+  const double K = a.K + (a.s1 + b.s1 + b.n * (b.K - a.K)) * approx_recip(n);
+  const double da = K - a.K, db = K - b.K;
+  a.s2 = (a.s2 + da * (a.n * da - 2.0 * a.s1)) + (b.s2 + db * (b.n * db - 2.0 * b.s1));
+  a.s1 = (a.s1 - a.n * da) + (b.s1 - b.n * db);
+  a.K = K;
+  a.n = n;
+}
 HS_HD double fmin_nan(double a, double b) { return a < b || b != b ? a : b; }  // minNum: NaN = empty
 HS_HD double fmax_nan(double a, double b) { return a > b || b != b ? a : b; }
 

@@ -45,7 +45,7 @@ def word_swizzled(slot):
 
 
 MAPPINGS = {"main": word_main, "swizzled": word_swizzled}
-KERNEL_MAPPING = "swizzled"  # sm_90 builds and the emulation; sm_80 builds keep "main" (HS_BANK_SWIZZLE)
+KERNEL_MAPPING = "main"  # the kernel's default; "swizzled" with -DHS_BANK_SWIZZLE=1 (accumulate_kernel.cuh)
 
 
 def values_per_vector(dtype):

@@ -1,5 +1,6 @@
 """The hot loop of each dense CUDA kernel read from its sm_90 SASS (cuobjdump): instructions and shared-memory
-atomics per element, float64 divisions on it. tests/test_ptxas.py gates them against benchmarks/results/sass_sm90.json;
+atomics per element, float64 divisions on it; and the float64 divisions of every kernel outside that loop and outside
+the out-of-line rare calls (epilogue_divisions). tests/test_ptxas.py gates them against benchmarks/results/sass_sm90.json;
 `python benchmarks/gpu_check.py --sass` prints them."""
 import glob
 import os
@@ -51,17 +52,22 @@ def hot_loops(sass):
     return out
 
 
+def loop_bounds(ins):
+    """(first, last) address of the innermost loop around the first 128-bit load (last: its branch back)."""
+    first = next(a for a, t in ins if "LDG.E.128" in t)
+    loops = [(int(m.group(1), 16), a) for a, t in ins
+             for m in [re.search(r"BRA (?:!?U?P\d, )?0x([0-9a-f]+)", t)] if m and int(m.group(1), 16) <= first < a]
+    return min(loops, key=lambda ab: ab[1] - ab[0])
+
+
 def hot_path(body):
     """One pass of the innermost loop around the first 128-bit load, following unconditional branches and
     falling through conditional ones (the loop is branch-free but unswitched on the near-zero mode), except a
     forward conditional branch over a CALL: that is the rare redo of a chunk (slow_chunk), and the pass takes the
     jump past it."""
-    ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)]
+    ins = instructions(body)
     at = {a: k for k, (a, _) in enumerate(ins)}
-    first = next(a for a, t in ins if "LDG.E.128" in t)
-    loops = [(int(m.group(1), 16), a) for a, t in ins
-             for m in [re.search(r"BRA (?:!?U?P\d, )?0x([0-9a-f]+)", t)] if m and int(m.group(1), 16) <= first < a]
-    lo, hi = min(loops, key=lambda ab: ab[1] - ab[0])
+    lo, hi = loop_bounds(ins)
     k, path = at[lo], []
     while True:
         a, t = ins[k]
@@ -78,3 +84,61 @@ def hot_path(body):
             k = at[int(cond.group(1), 16)]
         else:
             k += 1
+
+
+def kernels(sass):
+    """{(kind, dtype, label): function body} of every dense and strided kernel; label "lin=L log=G float=F" for the
+    dense ones, "" for the strided ones."""
+    out = {}
+    for body in re.split(r"\n\s*Function : ", sass)[1:]:
+        name = body.split()[0]
+        m = re.match(r"_ZN9hookstats11cuda_kernel12dense_kernelI(\w+?)Lb(\d)ELb(\d)ELb(\d)E", name)
+        if m:
+            out[("dense", DTYPE[m.group(1)], f"lin={m.group(2)} log={m.group(3)} float={m.group(4)}")] = body
+            continue
+        m = re.match(r"_ZN9hookstats11cuda_kernel14strided_kernelI(\w+?)EE", name)
+        if m:
+            out[("strided", DTYPE[m.group(1)], "")] = body
+    return out
+
+
+def instructions(body):
+    return [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)]
+
+
+def inline_code(ins):
+    """Addresses of the instructions a kernel runs itself: reached from its entry along every branch, stepping over
+    each CALL (the callee -- slow_chunk, the overflow fallbacks, a division's slow path -- is out of line)."""
+    at = {a: k for k, (a, _) in enumerate(ins)}
+    seen, todo = set(), [0]
+    while todo:
+        k = todo.pop()
+        while k < len(ins) and ins[k][0] not in seen:
+            a, t = ins[k]
+            seen.add(a)
+            predicated = t.startswith("@")
+            op = re.sub(r"^@!?U?P\w+\s+", "", t)
+            m = re.match(r"BRA(?:\.\w+)*\s+(?:[!\w]+, )?0x([0-9a-f]+)", op)
+            if m:
+                todo.append(at[int(m.group(1), 16)])
+                if not predicated and not op.startswith("BRA.DIV") and "P" not in op.split("0x")[0][3:]:
+                    break
+            elif op.startswith(("EXIT", "RET")) and not predicated:
+                break
+            k += 1
+    return seen
+
+
+def epilogue_divisions(sass):
+    """{"kind dtype label": float64 divisions (MUFU.RCP64H: a division or square root starts with its reciprocal
+    estimate)} of every kernel's inline code outside its hot loop: the thread -> warp -> block -> last block
+    reductions."""
+    out = {}
+    for (kind, dtype, label), body in kernels(sass).items():
+        ins = instructions(body)
+        inline = inline_code(ins)
+        if kind == "dense":
+            lo, hi = loop_bounds(ins)
+            inline = {a for a in inline if not lo <= a <= hi}
+        out[f"{kind} {dtype} {label}".strip()] = sum(1 for a, t in ins if a in inline and "MUFU.RCP64H" in t)
+    return out

@@ -31,6 +31,7 @@ SANITIZERS = {
     "bug_relaxed": ["-fsanitize=thread", "-DHS_BUG_RELAXED_TICKET", "-DHS_EMU_FLOAT_ONLY"],
     "bug_misaligned": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-DHS_BUG_IGNORE_ALIGNMENT",
                        "-DHS_EMU_FLOAT_ONLY"],
+    "asan_swizzle": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-DHS_BANK_SWIZZLE=1"],
 }
 # TSan reports races and exits 66; ASan/UBSan abort. halt_on_error=0: report every race of a run.
 ENV = dict(os.environ, TSAN_OPTIONS="halt_on_error=0 exitcode=66 report_signal_unsafe=0",
@@ -54,18 +55,25 @@ def cuda_include():
 
 
 PLANTED_BUGS = ("bug_nosync", "bug_relaxed", "bug_misaligned")
+VARIANTS = ("asan_swizzle",)  # the kernel's build-time options other than its defaults
 
 
 @pytest.fixture(scope="session")
 def drivers(tmp_path_factory):
     """The TSan and ASan drivers, built once (once for all xdist workers), side by side."""
-    return built(tmp_path_factory, "cuda_emu", [name for name in SANITIZERS if name not in PLANTED_BUGS])
+    return built(tmp_path_factory, "cuda_emu", [name for name in SANITIZERS if name not in PLANTED_BUGS + VARIANTS])
 
 
 @pytest.fixture(scope="session")
 def bug_drivers(tmp_path_factory):
     """The drivers with a planted bug (the slow suites': three more sanitizer builds, for the checks of the check)."""
     return built(tmp_path_factory, "cuda_emu_bugs", PLANTED_BUGS)
+
+
+@pytest.fixture(scope="session")
+def variant_drivers(tmp_path_factory):
+    """The drivers of the kernel's build-time options (the slow suites': HS_BANK_SWIZZLE=1)."""
+    return built(tmp_path_factory, "cuda_emu_variants", VARIANTS)
 
 
 def built(tmp_path_factory, folder, names):
@@ -575,3 +583,34 @@ def test_chunk_shift_keeps_skewed_chunks_exact(drivers, tmp_path):
         states, r = run_driver(drivers["asan"], x, ["dense", 0, 4], tmp=tmp_path)
         assert r.returncode == 0, r.stderr[-6000:]
         check(states[0], x, launches=2)
+
+
+# ---------------------------------------------------------------- shifted sums merged across warps and blocks
+def block_of(n, dtype, grid, threads=64):
+    """The block of the dense kernel that reads each of n elements (aligned, n a multiple of the vector width): the
+    grid-stride loops hand vector v to thread v % (grid x threads)."""
+    vec = torch.arange(n) // (16 // torch.empty(0, dtype=dtype).element_size())
+    return (vec // threads) % grid
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("data", ["offset", "block_means", "outlier_shift"])
+def test_merged_shifted_sums_keep_offset_data_exact(drivers, tmp_path, dtype, data):
+    """Threads, warps and blocks merge shifted sums (no division), converted once: on 1e6 + N(0, 1e-3) the shift
+    differences cancel exactly, blocks whose means differ by a few spreads or by 1e6 merge without cancellation,
+    and a block whose first chunk (its shift) lies 1e3 spreads away (float64; float32 values of 1e6 are 1/16
+    apart) keeps M2 within the oracle's bounds (check: M2 to 1e-6, the mean to 1e-7 of |mean| + std)."""
+    grid, n, threads = 5, 20480, 128
+    g = torch.Generator().manual_seed(11)
+    x = 1e6 + torch.randn(n, generator=g, dtype=torch.float64) * 1e-3
+    blk = block_of(n, dtype, grid, threads)
+    if data == "block_means":
+        x += torch.tensor([0.0, 2e-3, -5e-3, -1.2e6, 3e-3], dtype=torch.float64)[blk]
+    elif data == "outlier_shift":
+        first = torch.nonzero(blk == 2)[0, 0]
+        x[first:first + 8] += 1.0 if dtype == torch.float64 else 64.0
+    x = x.to(dtype)
+    states, r = run_driver(drivers["asan" if dtype == torch.float64 else "tsan"], x, ["dense", 0, grid],
+                           threads=threads, tmp=tmp_path)
+    assert r.returncode == 0, r.stderr[-6000:]
+    check(states[0], x, launches=2)

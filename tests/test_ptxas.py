@@ -1,6 +1,6 @@
 """ptxas gates on the CUDA kernels: every instantiation compiles for sm_80 and sm_90 with zero spills and
-zero local memory (-warn-spills,-warn-lmem-usage made fatal by -Werror), and each dense kernel's hot loop stays within
-its SASS budget (tests/sass.py). `python tests/test_ptxas.py` prints the register / shared-memory table
+zero local memory (-warn-spills,-warn-lmem-usage made fatal by -Werror), each dense kernel's hot loop stays within
+its SASS budget, and every kernel's reductions divide at most 4 times in float64 (tests/sass.py). `python tests/test_ptxas.py` prints the register / shared-memory table
 (.ci/cuda_build.sh does)."""
 import concurrent.futures
 import json
@@ -130,6 +130,46 @@ def test_hot_loops_stay_within_their_sass_budget(ptxas_out):
     assert not over, f"hot loops past their budget (instructions per element, got vs budget): {over}"
     divisions = {k: f["fp64_divisions"] for k, f in loops.items() if f["fp64_divisions"]}
     assert not divisions, f"float64 divisions in a hot loop: {divisions}"
+
+
+def test_reductions_divide_at_most_four_times(ptxas_out):
+    """Every kernel (dense and strided) on sm_90: float64 divisions (MUFU.RCP64H) in its own code outside the hot loop
+    -- the thread -> warp -> block -> last block reductions and the merge into fstate -- at most 4 (merged as
+    shifted sums, converted once); the out-of-line overflow redo (a CALL) may divide as it needs."""
+    import sass
+    obj = ptxas_out / "accumulate_launch_sm_90.o"
+    assert obj.exists(), "the sm_90 build failed: see test_no_spills_no_local_memory"
+    if sass.cuobjdump() is None:
+        pytest.fail("cuobjdump not found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm (the test extra does)")
+    counts = sass.epilogue_divisions(sass.disassemble(str(obj)))
+    assert len(counts) == 36, f"expected 32 dense + 4 strided kernels, the SASS has {sorted(counts)}"
+    over = {k: c for k, c in counts.items() if c > 4}
+    assert not over, f"float64 divisions outside the hot loop (at most 4): {over}"
+
+
+def test_inline_code_steps_over_calls():
+    """inline_code follows both ways of a conditional branch and an unconditional jump, stops at EXIT, and does not
+    enter a CALL's target (the division in the callee is not counted; the one after the loop is)."""
+    import sass
+    body = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/                   IADD3 R2, R2, 0x10, RZ ;
+        /*0030*/               @P0 BRA 0x10 ;
+        /*0040*/               @P1 BRA 0x70 ;
+        /*0050*/                   MUFU.RCP64H R9, R7 ;
+        /*0060*/                   CALL.REL.NOINC 0xa0 ;
+        /*0070*/                   BRA 0x90 ;
+        /*0080*/                   MUFU.RCP64H R9, R5 ;
+        /*0090*/                   EXIT ;
+        /*00a0*/                   MUFU.RCP64H R9, R3 ;
+        /*00b0*/                   RET.REL.NODEC R20 0x0 ;
+    """
+    ins = sass.instructions(body)
+    assert sorted(sass.inline_code(ins)) == [0x0, 0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x90]
+    assert sass.loop_bounds(ins) == (0x10, 0x30)
+    sass_text = "\n\tFunction : _ZN9hookstats11cuda_kernel14strided_kernelIfEEvNS0_6TargetE\n" + body
+    assert sass.epilogue_divisions(sass_text) == {"strided float32": 1}
 
 
 def test_hot_path_follows_the_loop_and_counts_its_atomics():

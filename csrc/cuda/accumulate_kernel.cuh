@@ -62,9 +62,11 @@ constexpr int kMaxTargets = 32;     // tensors per multi-tensor launch (a table 
 constexpr int kMaxDims = 8;         // strided path: dims after coalescing
 constexpr int kStridedChunk = 8;    // strided path: logical elements a thread consumes together (fp64: 4)
 
-// scratch (uint8, zeroed once at creation): ticket | BlockPartial per block of the grid.
+// scratch (uint8, zeroed once at creation): ticket | BlockPartial per block of the grid. Also what the reductions
+// carry from thread to warp to block: shifted sums (accumulator.h Sums, merged without a division) and min/max.
 struct BlockPartial {
-  double n, mean, m2, mn, mx;
+  Sums s;
+  double mn, mx;
 };
 constexpr int64_t kTicketBytes = 64;
 HS_HD int64_t scratch_bytes_for(int max_blocks) {
@@ -267,18 +269,15 @@ struct ChunkMoments {
 template <typename T>
 constexpr bool kUnderflowCheck = std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16>;
 
-// Where float bucket `slot` lives in the block's shared table: its low 5 bits (the bank: 2 exponent and 3 mantissa
-// bits) XORed with its top 5 (sign, exponent bits 4-7), so that +v and -v fall in different banks
-// (tests/bank_conflicts.py simulates the conflicts: on N(0,1), 2.51-way on average before, 2.44 after). An involution:
-// the flush reads slot s from word float_word(s); istate keeps the slots' own order. sm_90 and the CPU emulation that
-// tests it (on sm_80 the fp32 kernel with the linear histogram spills with it); -DHS_BANK_SWIZZLE=0 keeps the slots'
-// order in shared memory too (one SASS instruction less per value; benchmarks/gpu_tune.sh compares the two).
+// Where float bucket `slot` lives in the block's shared table. The slots' own order by default: the bank is 2 exponent
+// and 3 mantissa bits, so +v and -v share one (tests/bank_conflicts.py simulates it: 2.51-way on average on N(0,1)).
+// -DHS_BANK_SWIZZLE=1 XORs the slot's top 5 bits (sign, exponent bits 4-7) into the bank: 2.44-way, for one more
+// SASS instruction a value. Off, as the kernel is issue-bound and the H200 profile showed no shared-memory stall
+// among its top three (long scoreboard, not selected, math pipe throttle): `bash benchmarks/gpu_tune.sh "base="
+// "swizzle=-DHS_BANK_SWIZZLE=1"` measures the two side by side. Either way an involution: the flush reads slot s
+// from word float_word(s); istate keeps the slots' own order.
 #if !defined(HS_BANK_SWIZZLE)
-#if defined(HS_CPU_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
-#define HS_BANK_SWIZZLE 1
-#else
 #define HS_BANK_SWIZZLE 0
-#endif
 #endif
 constexpr int kBankSwizzleShift = 7;
 HS_HD int float_word(int slot) { return HS_BANK_SWIZZLE ? slot ^ (slot >> kBankSwizzleShift) : slot; }
@@ -584,60 +583,101 @@ __device__ __forceinline__ void consume_pairs(ThreadStats<float>& t, PairStats<T
 }
 
 // ---- reductions ----
-__device__ __forceinline__ void warp_merge(Partial& a, unsigned& nz) {
+HS_HD BlockPartial empty_partial() { return BlockPartial{Sums{0, 0, 0, 0}, __builtin_nan(""), __builtin_nan("")}; }
+HS_HD void merge_block_partial(BlockPartial& a, const BlockPartial& b) {
+  merge_sums(a.s, b.s);
+  a.mn = fmin_nan(a.mn, b.mn);
+  a.mx = fmax_nan(a.mx, b.mx);
+}
+
+__device__ __forceinline__ void warp_merge(BlockPartial& a, unsigned& nz) {
   const int lane = threadIdx.x % kWarp;
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o >>= 1) {  // tree in lane order: the same result on every run
-    Partial b;
-    b.n = __shfl_down_sync(0xffffffffu, a.n, o);
-    b.mean = __shfl_down_sync(0xffffffffu, a.mean, o);
-    b.m2 = __shfl_down_sync(0xffffffffu, a.m2, o);
-    b.mn = __shfl_down_sync(0xffffffffu, a.mn, o);
-    b.mx = __shfl_down_sync(0xffffffffu, a.mx, o);
+    Sums b;
+    b.n = __shfl_down_sync(0xffffffffu, a.s.n, o);
+    b.K = __shfl_down_sync(0xffffffffu, a.s.K, o);
+    b.s1 = __shfl_down_sync(0xffffffffu, a.s.s1, o);
+    b.s2 = __shfl_down_sync(0xffffffffu, a.s.s2, o);
+    if (lane + o < kWarp) merge_sums(a.s, b);
+  }
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    const double mn = __shfl_down_sync(0xffffffffu, a.mn, o), mx = __shfl_down_sync(0xffffffffu, a.mx, o);
     const unsigned z = __shfl_down_sync(0xffffffffu, nz, o);
     if (lane + o < kWarp) {
-      merge_partial(a, b);
+      a.mn = fmin_nan(a.mn, mn);
+      a.mx = fmax_nan(a.mx, mx);
       nz += z;
     }
   }
 }
 
-// Blocks first, first + step, ... of ws merged in that order: shifted sums about the first one's mean (no
-// division per block), converted once; Chan's pairwise merges where those sums overflow.
-HS_HD Partial merge_shifted(const BlockPartial* ws, int first, int nblk, int step) {
-  Partial g;
-  double n = 0, K = 0, s1 = 0, s2 = 0;
-  for (int b = first; b < nblk; b += step) {
-    g.mn = fmin_nan(g.mn, ws[b].mn);
-    g.mx = fmax_nan(g.mx, ws[b].mx);
-    if (ws[b].n == 0) continue;
-    if (n == 0) K = ws[b].mean;
-    const double d = ws[b].mean - K;
-    s1 += ws[b].n * d;
-    s2 += ws[b].m2 + ws[b].n * d * d;
-    n += ws[b].n;
-  }
-  shifted_to_partial(g, n, K, s1, s2);
-  if (!partial_overflowed(g)) return g;
-  g = Partial{};
-  for (int b = first; b < nblk; b += step) {
-    Partial q;
-    q.n = ws[b].n;
-    q.mean = ws[b].mean;
-    q.m2 = ws[b].m2;
-    q.mn = ws[b].mn;
-    q.mx = ws[b].mx;
-    merge_partial(g, q);
-  }
+// Blocks first, first + step, ... of ws merged in that order (no division).
+HS_HD BlockPartial merge_blocks(const BlockPartial* ws, int first, int nblk, int step) {
+  BlockPartial g = empty_partial();
+  for (int b = first; b < nblk; b += step) merge_block_partial(g, ws[b]);
   return g;
 }
 
 // Plain arrays: a __shared__ variable cannot have constructors.
 struct BlockShared {
-  double n[kMaxWarps], mean[kMaxWarps], m2[kMaxWarps], mn[kMaxWarps], mx[kMaxWarps];
+  BlockPartial part[kMaxWarps];
   unsigned nz[kMaxWarps];
   int last;
 };
+
+// ---- the rare overflow paths, out of line (a call, off the common path) ----
+// Chan's merge of (n, mean, M2) over a warp, in lane order.
+__device__ __forceinline__ void chan_warp_merge(Partial& a) {
+  const int lane = threadIdx.x % kWarp;
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o >>= 1) {
+    const double n = __shfl_down_sync(0xffffffffu, a.n, o), mean = __shfl_down_sync(0xffffffffu, a.mean, o),
+                 m2 = __shfl_down_sync(0xffffffffu, a.m2, o);
+    if (lane + o < kWarp) chan_merge(a.n, a.mean, a.m2, n, mean, m2);
+  }
+}
+// A float64 block where a thread saw a finite |v| >= kHuge (its sums are of the values times kHugeScale, and
+// scaled back they may pass DBL_MAX): each thread's (n, mean, M2) scaled back, Chan-merged over warps and the block;
+// sm.part[0]'s sums become the block's (n, K = mean, S1 = 0, S2 = M2: exact), the other warps' empty (their
+// min/max stay). Called by every thread of the block.
+template <typename A>
+__device__ __noinline__ void redo_block_sums(ThreadStats<A> t, BlockShared& sm) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
+  Partial p;
+  shifted_to_partial(p, t.n, t.K, t.s1, t.s2);
+  if (t.huge) {  // an M2 past DBL_MAX is +inf
+    p.mean *= kHugeUnscale;
+    p.m2 = p.m2 * kHugeUnscale * kHugeUnscale;
+  }
+  chan_warp_merge(p);
+  if (lane == 0) sm.part[warp].s = Sums{p.n, p.mean, 0.0, p.m2};
+  __syncthreads();
+  Partial b;
+  if (warp == 0 && lane < nwarps) {
+    b.n = sm.part[lane].s.n;
+    b.mean = sm.part[lane].s.K;
+    b.m2 = sm.part[lane].s.s2;
+  }
+  __syncthreads();
+  if (warp == 0) chan_warp_merge(b);
+  if (static_cast<int>(threadIdx.x) < nwarps) {
+    sm.part[threadIdx.x].s = threadIdx.x == 0 ? Sums{b.n, b.mean, 0.0, b.m2} : Sums{0, 0, 0, 0};
+  }
+  __syncthreads();
+}
+// The grid's moments where its merged sums overflowed (means near +-DBL_MAX, an M2 past it): the blocks' own
+// (n, mean, M2), Chan-merged in block order.
+__device__ __noinline__ Partial chan_merge_blocks(const BlockPartial* ws, int nblk) {
+  Partial g;
+  for (int b = 0; b < nblk; ++b) {
+    Partial q;
+    shifted_to_partial(q, ws[b].s.n, ws[b].s.K, ws[b].s.s1, ws[b].s.s2);
+    chan_merge(g.n, g.mean, g.m2, q.n, q.mean, q.m2);
+  }
+  return g;
+}
 
 // kZerosNatural: the zeros counted in slot 0's and slot 2048's words moved to kFloatZero's.
 __device__ __forceinline__ void move_zeros(unsigned* fh) {
@@ -675,53 +715,44 @@ __device__ __forceinline__ void flush_hists(const Target& tg, const Params& p) {
   }
 }
 
-// Thread -> warp -> block partials; integer statistics to global atomics (exact, order-free); float
-// moments: one block merges straight into fstate, else a last-block-done step merges the per-block
-// partials in block order and re-arms the ticket, so nothing needs zeroing before the next launch.
+// Thread -> warp -> block -> grid as shifted sums (merge_sums: no division), converted to (n, mean, M2) once, then
+// Chan-merged into fstate: three float64 divisions on the way (tests/test_ptxas.py counts them in the SASS); the
+// overflow cases redo with Chan's merges out of line. Integer statistics go to global atomics (exact, order-free);
+// float moments: one block merges straight into fstate, else a last-block-done step merges the per-block partials
+// in block order and re-arms the ticket, so nothing needs zeroing before the next launch.
 template <typename A>
 __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid, int nblk, const Params& prm,
                              BlockShared& sm) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
-  Partial p;
-  shifted_to_partial(p, t.n, t.K, t.s1, t.s2);
-  if (t.huge) {  // float64 only; an M2 past DBL_MAX is +inf
-    p.mean *= kHugeUnscale;
-    p.m2 = p.m2 * kHugeUnscale * kHugeUnscale;
-  }
-  p.mn = static_cast<double>(t.mn);
-  p.mx = static_cast<double>(t.mx);
+  BlockPartial b{Sums{t.n, t.K, t.s1, t.s2}, static_cast<double>(t.mn), static_cast<double>(t.mx)};
   unsigned nz = static_cast<unsigned>(t.nz);
-  warp_merge(p, nz);
+  warp_merge(b, nz);
   if (lane == 0) {
-    sm.n[warp] = p.n;
-    sm.mean[warp] = p.mean;
-    sm.m2[warp] = p.m2;
-    sm.mn[warp] = p.mn;
-    sm.mx[warp] = p.mx;
+    sm.part[warp] = b;
     sm.nz[warp] = nz;
   }
-  __syncthreads();
+  if constexpr (std::is_same_v<A, double>) {
+    // a thread's huge sums (values times kHugeScale) cannot join the others' shifted sums
+    if (__syncthreads_or(t.huge)) redo_block_sums(t, sm);
+  } else {
+    __syncthreads();
+  }
+  BlockPartial* ws = reinterpret_cast<BlockPartial*>(tg.scratch + kTicketBytes);
   if (warp == 0) {
-    Partial b;
+    b = empty_partial();
     unsigned bz = 0;
     if (lane < nwarps) {
-      b.n = sm.n[lane];
-      b.mean = sm.mean[lane];
-      b.m2 = sm.m2[lane];
-      b.mn = sm.mn[lane];
-      b.mx = sm.mx[lane];
+      b = sm.part[lane];
       bz = sm.nz[lane];
     }
     warp_merge(b, bz);
     if (lane == 0) {
       atomicAdd(&tg.is[kNearZero], static_cast<unsigned long long>(bz));
       if (nblk == 1) {
-        merge_into_state(tg.fs, b);
-        atomicAdd(&tg.is[kCount], static_cast<unsigned long long>(tg.n));
-        sm.last = 0;
+        sm.part[0] = b;  // read back below: b held across the barrier makes ptxas spill
+        sm.last = 1;
       } else {
-        BlockPartial* ws = reinterpret_cast<BlockPartial*>(tg.scratch + kTicketBytes);
-        ws[bid] = BlockPartial{b.n, b.mean, b.m2, b.mn, b.mx};
+        ws[bid] = b;
         cuda::atomic_ref<unsigned, cuda::thread_scope_device> ticket(*reinterpret_cast<unsigned*>(tg.scratch));
         sm.last = ticket.fetch_add(1u, HS_TICKET_ORDER) == static_cast<unsigned>(nblk - 1);
       }
@@ -734,23 +765,32 @@ __device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid,
     flush_hists(tg, prm);
     return;
   }
+  if (nblk == 1) {
+    b = sm.part[0];
+  } else {
 #if defined(__CUDA_ARCH__)
-  // Lane 0 acquired the other blocks' partials; each reading lane also acquires at device scope, as the
-  // barrier alone orders at block scope. (TSan does not model fences: the emulation relies on the barrier.)
-  cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_device);
+    // Lane 0 acquired the other blocks' partials; each reading lane also acquires at device scope, as the
+    // barrier alone orders at block scope. (TSan does not model fences: the emulation relies on the barrier.)
+    cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_device);
 #endif
-  // The last block: lane l merges blocks l, l+32, ... in order, then the lanes merge in lane order. A lane sums its
-  // blocks about its first block's mean, with one division at the end (merge_shifted); the rare sums that
-  // overflow (float64 means near DBL_MAX) are merged again with chan_merge.
-  const BlockPartial* ws = reinterpret_cast<const BlockPartial*>(tg.scratch + kTicketBytes);
-  Partial g = merge_shifted(ws, lane, nblk, kWarp);
-  unsigned unused = 0;
-  warp_merge(g, unused);
+    // The last block: lane l merges blocks l, l+32, ... in order, then the lanes merge in lane order.
+    b = merge_blocks(ws, lane, nblk, kWarp);
+    unsigned unused = 0;
+    warp_merge(b, unused);
+  }
   if (lane == 0) {
+    // One block, or the last: the grid's sums converted once (one division) and Chan-merged into fstate.
+    Partial g;
+    shifted_to_partial(g, b.s.n, b.s.K, b.s.s1, b.s.s2);
+    if (nblk > 1 && partial_overflowed(g)) g = chan_merge_blocks(ws, nblk);
+    g.mn = b.mn;
+    g.mx = b.mx;
     merge_into_state(tg.fs, g);
     atomicAdd(&tg.is[kCount], static_cast<unsigned long long>(tg.n));
-    cuda::atomic_ref<unsigned, cuda::thread_scope_device>(*reinterpret_cast<unsigned*>(tg.scratch))
-        .store(0u, cuda::memory_order_relaxed);
+    if (nblk > 1) {
+      cuda::atomic_ref<unsigned, cuda::thread_scope_device>(*reinterpret_cast<unsigned*>(tg.scratch))
+          .store(0u, cuda::memory_order_relaxed);
+    }
   }
   flush_hists(tg, prm);
 }
@@ -805,8 +845,12 @@ __device__ __forceinline__ void dense_body(const Batch& b, int ti, const Params&
   };
 
   const T* x = static_cast<const T*>(tg.x);
-  const int64_t gtid = static_cast<int64_t>(bid) * blockDim.x + threadIdx.x;
-  const int64_t gstride = static_cast<int64_t>(nblk) * blockDim.x;
+  // both < 2^31 (blocks_for caps the grid): 32-bit products where ptxas wants them (fp32: else it spills the
+  // loop's addresses at 64 registers; the other dtypes' loops take more instructions with a 32-bit gtid)
+  const int64_t gtid = std::is_same_v<T, float>
+                           ? static_cast<int64_t>(static_cast<unsigned>(bid) * blockDim.x + threadIdx.x)
+                           : static_cast<int64_t>(bid) * blockDim.x + threadIdx.x;
+  const int64_t gstride = static_cast<int64_t>(static_cast<unsigned>(nblk) * blockDim.x);
   for (int64_t i = gtid; i < tg.head; i += gstride) {
     const A v[1] = {to_acc(x[i])};
     consume<1, kU, true, A, kZerosNatural<T>>(t, v, p, h, warp, hists);

@@ -70,6 +70,7 @@ struct Block {
   std::vector<std::unique_ptr<Barrier>> warp_bar;
   std::vector<std::array<uint64_t, 32>> warp_slot;
   std::vector<unsigned char> dyn_smem;
+  std::atomic<int> vote{0};  // __syncthreads_or
   std::mutex static_m;
   std::map<std::type_index, std::shared_ptr<void>> static_smem;
 };
@@ -144,6 +145,17 @@ void launch(unsigned grid, unsigned block, size_t dyn_smem, K kernel, A... args)
 #define gridDim (::cuda_emu::g_gridDim)
 
 inline void __syncthreads() { ::cuda_emu::tl_block->bar.arrive_and_wait(); }
+// Every thread votes, then reads the block's OR; the third barrier keeps thread 0's reset out of the next vote.
+inline int __syncthreads_or(int pred) {
+  auto* b = ::cuda_emu::tl_block;
+  if (pred) b->vote.fetch_or(1);
+  b->bar.arrive_and_wait();
+  const int any = b->vote.load();
+  b->bar.arrive_and_wait();
+  if (::cuda_emu::tl_threadIdx.x == 0) b->vote.store(0);
+  b->bar.arrive_and_wait();
+  return any;
+}
 template <class T>
 T __shfl_down_sync(unsigned m, T v, unsigned d) {
   const int s = ::cuda_emu::lane() + static_cast<int>(d);
