@@ -63,21 +63,26 @@ def collect(source):
     Plus kind and hist_edges. Targets keep their first-seen order. source: a MemorySink (or anything with
     items() giving (step, record) pairs), a saved history.jsonl / history.csv or the run folder holding one,
     or (step, record) pairs (read_jsonl(path)[0], read_csv(path)[0])."""
-    items = _items(source)
-    rows = {}
-    for step, rec in items:  # a target's validation passes are a series of their own, beside its train steps
-        rows.setdefault(phase_label(rec["target"], record_phase(rec)), []).append((step, rec))
+    return series_of(_columns(source))
+
+
+def series_of(columns):
+    """collect() of a history read as columns (hookstats.sinks.read_history_columns)."""
     out = {}
-    for target, recs in rows.items():
-        recs.sort(key=lambda p: p[0])
-        s = {"target": target, "kind": recs[0][1].get("kind", ""), "steps": np.array([p[0] for p in recs])}
+    for target, rows in zip(columns.labels, columns.rows_by_label()):
+        if not len(rows):
+            continue
+        rows = rows[np.argsort(columns.steps[rows], kind="stable")]
+        first = columns.built.get(int(rows[0])) if columns.has_hist[rows[0]] else None
+        s = {"target": target, "kind": columns.kinds[columns.kind[rows[0]]], "steps": columns.steps[rows]}
         for stat in (st.name for st in statistics.PLOTTED):
-            s[stat] = np.array([math.nan if r.get(stat) is None else float(r[stat]) for _, r in recs])
+            s[stat] = columns.numeric[stat][rows]
+        with_hist = [(int(columns.steps[i]), columns.record(i)) for i in rows[columns.has_hist[rows]].tolist()]
         for h in ("hist", "log2_hist", "float_hist"):
-            have = [(step, r[h]) for step, r in recs if r.get(h) is not None]
+            have = [(step, r[h]) for step, r in with_hist if r.get(h) is not None]
             s[h + "_steps"] = np.array([step for step, _ in have], dtype=np.int64)
             s[h] = np.stack([np.asarray(v, dtype=np.int64) for _, v in have]) if have else None
-        s["hist_edges"] = recs[0][1].get("hist_edges")
+        s["hist_edges"] = None if first is None else first.get("hist_edges")
         s["float_view_steps"] = s.pop("float_hist_steps")
         s["float_view"] = s["float_view_edges"] = s["float_total"] = None
         out[target] = s
@@ -114,13 +119,15 @@ def _float_views(series):
                 s["float_view"], s["float_view_edges"] = view["counts"][r], view["edges"][r, 0]
 
 
-def _items(source):
+def _columns(source):
     import os
     from collections.abc import Mapping
 
-    from ..sinks import read_history
+    from ..sinks import Columns, read_history_columns
+    if isinstance(source, Columns):
+        return source
     if isinstance(source, (str, os.PathLike)):
-        return read_history(source)[0]
+        return read_history_columns(source)[0]
     if callable(getattr(source, "items", None)) and not isinstance(source, Mapping):
         source = source.items()
     if isinstance(source, Mapping) or not hasattr(source, "__iter__"):
@@ -131,7 +138,7 @@ def _items(source):
         if not (isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], Mapping) and "target" in p[1]):
             raise TypeError("collect takes a MemorySink, a history file or run folder, or (step, record) "
                             f"pairs; got an item {type(p).__name__} {str(p)[:60]}")
-    return pairs
+    return Columns.from_items(pairs)
 
 
 def totals(series):
