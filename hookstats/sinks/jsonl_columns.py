@@ -5,7 +5,7 @@ distinct value, floats or null, counts within 2^53 or null). A line that any che
 itself, so it is kept or skipped, with the same note, exactly as a line read alone."""
 import numpy as np
 
-from ..phases import phase_label
+from ..phases import Phase, phase_label
 from . import fields
 from .columns import HISTOGRAMS, NUMERIC, Columns
 
@@ -91,7 +91,7 @@ class PlainLines:
                 return list(col) if every else [col[r] for r in g.ok.tolist()]
             g.step = np.array(column("step"), dtype=np.int64)
             g.target = [names[("target", v)] for v in column("target")]
-            g.phase = column("phase", "train")
+            g.phase = column("phase", Phase.TRAIN)
             g.kind = [names[("kind", v)] for v in column("kind")] if "kind" in cols else [""] * len(g.ok)
             for k in NUMERIC:
                 if k in cols:
