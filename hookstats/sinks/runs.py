@@ -98,7 +98,7 @@ class Ledger:
         new = np.ones(len(o), dtype=bool)  # the first entry of each (step, target)
         new[1:] = (ks[1:] != ks[:-1]) | (kk[1:] != kk[:-1])
         starts = np.flatnonzero(new)
-        last = np.append(starts[1:], len(o)) - 1
+        last = np.append(starts[1:], len(o))[: len(starts)] - 1
         won = o[last]
         dup_steps = ks[starts[(last - starts) > 0]]
         say = []
