@@ -16,7 +16,7 @@ PARTS = [
     ("hookstats.sinks", "read_history", "read"),
     ("hookstats.tools.plots", "collect", "derive"),
     ("hookstats.tools.plots", "totals", "derive"),
-    ("hookstats.report_columns", "series", "derive"),
+    ("hookstats.tools.plots", "series_of", "derive"),
     ("hookstats.grad_norms", "grad_norms", "derive"),
     ("hookstats.records", "last_records", "table"),
     ("hookstats.tools.summary", "stats_table", "table"),

@@ -18,7 +18,7 @@ HISTOGRAMS = ("hist", "log2_hist", "float_hist")
 class Columns:
     """steps [N] int64; label [N] (codes into labels: each target by phase), kind [N] (codes into kinds);
     numeric {statistic: [N] float64, NaN where a record has none}; build(i) -> row i's record, built[i] its
-    record where the reader made it already (rows with histograms or odd fields), has_hist [N] whether row i's
+    record where it is made already (rows with histograms or odd fields, rows asked for), has_hist [N] whether row i's
     record may hold a histogram."""
 
     def __init__(self, steps, label, labels, kind, kinds, numeric, build, built, has_hist):
@@ -30,9 +30,11 @@ class Columns:
         return len(self.steps)
 
     def record(self, i):
-        """Row i's record, as the reader's (step, record) pairs hold it."""
+        """Row i's record, as the reader's (step, record) pairs hold it (built once)."""
         rec = self.built.get(i)
-        return rec if rec is not None else self._build(i)
+        if rec is None:
+            rec = self.built[i] = self._build(i)
+        return rec
 
     def items(self):
         """(step, record) pairs of every row: what read_jsonl() returns."""
