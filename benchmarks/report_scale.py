@@ -96,8 +96,9 @@ def broken_down(label, folder, args, trees):
         for part in parts:
             cpu = [g[0].get(part, [0.0, 0.0])[0] for g in got]
             wall = [g[0].get(part, [0.0, 0.0])[1] for g in got]
-            row[f"{part} cpu_s"] = round(statistics.median(cpu), 2)
-            row[f"{part} wall_s"] = round(statistics.median(wall), 2)
+            key = part.replace(" ", "_")
+            row[f"{key}_cpu_s"] = round(statistics.median(cpu), 2)
+            row[f"{key}_wall_s"] = round(statistics.median(wall), 2)
             print(f"  {part:32s} {statistics.median(cpu):7.2f} s CPU [{min(cpu):.2f}..{max(cpu):.2f}] "
                   f"{statistics.median(wall):7.2f} s wall", flush=True)
         rows[name] = row
