@@ -102,16 +102,18 @@ class PlainLines:
         """The history's Columns: the records the ledger holds and the checked plain lines, resolved (runs.Ledger);
         build(obj) -> the record of a plain line's values."""
         ledger, keys = self.ledger, {}
-        parts = []  # (run, step, key, pos, source): source per entry, ("rec", record) or (group, row)
-        run, step, key, pos, source = [], [], [], [], []
-        for r, st, tp, rec, p in ledger.entries:
-            run.append(r), step.append(st), key.append(keys.setdefault(tp, len(keys))), pos.append(p)
-            source.append(rec)
+        # the records read one each first (the ledger's, then the flagged plain lines), then each group's plain lines
+        entries = [(r, st, tp, rec, p) for r, st, tp, rec, p in ledger.entries]
         for g in self.groups.values():
-            for r, (st, rec) in g.built.items():
-                run.append(g.places[r][0]), step.append(st), pos.append(g.places[r][1]), source.append(rec)
-                key.append(keys.setdefault((rec["target"], rec["phase"]), len(keys)))
+            entries += [(g.places[r][0], st, (rec["target"], rec["phase"]), rec, g.places[r][1])
+                        for r, (st, rec) in g.built.items()]
+        run = [e[0] for e in entries]
+        step = [e[1] for e in entries]
+        key = [keys.setdefault(e[2], len(keys)) for e in entries]
+        pos = [e[4] for e in entries]
+        source = [e[3] for e in entries]
         n_built = len(source)
+        parts = []  # per group of plain lines: (run, step, key, pos) arrays
         plain = [g for g in self.groups.values() if g.ok is not None and len(g.ok)]
         for g in plain:
             places = np.array(g.places, dtype=np.int64).reshape(-1, 2)[g.ok]

@@ -186,7 +186,7 @@ PLOT_MAX = 1e300
 def image_title(ax, text, **kw):
     """ax.set_title at the axes' top, where matplotlib would place it over an image whose axes have no ticks above
     and no offset text (names or bins on the y axis): saying so skips its search for a higher place, which lays
-    out every y tick label again (a quarter of an overview chart's time)."""
+    out every y tick label again (up to a quarter of an overview chart's time in a profile)."""
     return ax.set_title(text, y=1.0, **kw)
 
 # ---- layer stats ----
