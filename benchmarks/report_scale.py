@@ -7,9 +7,12 @@ statistics of the largest report instead of timing all of them. --folders N: a f
 --small-targets targets, reported by one command (a folder of runs, as the demo writes), with --jobs N passed on.
 --keep DIR keeps the histories there and reuses them (writing the 20,000-target one takes minutes). --baseline PATH:
 a checkout of an earlier commit (with its hookstats/_C.so) timed on the same histories, interleaved with this one,
---repeats times each; the figures are medians with their min and max."""
-import statistics
+--repeats times each; the figures are medians with their min and max. --breakdown: instead of the whole report's
+time, each part's (report_parts.py: imports, reading, deriving, table, each chart) in the same fresh processes,
+medians over --repeats; the process's own CPU and wall time beside them."""
 import argparse
+import json
+import statistics
 import os
 import resource
 import shutil
@@ -57,6 +60,49 @@ def time_report(folder, profile=None, tree=ROOT, jobs=None):
     if r.returncode:
         raise SystemExit(f"report failed: {r.stderr[-2000:]}")
     return cpu, wall, len(list(folder.glob("**/charts/*.png")))
+
+
+def time_parts(folder, tree=ROOT):
+    """({part: [CPU s, wall s]} of report_parts.py, the process's CPU seconds, its wall seconds) of one report of
+    `folder` in a fresh process with the hookstats of the checkout `tree`."""
+    out = Path(tempfile.mkdtemp(prefix="report_parts_"))
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "report_parts.py"), str(folder), str(out)]
+    env = {**os.environ, "PYTHONPATH": str(tree), "MPLBACKEND": "Agg"}
+    cpu, t = _children_cpu(), time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall, cpu = time.perf_counter() - t, _children_cpu() - cpu
+    shutil.rmtree(out, ignore_errors=True)
+    if r.returncode:
+        raise SystemExit(f"report failed: {r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1]), cpu, wall
+
+
+def broken_down(label, folder, args, trees):
+    """{tree: row} of --repeats breakdowns of folder with each tree, interleaved: per part the median CPU and wall
+    seconds; prints one table per tree."""
+    runs = {name: [] for name in trees}
+    for _ in range(args.repeats):
+        for name, tree in trees.items():
+            runs[name].append(time_parts(folder, tree))
+    rows = {}
+    for name, got in runs.items():
+        parts = list(dict.fromkeys(k for g in got for k in g[0]))
+        row = {"process_cpu_s": round(statistics.median(g[1] for g in got), 2),
+               "process_cpu_min_s": round(min(g[1] for g in got), 2),
+               "process_cpu_max_s": round(max(g[1] for g in got), 2),
+               "process_wall_s": round(statistics.median(g[2] for g in got), 2), "repeats": len(got)}
+        print(f"{label} [{name}]: process {row['process_cpu_s']:.1f} s CPU [{row['process_cpu_min_s']:.1f}.."
+              f"{row['process_cpu_max_s']:.1f}] ({row['process_wall_s']:.1f} s wall)", flush=True)
+        for part in parts:
+            cpu = [g[0].get(part, [0.0, 0.0])[0] for g in got]
+            wall = [g[0].get(part, [0.0, 0.0])[1] for g in got]
+            key = part.replace(" ", "_")
+            row[f"{key}_cpu_s"] = round(statistics.median(cpu), 2)
+            row[f"{key}_wall_s"] = round(statistics.median(wall), 2)
+            print(f"  {part:32s} {statistics.median(cpu):7.2f} s CPU [{min(cpu):.2f}..{max(cpu):.2f}] "
+                  f"{statistics.median(wall):7.2f} s wall", flush=True)
+        rows[name] = row
+    return rows
 
 
 def many_folders(root, n, targets, steps):
@@ -110,6 +156,7 @@ def main():
     ap.add_argument("--baseline", help="a checkout of an earlier commit, timed interleaved with this one")
     ap.add_argument("--baseline-label", default="baseline", help="its name in the results (e.g. its commit)")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--breakdown", action="store_true", help="time each part of the report (report_parts.py)")
     ap.add_argument("--json", help="write the results file here (e.g. benchmarks/results/report_scale.json)")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -125,11 +172,12 @@ def main():
                 if n == max(args.targets):
                     time_report(folder, args.profile)
                 continue
-            for name, row in timed(f"{n:6d} targets, {args.steps} steps, {mb:7.1f} MB history", folder, args,
-                                   trees).items():
+            measure = broken_down if args.breakdown else timed
+            for name, row in measure(f"{n:6d} targets, {args.steps} steps, {mb:7.1f} MB history", folder, args,
+                                     trees).items():
                 results[f"{n} targets" + ("" if name == "this" else f" ({name})")] = {
                     "steps": args.steps, "history_mb": round(mb, 1), **row}
-        if args.folders and not args.profile:
+        if args.folders and not args.profile and not args.breakdown:
             root = kept(base / f"folders{args.folders}x{args.small_targets}_{args.steps}",
                         lambda f: many_folders(f, args.folders, args.small_targets, args.steps))
             for name, row in timed(f"{args.folders} run folders of {args.small_targets} targets", root, args,
@@ -140,6 +188,8 @@ def main():
         results_file.write(args.json, results, results_file.machine(clock="CPU time (user + sys) of the report "
                                                                           "process and its workers, and wall clock",
                                                                     load_start=load) +
+                           (", each part's exclusive time inside the report process (report_parts.py)"
+                            if args.breakdown else "") +
                            ", the report in a fresh process each" +
                            (f"; {args.baseline_label}: the same at that commit" if args.baseline else ""))
 

@@ -109,7 +109,9 @@ def from_columns(steps, keys, cols, present, clip_norm=None):
 
 def grad_norms(items, clip_norm=None):
     """GradNorms of a history: (step, record) pairs (mon.history_sink.items(), hookstats.sinks.read_history(path)[0]),
-    from the train records of the parameter gradients."""
+    from the train records of the parameter gradients; or a history read as columns (hookstats.sinks.Columns)."""
+    if callable(getattr(items, "items_of_kind", None)):
+        items = items.items_of_kind(PARAM_GRAD)
     by_step, targets = {}, {}
     for step, rec in items:
         if rec.get("kind") == PARAM_GRAD and record_phase(rec) == Phase.TRAIN:

@@ -51,9 +51,12 @@ def has_buckets(record):
 
 
 def last_records(items, bucket_figures=()):
-    """Per target and phase the record of its last step, from (step, record) pairs (a run's history), labelled
-    "target (phase)" outside the train phase; the `bucket_figures` (statistics of the float buckets) from its last
-    record that has buckets: a step that counted no histograms has none, not NaN figures."""
+    """Per target and phase the record of its last step, from (step, record) pairs (a run's history) or a history
+    read as columns (hookstats.sinks.Columns), labelled "target (phase)" outside the train phase; the
+    `bucket_figures` (statistics of the float buckets) from its last record that has buckets: a step that counted
+    no histograms has none, not NaN figures."""
+    if callable(getattr(items, "last_records", None)):
+        return items.last_records(bucket_figures)
     last, with_buckets = {}, {}
     for step, rec in items:
         t = phase_label(rec["target"], record_phase(rec))

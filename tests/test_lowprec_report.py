@@ -40,8 +40,9 @@ def test_report_draws_the_what_if_figure_when_the_history_has_its_fields(tmp_pat
 
 def test_the_figure_cells_are_the_shares_of_the_cast_emulation(tmp_path):
     values = _saved_run(tmp_path / "run")
-    items, _ = cli.load_run(tmp_path / "run")
-    assert save_run_lowprec(items, tmp_path / "charts") == [tmp_path / "charts" / GRID_FILE]
+    history, _ = cli.load_run(tmp_path / "run")
+    items = history.items()
+    assert save_run_lowprec(history, tmp_path / "charts") == [tmp_path / "charts" / GRID_FILE]
     last = max(s for s, _ in items)
     records = {r["target"]: r for s, r in items if s == last}
     fig = plot_lowprec_grid(records)

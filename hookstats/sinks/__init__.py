@@ -5,7 +5,8 @@ from pathlib import Path
 
 from .base import DASHBOARD_CHOICES, DASHBOARD_STATS, SCALARS, Sink, SkippedLinesWarning, Steps
 from .csv import CSVSink, read_csv
-from .jsonl import JSONLSink, read_jsonl
+from .columns import Columns
+from .jsonl import JSONLSink, read_jsonl, read_jsonl_columns
 from .fields import BadRecordWarning
 from .memory import MemorySink
 from .runs import HistoryFileWarning, LayoutWarning, RunsWarning
@@ -18,6 +19,13 @@ HISTORY_CSV, HISTORY_JSONL, TENSORBOARD_DIR = "history.csv", "history.jsonl", "t
 def read_history(path):
     """(items, alerts) of a saved history: a history.jsonl or history.csv file (by its suffix), or a run folder
     holding one (history.jsonl preferred: it has the histograms)."""
+    columns, alerts = read_history_columns(path)
+    return columns.items(), alerts
+
+
+def read_history_columns(path):
+    """read_history() as (columns.Columns, alerts): a JSONL file read into columns line by line, a CSV file's
+    records put in columns."""
     path = Path(path)
     if path.is_dir():
         jsonl = path / HISTORY_JSONL
@@ -25,9 +33,10 @@ def read_history(path):
     if not path.is_file():
         raise FileNotFoundError(f"no history file at {path}")
     if path.suffix == ".csv":
-        return read_csv(path)
+        items, alerts = read_csv(path)
+        return Columns.from_items(items), alerts
     if path.suffix == ".jsonl":
-        return read_jsonl(path)
+        return read_jsonl_columns(path)
     raise ValueError(f"{path}: a hookstats history is a .jsonl or .csv file")
 
 
@@ -42,4 +51,4 @@ def run_dir_sinks(out_dir, tensorboard=True):
 
 __all__ = ["DASHBOARD_CHOICES", "DASHBOARD_STATS", "SCALARS", "Sink", "Steps", "SkippedLinesWarning",
            "BadRecordWarning", "HistoryFileWarning", "RunsWarning", "LayoutWarning", "CSVSink", "JSONLSink",
-           "MemorySink", "TensorBoardSink", "WandbSink", "read_csv", "read_jsonl", "read_history", "run_dir_sinks"]
+           "MemorySink", "TensorBoardSink", "WandbSink", "read_csv", "read_jsonl", "read_history", "read_history_columns", "run_dir_sinks"]

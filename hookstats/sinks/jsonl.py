@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import layout, rawstate, records
 from ..phases import Phase, record_phase
-from . import claim, fields, purge
+from . import claim, fields, jsonl_columns, purge
 from .base import SCALARS, file_lines, json_number, open_parent, warn_skipped
 from .runs import LayoutWarning, Ledger, run_header
 
@@ -125,9 +125,18 @@ def read_jsonl(path):
     whole line that is not a valid record with one BadRecordWarning naming the field (fields.py). Runs,
     duplicates and incomplete steps: runs.Ledger (the last written record of a (step, target) wins). A run whose
     header names another state layout is read without its slots, with one LayoutWarning per such run."""
+    cols, alerts = read_jsonl_columns(path)
+    return cols.items(), alerts
+
+
+def read_jsonl_columns(path):
+    """read_jsonl() as (columns.Columns, alerts), with the same checks and warnings: the lines of plain records
+    (scalars only, the most of a history) are kept as their values and checked a field at a time over all of them
+    (jsonl_columns.py); a line that fails a check, and each line with histograms, is read as one record."""
     path = Path(path)
     ledger, lines = Ledger(path), fields.BadLines(path)
-    alerts, bad, read, names = [], [], 0, {}
+    plain = jsonl_columns.PlainLines(_plan, ledger)
+    alerts, bad, read, names, notes = [], [], 0, {}, []
     other, unread = None, {}  # why the current run's slots cannot be read (None: they can); run -> why
     for n, line in file_lines(path, bad):
         if not line.strip():
@@ -139,14 +148,16 @@ def read_jsonl(path):
             continue
         except RecursionError:
             deep = re.search(r'"([^"\\]{1,100})":\s*[\[{]{100}', line)
-            lines.add(n, (f"field {deep.group(1)!r}: " if deep else "") + "JSON nested too deep to read")
+            notes.append((n, (f"field {deep.group(1)!r}: " if deep else "") + "JSON nested too deep to read"))
             continue
         except ValueError as e:  # an integer of more digits than Python converts
-            lines.add(n, f"not readable JSON ({e})")
+            notes.append((n, f"not readable JSON ({e})"))
             continue
         kind = obj.get("type") if isinstance(obj, dict) else None
         try:
             if kind == "stats":
+                if other is None and plain.take(n, obj):
+                    continue  # counted as read once its fields are checked
                 if other is not None:
                     obj = {k: v for k, v in obj.items() if k not in SLOT_FIELDS}
                 ledger.record(*_record(obj, lines, names))
@@ -165,9 +176,13 @@ def read_jsonl(path):
                     f"got {fields.show(kind)}" if isinstance(obj, dict) else f"the line is a JSON {type(obj).__name__}"
                 raise fields.BadField("type", f"must be 'stats', 'alert', 'run' or 'step_end': {got}")
         except ValueError as e:
-            lines.add(n, str(e))
+            notes.append((n, str(e)))
             continue
         read += 1
+    flagged, checked = plain.check(lambda obj: _record(obj, lines, names), lines, names)
+    read += checked
+    for n, why in sorted(notes + flagged):
+        lines.add(n, why)
     if not read and lines.n and not bad:
         raise ValueError(f"{path}: not a hookstats JSONL history (no line is a hookstats record)")
     warn_skipped(path, bad, read, "JSON")
@@ -175,7 +190,7 @@ def read_jsonl(path):
         warnings.warn(f"{path}: run {run}: {why}: its log2 histograms and float buckets are left out, its other "
                       f"statistics read", LayoutWarning, stacklevel=2)
     lines.finish()
-    return ledger.items(), alerts
+    return plain.columns(lambda obj: _record(obj, lines, names)[1]), alerts
 
 
 KEYS = ("target", "module", "kind", "leaf")

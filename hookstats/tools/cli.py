@@ -139,13 +139,13 @@ def find_runs(root):
 
 
 def load_run(run_dir, warn=None):
-    """(items, alerts) of a run folder; what its file holds beyond whole records of one run (torn lines, bad
+    """(history, alerts) of a run folder, the history read as columns (hookstats.sinks.Columns); what its file holds beyond whole records of one run (torn lines, bad
     fields, several runs, duplicates, incomplete steps: hookstats.sinks.HistoryFileWarning) is said one line each
     through warn (default: stderr)."""
-    from ..sinks import HistoryFileWarning, read_history
+    from ..sinks import HistoryFileWarning, read_history_columns
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", HistoryFileWarning)
-        loaded = read_history(run_dir)
+        loaded = read_history_columns(run_dir)
     for w in caught:
         if issubclass(w.category, HistoryFileWarning):
             (warn or _stderr)(f"hookstats report: warning: {w.message}")
@@ -168,6 +168,7 @@ def report(run_dir, out=None, log=print, show_progress=False, warn=None):
 
 
 def _report_run(run_dir, out, log, show_progress, warn):
+    import numpy as np
     from . import plots
     from ..delivery import brief
     from .progress import progress
@@ -176,16 +177,16 @@ def _report_run(run_dir, out, log, show_progress, warn):
     from .run_charts import flight_charts, grad_norms_chart, save_run_charts
     from ..grad_norms import grad_norms
     items, alerts = load_run(run_dir, warn)
-    if not items:
+    if not len(items):
         raise ValueError("the history holds no steps")
-    series = plots.collect(items)
+    series = plots.series_of(items)
     out = out or (run_dir if run_dir.is_dir() else run_dir.parent) / "charts"
     extras = flight_charts(run_dir if run_dir.is_dir() else run_dir.parent) + grad_norms_chart(grad_norms(items))
     paths = save_run_charts(series, items, out, extras=extras, bar=lambda: progress(
         desc=f"charts of {run_dir.name}", unit="chart", enabled=show_progress))
     # per target and phase: its last train step, its last validation pass
     rows, last_buckets = last_records(items, [k for k, _ in FLOAT_CELLS.values()])
-    steps = sorted({s for s, _ in items})
+    steps = np.unique(items.steps).tolist()
     log(f"== {run_dir}: {len(steps)} recorded steps ({steps[0]}..{steps[-1]}), {len(series)} targets")
     title = "last recorded step of each target" + (" (|x| quantiles and near 0 rel: its last histogram "
                                                     "step)" if last_buckets else "")

@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import whatif
 from ..records import last_records
-from .plots import literal_text, new_figure, save_figure
+from .plots import image_title, literal_text, new_figure, save_figure
 
 RECIPE_TITLES = {"": "no scaling", "_current": "current scaling", "_delayed": "delayed scaling"}
 
@@ -72,7 +72,7 @@ def plot_lowprec_grid(records, path=None):
                           interpolation="nearest")
         ax.set_facecolor("0.85")
         ax.set_xticks(range(len(cols)), [f"{fmt} {COLUMN_RECIPES[r]}" for fmt, r in cols], rotation=90, fontsize=7)
-        ax.set_title(f"{side} (% of finite values)", fontsize=9)
+        image_title(ax, f"{side} (% of finite values)", fontsize=9)
     if len(names) <= MAX_LABELS:
         axes[0].set_yticks(range(len(names)), names, fontsize=7)
     else:

@@ -63,21 +63,26 @@ def collect(source):
     Plus kind and hist_edges. Targets keep their first-seen order. source: a MemorySink (or anything with
     items() giving (step, record) pairs), a saved history.jsonl / history.csv or the run folder holding one,
     or (step, record) pairs (read_jsonl(path)[0], read_csv(path)[0])."""
-    items = _items(source)
-    rows = {}
-    for step, rec in items:  # a target's validation passes are a series of their own, beside its train steps
-        rows.setdefault(phase_label(rec["target"], record_phase(rec)), []).append((step, rec))
+    return series_of(_columns(source))
+
+
+def series_of(columns):
+    """collect() of a history read as columns (hookstats.sinks.read_history_columns)."""
     out = {}
-    for target, recs in rows.items():
-        recs.sort(key=lambda p: p[0])
-        s = {"target": target, "kind": recs[0][1].get("kind", ""), "steps": np.array([p[0] for p in recs])}
+    for target, rows in zip(columns.labels, columns.rows_by_label()):
+        if not len(rows):
+            continue
+        rows = rows[np.argsort(columns.steps[rows], kind="stable")]
+        first = columns.built.get(int(rows[0])) if columns.has_hist[rows[0]] else None
+        s = {"target": target, "kind": columns.kinds[columns.kind[rows[0]]], "steps": columns.steps[rows]}
         for stat in (st.name for st in statistics.PLOTTED):
-            s[stat] = np.array([math.nan if r.get(stat) is None else float(r[stat]) for _, r in recs])
+            s[stat] = columns.numeric[stat][rows]
+        with_hist = [(int(columns.steps[i]), columns.record(i)) for i in rows[columns.has_hist[rows]].tolist()]
         for h in ("hist", "log2_hist", "float_hist"):
-            have = [(step, r[h]) for step, r in recs if r.get(h) is not None]
+            have = [(step, r[h]) for step, r in with_hist if r.get(h) is not None]
             s[h + "_steps"] = np.array([step for step, _ in have], dtype=np.int64)
             s[h] = np.stack([np.asarray(v, dtype=np.int64) for _, v in have]) if have else None
-        s["hist_edges"] = recs[0][1].get("hist_edges")
+        s["hist_edges"] = None if first is None else first.get("hist_edges")
         s["float_view_steps"] = s.pop("float_hist_steps")
         s["float_view"] = s["float_view_edges"] = s["float_total"] = None
         out[target] = s
@@ -114,13 +119,15 @@ def _float_views(series):
                 s["float_view"], s["float_view_edges"] = view["counts"][r], view["edges"][r, 0]
 
 
-def _items(source):
+def _columns(source):
     import os
     from collections.abc import Mapping
 
-    from ..sinks import read_history
+    from ..sinks import Columns, read_history_columns
+    if isinstance(source, Columns):
+        return source
     if isinstance(source, (str, os.PathLike)):
-        return read_history(source)[0]
+        return read_history_columns(source)[0]
     if callable(getattr(source, "items", None)) and not isinstance(source, Mapping):
         source = source.items()
     if isinstance(source, Mapping) or not hasattr(source, "__iter__"):
@@ -131,7 +138,7 @@ def _items(source):
         if not (isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], Mapping) and "target" in p[1]):
             raise TypeError("collect takes a MemorySink, a history file or run folder, or (step, record) "
                             f"pairs; got an item {type(p).__name__} {str(p)[:60]}")
-    return pairs
+    return Columns.from_items(pairs)
 
 
 def totals(series):
@@ -174,6 +181,13 @@ def save_figure(fig, path, whole_legend=False):
 
 
 PLOT_MAX = 1e300
+
+
+def image_title(ax, text, **kw):
+    """ax.set_title at the axes' top, where matplotlib would place it over an image whose axes have no ticks above
+    and no offset text (names or bins on the y axis): saying so skips its search for a higher place, which lays
+    out every y tick label again (up to a quarter of an overview chart's time in a profile)."""
+    return ax.set_title(text, y=1.0, **kw)
 
 # ---- layer stats ----
 @literal_text
@@ -254,7 +268,7 @@ def plot_layer_stats_overview(series, path=None, kind=Kind.OUTPUT.value):
             ticker = _matplotlib("ticker")
             bar.ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
             bar.ax.yaxis.set_minor_formatter(ticker.NullFormatter())
-        ax.set_title(st.plot.label)
+        image_title(ax, st.plot.label)
         ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 8)).round().astype(int)) if len(steps) else []
         ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
         ax.set_xlabel("step")
@@ -401,7 +415,7 @@ def plot_hist_overview(series, path=None, hist="linear", kind=Kind.OUTPUT.value)
     for k, (ax, which) in enumerate(zip(axes, ("first", "last"))):
         image = ax.imshow(column_shares(both[:, k, :]) if n else np.zeros((0, 1)), aspect="auto", cmap=cmap,
                           norm=norm, interpolation="nearest", extent=(*extent_x, n - 0.5, -0.5))
-        ax.set_title(f"each target's {which} histogram record", fontsize=9)
+        image_title(ax, f"each target's {which} histogram record", fontsize=9)
         ax.set_xlabel("log2 |x|  (first column: ~0)" if hist == "log2" else "bin of the target's own span", fontsize=8)
     rows = np.arange(0, n, max(1, -(-n // MAX_LINES)))
     axes[0].set_yticks(rows, [f"{r}  {short(targets[r])}" for r in rows], fontsize=6)
@@ -529,7 +543,7 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     left.set_xlim(lo, hi)
     left.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.16 * 6 / max(min(n, MAX_LABELLED_ROWS), 4)), ncol=2, fontsize=8,
                 title="representable range", title_fontsize=8, frameon=False)
-    left.set_title(f"dynamic range per target ({_count(n, total)})")
+    image_title(left, f"dynamic range per target ({_count(n, total)})")
 
     cols = [(f, k) for f in FORMATS for k in ("underflow", "overflow")]
     if targets and exact:
@@ -550,7 +564,7 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     right.set_xticks(range(len(cols)), [f"{f}\n{'under' if k == 'underflow' else 'over'}" for f, k in cols],
                      fontsize=7)
     right.set_yticks(rows, [""] * len(rows))
-    right.set_title("% of values out of range" + (" (fp16 overflow, bf16: at least)" if exact
+    image_title(right, "% of values out of range" + (" (fp16 overflow, bf16: at least)" if exact
                                                     else " (overflow and bf16 underflow: at least)"))
     return save_figure(fig, path)
 
