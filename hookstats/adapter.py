@@ -78,9 +78,6 @@ class Adapter:
         backward; built once per hook, asked by eager code only (compiled code is never a recompute)."""
         return never
 
-    def new_forward(self):
-        """A root forward starts."""
-
     def leaves(self, obj, path=""):
         """(path, tensor) of every tensor inside obj (tuples, lists, dicts, dataclasses)."""
         raise NotImplementedError

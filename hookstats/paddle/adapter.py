@@ -39,6 +39,10 @@ class PaddleAdapter(Adapter):
     def is_model(obj):
         return isinstance(obj, paddle.nn.Layer)
 
+    def bind(self, port):
+        super().bind(port)
+        port.clock.forward_listeners.append(self.gradless.clear)  # recompute's first pass is per root forward
+
     # ---- the model ----
     def select(self, options):
         """The rules of hookstats.selection on Paddle's named_sublayers() names."""
@@ -113,9 +117,6 @@ class PaddleAdapter(Adapter):
                 self.gradless.add(name)
             return False
         return grad and name in self.gradless
-
-    def new_forward(self):
-        self.gradless.clear()
 
     def leaves(self, obj, path=""):
         return bridge.paddle_leaves(obj, path)
