@@ -6,7 +6,7 @@ worker without hooks, interleaved in one run with the order rotated each round, 
 workers; plus the Python calls (sys.setprofile) and the torch ops (a dispatch mode) of one hooked step, which noise
 cannot move.
 
-  git archive <base> hookstats | tar -x -C /tmp/base && cp hookstats/_C*.so /tmp/base/hookstats/
+  git archive <base> hookstats csrc | tar -x -C /tmp/base && cp hookstats/_C*.so /tmp/base/hookstats/
   PYTHONPATH=. python benchmarks/hook_path.py --old /tmp/base --new . [--processes 6 --rounds 4 --steps 5]
       [--workloads cnn transformer gpt2 stack32] [--attach '{"param_grads": true}']   (attach's keywords, JSON)
 """
