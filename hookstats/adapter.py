@@ -73,25 +73,20 @@ class Adapter:
         """input_grads=True: the per-call object (pre_hook, forward_hook, reset()) of one module."""
         raise NotImplementedError
 
-    def recomputing(self, name, compiling):
-        """Whether this call of module `name` is a recompute of activation checkpointing, in backward. compiling:
-        what torch.compiler.is_compiling() said in the hook."""
-        return False
-
-    def new_forward(self):
-        """A root forward starts."""
+    def recompute_test(self, name):
+        """A callable () -> whether the running call of module `name` is a recompute of activation checkpointing, in
+        backward; built once per hook, asked by eager code only (compiled code is never a recompute)."""
+        return never
 
     def leaves(self, obj, path=""):
         """(path, tensor) of every tensor inside obj (tuples, lists, dicts, dataclasses)."""
         raise NotImplementedError
 
-    def output_leaves(self, obj):
-        """leaves() of a module's output."""
-        return self.leaves(obj)
-
-    def output_readers(self):
-        """(values, grads): callables (t, module name, leaf, call, phase, compiling) that measure an output leaf now
-        and the gradient flowing back into it, built once per hook (they may keep what a call can share)."""
+    def output_reader(self, name, values, grads):
+        """read(out, call, phase, compiling, recompute) for module `name`'s forward hook: measures each floating leaf
+        of the output now (values, unless recompute) and taps the gradient flowing back into it (grads); built once
+        per hook (it may keep what a call can share). One call per module call: the hook path of a one-tensor
+        output adds no other frame to the framework's own."""
         raise NotImplementedError
 
     def measure(self, key, t, phase, compiling=None):
@@ -110,3 +105,6 @@ class Adapter:
     def check_reduce(self):
         """Refuses mon.reduce() where the framework's ranks are not torch.distributed's."""
 
+
+def never():
+    return False

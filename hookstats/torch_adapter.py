@@ -54,42 +54,40 @@ class TorchAdapter(Adapter):
     def input_grads(self, name, module):
         return InputGrads(self.port, name, module)
 
-    def recomputing(self, name, compiling):
+    def recompute_test(self, name):
         # a recomputed forward (checkpointing) was measured the first time; with use_reentrant=True its gradients
         # flow through the recomputed graph only, so they are tapped there
-        return not compiling and in_recompute()
+        return in_recompute
 
-    def leaves(self, obj, path=""):
-        return tensor_leaves(obj, path)
+    leaves = staticmethod(tensor_leaves)
 
-    def output_leaves(self, obj):
-        return (("", obj),) if isinstance(obj, torch.Tensor) else tensor_leaves(obj)
-
-    def output_readers(self):
+    def output_reader(self, name, values, grads):
         """Everything a call can share with the next is resolved once and kept per (leaf, call, phase): the op's
         bound arguments of the output's state (eager code passes them to StateStore.update, which checks x's
-        device and kind itself) and the GradTap of its gradient."""
+        device and kind itself) and the GradTap of its gradient. A one-tensor output is its own leaf ("") without
+        the leaves walk."""
         port, store = self.port, self.port.store
         outputs = {}  # (leaf, call, phase) -> StateStore.bound() arguments of the output's state (eager)
         taps = {}  # (leaf, call, phase) -> GradTap of the gradient flowing back into that output
 
-        def values(t, name, leaf, call, phase, compiling):
-            bound = None if compiling else outputs.get((leaf, call, phase))
-            if bound is None or not store.update(t, bound):
-                bound = port.measure_in(TargetKey(name, Kind.OUTPUT, leaf, call), t, phase, keep=not compiling,
-                                        compiling=compiling)
-                if bound is not None:
-                    outputs[(leaf, call, phase)] = bound
-
-        def grads(t, name, leaf, call, phase, compiling):
-            if compiling:  # compiled code keeps no Python objects between calls
-                tap_grad(port, TargetKey(name, Kind.GRAD_OUTPUT, leaf, call), t, phase)
-                return
-            tap = taps.get((leaf, call, phase))
-            if tap is None:
-                tap = taps[(leaf, call, phase)] = GradTap(port, TargetKey(name, Kind.GRAD_OUTPUT, leaf, call), phase)
-            tap(t)
-        return values, grads
+        def read(out, call, phase, compiling, recompute):
+            for leaf, t in (("", out),) if isinstance(out, torch.Tensor) else tensor_leaves(out):
+                where = (leaf, call, phase)
+                if values and not recompute:
+                    bound = None if compiling else outputs.get(where)
+                    if bound is None or not store.update(t, bound):
+                        bound = port.measure_in(TargetKey(name, Kind.OUTPUT, leaf, call), t, phase,
+                                                keep=not compiling, compiling=compiling)
+                        if bound is not None:
+                            outputs[where] = bound
+                if grads and compiling:  # compiled code keeps no Python objects between calls
+                    tap_grad(port, TargetKey(name, Kind.GRAD_OUTPUT, leaf, call), t, phase)
+                elif grads:
+                    tap = taps.get(where)
+                    if tap is None:
+                        tap = taps[where] = GradTap(port, TargetKey(name, Kind.GRAD_OUTPUT, leaf, call), phase)
+                    tap(t)
+        return read
 
     def measure(self, key, t, phase, compiling=None):
         self.port.measure_in(key, t, phase, compiling=compiling)

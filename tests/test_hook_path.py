@@ -177,3 +177,34 @@ def test_a_steady_state_hook_call_asks_is_compiling_once(monkeypatch):
     hooks = [c for c in calls if c in ("hook", "on_grad")]
     assert len(hooks) == 8, calls  # one per forward hook call, one per gradient
     assert len(calls) - len(hooks) <= 3, calls  # the step clock's root-forward hooks
+
+
+def test_a_one_tensor_output_costs_the_hook_frame_the_phase_one_reader_the_op_and_the_tap():
+    """The Python functions of hookstats that a steady-state forward runs per hooked module whose output is one
+    tensor (outputs and their gradients): the hook, the recompute test, the step clock's phase, the adapter's one
+    reader (no leaves walk, no reader per target kind), the op's fast path and the gradient tap; counted as the
+    difference between a 4-layer and a 2-layer chain, so the root model's hooks cancel out."""
+    package = os.path.dirname(os.path.abspath(hookstats.__file__)) + os.sep
+
+    def calls_in_forward(layers):
+        torch.manual_seed(0)
+        model = nn.Sequential(*[m for _ in range(layers) for m in (nn.Linear(16, 16), nn.ReLU())])
+        x = torch.randn(8, 16)
+        names = []
+
+        def profile(frame, event, arg):
+            if event == "call" and os.path.abspath(frame.f_code.co_filename).startswith(package):
+                names.append(frame.f_code.co_name)
+        with hookstats.attach(model) as mon:
+            model(x).sum().backward()  # resolves the hooks' states and taps
+            sys.setprofile(profile)
+            try:
+                model(x)
+            finally:
+                sys.setprofile(None)
+            assert mon.stats()[f"{2 * layers - 2}:output"]["count"] == 2 * 8 * 16
+        return names
+
+    two, four = calls_in_forward(2), calls_in_forward(4)
+    per_module = (len(four) - len(two)) / 2
+    assert per_module == 6, (per_module, four)

@@ -230,6 +230,35 @@ def test_recompute_counts_each_value_once():
     assert_matches(mon.stats(), oracle.records("train"))
 
 
+def test_a_root_forward_without_recompute_forgets_the_last_recomputed_layers():
+    """A layer run without grad in one forward's recompute segment is plain again from the next root forward on:
+    called by itself with grad after a forward without recompute, its values are measured (the oracle: the number
+    of values it made)."""
+    from paddle.distributed.fleet.utils import recompute
+
+    class Switch(nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.a, self.head = nn.Linear(6, 6), nn.Linear(6, 1)
+            self.segmented = True
+
+        def forward(self, x):
+            x = x * 1.0
+            x.stop_gradient = False
+            return self.head(recompute(self.a, x) if self.segmented else self.a(x))
+    paddle.seed(15)
+    model = Switch()
+    mon = hookstats.attach(model, steps="manual")
+    (x, _), = batches([4, 6], [4, 1], 1)
+    model(x).sum().backward()  # a: measured once, in the forward's pass without grad
+    model.segmented = False
+    model(x).sum().backward()
+    model.a(x).sum().backward()  # by itself, with grad, outside any root forward
+    mon.step()
+    assert mon.stats()["a:output"]["count"] == 3 * 4 * 6
+    mon.remove()
+
+
 class Cast(nn.Layer):
     """Paddle's CPU kernels have no float16/bfloat16 matmul or arithmetic, but cast both ways (and its gradient)."""
 

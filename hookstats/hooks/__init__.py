@@ -60,7 +60,6 @@ class Hooks:
 
     def new_forward(self):
         self.port.calls.new_forward()
-        self.adapter.new_forward()
         for per_call in self.per_call:
             per_call.reset()  # a forward that raised leaves its calls open
 

@@ -10,15 +10,15 @@ from ..targets import Kind, TargetKey
 
 def output_hook(port, adapter, name, values=True, grads=True):
     """Forward hook: each floating leaf of the output, and (grads) the gradient flowing back into it, through the
-    adapter's output readers (built once per hook); torch.compiler.is_compiling() is asked once per call."""
+    adapter's output reader (built once per hook); torch.compiler.is_compiling() is asked once per call."""
     clock, calls = port.clock, port.calls
     separate, forward_order = calls.separate, calls.forward_order
-    recomputing, leaves = adapter.recomputing, adapter.output_leaves
-    read_value, read_grad = adapter.output_readers()
+    recomputing = adapter.recompute_test(name)
+    read = adapter.output_reader(name, values, grads)
 
     def hook(module, args, out):
         compiling = torch.compiler.is_compiling()  # the op is torch's: so is the compiler of any framework
-        recompute = recomputing(name, compiling)
+        recompute = not compiling and recomputing()
         phase = clock.hook_phase(recompute, compiling)
         if phase is None or recompute and not grads:
             return None
@@ -26,12 +26,7 @@ def output_hook(port, adapter, name, values=True, grads=True):
             return None
         if name not in forward_order:
             calls.saw(name, compiling)
-        call = calls.call_of(name) if separate else None
-        for leaf, t in leaves(out):
-            if values and not recompute:
-                read_value(t, name, leaf, call, phase, compiling)
-            if grads:
-                read_grad(t, name, leaf, call, phase, compiling)
+        read(out, calls.call_of(name) if separate else None, phase, compiling, recompute)
         return None
     return hook
 
@@ -65,11 +60,11 @@ def input_hook(port, adapter, name, module):
     names them) and of the keyword inputs ("['attention_mask']")."""
     names = positional_names(module)
     clock, calls = port.clock, port.calls
-    recomputing, leaves, measure = adapter.recomputing, adapter.leaves, adapter.measure
+    recomputing, leaves, measure = adapter.recompute_test(name), adapter.leaves, adapter.measure
 
     def hook(module, args, kwargs):
         compiling = torch.compiler.is_compiling()  # the op is torch's: so is the compiler of any framework
-        phase = None if recomputing(name, compiling) else clock.hook_phase(compiling=compiling)
+        phase = None if not compiling and recomputing() else clock.hook_phase(compiling=compiling)
         if phase is None:
             return None
         calls.saw(name)

@@ -2,6 +2,8 @@
 torch model, through Paddle's forward pre/post hooks and Tensor.register_hook; each Paddle tensor reaches the fused
 op through the bridge (bridge.py: DLPack, no copy, ordered with Paddle's stream); parameter gradients at the step of
 the optimizer given to attach (optimizer.py)."""
+import functools
+
 import paddle
 from paddle.jit.dy2static.program_translator import StaticFunction
 
@@ -36,6 +38,10 @@ class PaddleAdapter(Adapter):
     @staticmethod
     def is_model(obj):
         return isinstance(obj, paddle.nn.Layer)
+
+    def bind(self, port):
+        super().bind(port)
+        port.clock.forward_listeners.append(self.gradless.clear)  # recompute's first pass is per root forward
 
     # ---- the model ----
     def select(self, options):
@@ -98,7 +104,10 @@ class PaddleAdapter(Adapter):
         """Paddle has no global optimizer hook: the optimizer given to attach() has its step() wrapped."""
         return (OptimizerGrads(self.port, named, options.optimizer) if options.param_grads else None), None
 
-    def recomputing(self, name, compiling):
+    def recompute_test(self, name):
+        return functools.partial(self.recomputing, name)
+
+    def recomputing(self, name):
         """Whether this call of layer `name` is Paddle's recompute (activation checkpointing) running the layer
         again in backward: its first pass ran inside the root forward without grad, and now it runs outside any
         root forward with grad. Its values were measured in the first pass; its gradients flow through this one."""
@@ -109,19 +118,17 @@ class PaddleAdapter(Adapter):
             return False
         return grad and name in self.gradless
 
-    def new_forward(self):
-        self.gradless.clear()
-
     def leaves(self, obj, path=""):
         return bridge.paddle_leaves(obj, path)
 
-    def output_readers(self):
-        def values(t, name, leaf, call, phase, compiling):
-            self.measure(TargetKey(name, Kind.OUTPUT, leaf, call), t, phase)
-
-        def grads(t, name, leaf, call, phase, compiling):
-            self.tap_grad(TargetKey(name, Kind.GRAD_OUTPUT, leaf, call), t, phase)
-        return values, grads
+    def output_reader(self, name, values, grads):
+        def read(out, call, phase, compiling, recompute):
+            for leaf, t in self.leaves(out):
+                if values and not recompute:
+                    self.measure(TargetKey(name, Kind.OUTPUT, leaf, call), t, phase)
+                if grads:
+                    self.tap_grad(TargetKey(name, Kind.GRAD_OUTPUT, leaf, call), t, phase)
+        return read
 
     def readable(self, key, t):
         """The torch device of t when it is measured, else None (said once per target for a floating tensor
