@@ -39,7 +39,7 @@ assert hookstats.backend() == "compiled", hookstats.backend()
 for op in ("accumulate_", "accumulate_many_"):
     for key in ("CPU", "CUDA"):
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"hookstats::{op}", key), (op, key)
-assert torch._C._dispatch_has_kernel("hookstats::cuda_scratch_bytes")  # schema in ops.cpp, catch-all kernel in the .cu
+assert torch._C._dispatch_has_kernel("hookstats::cuda_scratch_bytes")  # schema in ops.cpp, catch-all kernel in cuda/accumulate_cuda.cpp
 cfg = StatsConfig()
 x = torch.randn(1000)
 args = lambda: (torch.tensor([0, 0, 0, float("nan"), float("nan")], dtype=torch.float64),

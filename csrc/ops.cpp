@@ -1,5 +1,5 @@
 // ops.cpp -- the op schemas (once, for every device) and the Python module that loads them (with the eager hooks' entry).
-// Kernels register themselves beside their code: cpu/accumulate_cpu.cpp, cuda/accumulate_cuda.cu.
+// Kernels register themselves beside their code: cpu/accumulate_cpu.cpp, cuda/accumulate_cuda.cpp.
 #include <Python.h>
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -109,7 +109,7 @@ TORCH_LIBRARY(hookstats, m) {
       "accumulate_many_(Tensor[] xs, Tensor(a!)[] fstates, Tensor(b!)[] istates, Tensor(c!)[] scratches, "
       "Tensor enabled, float[] params) -> ()");
   // Bytes of scratch a state on this CUDA device needs (ticket + one partial per block); its kernel is in
-  // cuda/accumulate_cuda.cu, so a build without CUDA has the schema and no kernel.
+  // cuda/accumulate_cuda.cpp, so a build without CUDA has the schema and no kernel.
   m.def("cuda_scratch_bytes(int device_index) -> int");
   // Orders torch's own work on these states (the current stream) after the op's launches on them from any other
   // stream; a no-op on the CPU. fstates: the states' fstate tensors, one device.

@@ -28,7 +28,9 @@ def source_dir():
 
 def sources(root, cuda):
     found = [os.path.join(root, "ops.cpp")] + sorted(glob.glob(os.path.join(root, "cpu", "*.cpp")))
-    return found + (sorted(glob.glob(os.path.join(root, "cuda", "*.cu"))) if cuda else [])
+    # cuda/: the kernels (*.cu, nvcc) and their ATen launcher (*.cpp, the C++ compiler: no nvcc pass over torch's headers)
+    cuda_files = sorted(glob.glob(os.path.join(root, "cuda", "*.cu")) + glob.glob(os.path.join(root, "cuda", "*.cpp")))
+    return found + (cuda_files if cuda else [])
 
 
 def cxx_flags():

@@ -60,7 +60,7 @@ def order(states):
 
 def scratch_bytes(device):
     """Per-state scratch of the CUDA kernel (ticket + one partial per block of its grid), as the kernel
-    computes it (csrc/cuda/accumulate_cuda.cu); the CPU kernel and the reference path need none."""
+    computes it (csrc/cuda/accumulate_cuda.cpp); the CPU kernel and the reference path need none."""
     device = torch.device(device)
     if device.type != "cuda" or not accumulate.has_cuda_kernel():
         return 0

@@ -1,9 +1,9 @@
-// accumulate_launch.h -- what the ATen launcher (accumulate_cuda.cu) needs from the kernels: the argument
-// structures (accumulate_kernel.cuh, plain structs) and two launch functions defined in accumulate_launch.cu.
+// accumulate_launch.h -- what the ATen launcher (accumulate_cuda.cpp) needs from the kernels: the argument
+// structures and planning (kernel_plan.h, plain C++) and the launch functions defined in accumulate_launch.cu.
 #pragma once
 #include <cuda_runtime_api.h>
 
-#include "accumulate_kernel.cuh"
+#include "kernel_plan.h"
 
 namespace hookstats {
 namespace cuda_kernel {

@@ -18,7 +18,7 @@
 // at a known address with another owner starts afresh. Entries of freed states are dropped (their events
 // destroyed) whenever the registry has doubled since the last sweep.
 //
-// Api is a policy (CudaApi in accumulate_cuda.cu; a fake in tests/cuda_emu/stream_order_test.cpp):
+// Api is a policy (CudaApi in accumulate_cuda.cpp; a fake in tests/cuda_emu/stream_order_test.cpp):
 //   Stream, Event, Owner               handle types (Owner: what identifies a state's memory)
 //   Event create_event()               one event, no timing
 //   void destroy_event(Event)

@@ -1,4 +1,4 @@
-// accumulate_cuda.cu -- the CUDA launcher of hookstats::accumulate_ / accumulate_many_ and its registration.
+// accumulate_cuda.cpp -- the CUDA launcher of hookstats::accumulate_ / accumulate_many_ and its registration.
 // Checks, grid planning from the cached SM count, launch on the current stream: no host sync, no
 // allocation, no memset, so a call is safe inside CUDA graph capture. The kernels are in accumulate_kernel.cuh.
 #include <ATen/core/Tensor.h>
