@@ -3,6 +3,7 @@
 
 namespace hookstats {
 namespace cpu {
-template void accumulate_typed<c10::BFloat16>(const c10::BFloat16* x, int64_t n, const Params& p, double* fs, int64_t* is);
+template void accumulate_typed<c10::BFloat16>(const c10::BFloat16* x, int64_t n, const Params& p, double* fs,
+                                               int64_t* is);
 }  // namespace cpu
 }  // namespace hookstats
