@@ -371,11 +371,16 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
                           extent=(x0, x1, y0, y1), interpolation="nearest")
         if hist == "log2":
             ax.axhline(y0 + 1, color="white", lw=0.8)
-        ax.set_title(short(t), fontsize=9)
+        image_title(ax, short(t), fontsize=9)
         ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), MAX_STEP_TICKS)).round().astype(int))
         ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
-        ax.set_xlabel("histogram step", fontsize=8)
-        ax.set_ylabel(ylabel, fontsize=8)
+    # the axis names once per column and row of the grid (the same words on every panel: two texts a panel to lay
+    # out and draw); each panel keeps its own ticks, its steps and its span
+    for k, ax in enumerate(axes):
+        if k + ncols >= len(axes):
+            ax.set_xlabel("histogram step", fontsize=8)
+        if k % ncols == 0:
+            ax.set_ylabel(ylabel, fontsize=8)
     title = (f"{'linear' if hist == 'linear' else 'log2-magnitude'} histogram over steps ({kind or 'all kinds'}, "
              f"{_count(len(targets), total)}); color: share of each column's values")
     if without:
