@@ -183,6 +183,16 @@ def save_figure(fig, path, whole_legend=False):
 PLOT_MAX = 1e300
 
 
+def plain_log_bar(bar):
+    """A log-scaled color bar with plain numbers at its decades and no ticks between them: a log axis' default labels
+    are mathtext, which names drawn literally turn off (they would read `$\\mathdefault{10^{-4}}$`), and its ~50
+    minor ticks, each a tick object of its own, mark no value a reader reads off."""
+    ticker = _matplotlib("ticker")
+    bar.ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
+    bar.ax.yaxis.set_minor_locator(ticker.NullLocator())
+    return bar
+
+
 def image_title(ax, text, **kw):
     """ax.set_title at the axes' top, where matplotlib would place it over an image whose axes have no ticks above
     and no offset text (names or bins on the y axis): saying so skips its search for a higher place, which lays
@@ -264,10 +274,8 @@ def plot_layer_stats_overview(series, path=None, kind=Kind.OUTPUT.value):
         im = ax.imshow(np.ma.masked_invalid(m), aspect="auto", interpolation="nearest", cmap="viridis", norm=norm,
                        extent=(-0.5, len(steps) - 0.5, len(targets) - 0.5, -0.5))
         bar = fig.colorbar(im, ax=ax, shrink=0.8, pad=0.02)
-        if log:  # plain numbers: a log axis' default labels are mathtext, which names drawn literally turn off
-            ticker = _matplotlib("ticker")
-            bar.ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
-            bar.ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        if log:
+            plain_log_bar(bar)
         image_title(ax, st.plot.label)
         ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 8)).round().astype(int)) if len(steps) else []
         ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
@@ -363,11 +371,16 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
                           extent=(x0, x1, y0, y1), interpolation="nearest")
         if hist == "log2":
             ax.axhline(y0 + 1, color="white", lw=0.8)
-        ax.set_title(short(t), fontsize=9)
+        image_title(ax, short(t), fontsize=9)
         ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), MAX_STEP_TICKS)).round().astype(int))
         ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
-        ax.set_xlabel("histogram step", fontsize=8)
-        ax.set_ylabel(ylabel, fontsize=8)
+    # the axis names once per column and row of the grid (the same words on every panel: two texts a panel to lay
+    # out and draw); each panel keeps its own ticks, its steps and its span
+    for k, ax in enumerate(axes):
+        if k + ncols >= len(axes):
+            ax.set_xlabel("histogram step", fontsize=8)
+        if k % ncols == 0:
+            ax.set_ylabel(ylabel, fontsize=8)
     title = (f"{'linear' if hist == 'linear' else 'log2-magnitude'} histogram over steps ({kind or 'all kinds'}, "
              f"{_count(len(targets), total)}); color: share of each column's values")
     if without:
@@ -375,7 +388,7 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
         title += f"\nno histogram: {', '.join(map(short, without[:5]))}{more}"
     fig.suptitle(title, y=1 - 0.15 / height, va="top")
     if targets:
-        bar = fig.colorbar(image, cax=fig.add_axes((0.945, bottom, 0.012, top - bottom)))
+        bar = plain_log_bar(fig.colorbar(image, cax=fig.add_axes((0.945, bottom, 0.012, top - bottom))))
         bar.set_label("share of the column's values in the bin (log scale)", fontsize=8)
     return save_figure(fig, path)
 
@@ -408,7 +421,7 @@ def plot_hist_overview(series, path=None, hist="linear", kind=Kind.OUTPUT.value)
         extent_x = (-0.5, width - 0.5)
     fig = new_figure(figsize=(15, 7))  # fixed margins: a layout engine would draw every text twice to place it
     fig.subplots_adjust(left=0.17, right=0.92, top=0.88, bottom=0.09, wspace=0.08)
-    axes = fig.subplots(1, 2, sharey=True)
+    axes = fig.subplots(1, 2)  # the same rows on both: the names once, no ticks on the second (a tick object per row)
     cmap = _cmap("viridis").with_extremes(bad=_cmap("viridis")(0.0), under=_cmap("viridis")(0.0))
     norm = _matplotlib("colors").LogNorm(vmin=SHARE_MIN, vmax=1.0)
     n = len(targets)
@@ -419,11 +432,12 @@ def plot_hist_overview(series, path=None, hist="linear", kind=Kind.OUTPUT.value)
         ax.set_xlabel("log2 |x|  (first column: ~0)" if hist == "log2" else "bin of the target's own span", fontsize=8)
     rows = np.arange(0, n, max(1, -(-n // MAX_LINES)))
     axes[0].set_yticks(rows, [f"{r}  {short(targets[r])}" for r in rows], fontsize=6)
+    axes[1].set_yticks([])
     axes[0].set_ylabel("target (forward order)")
     fig.suptitle(f"{'linear' if hist == 'linear' else 'log2-magnitude'} histograms ({kind or 'all kinds'}, {n} "
                  f"targets, one row each); color: share of the record's values")
     if n:
-        bar = fig.colorbar(image, cax=fig.add_axes((0.935, 0.09, 0.012, 0.79)))
+        bar = plain_log_bar(fig.colorbar(image, cax=fig.add_axes((0.935, 0.09, 0.012, 0.79))))
         bar.set_label("share of the record's values in the bin (log scale)", fontsize=8)
     return save_figure(fig, path)
 
@@ -516,7 +530,10 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     strip = strip / np.maximum(strip.max(1, keepdims=True), 1)
     Line2D = _matplotlib("lines").Line2D
     labelled = len(targets) <= MAX_LABELLED_ROWS
-    height = 2.4 + 0.42 * max(min(len(targets), MAX_LABELLED_ROWS), 4)
+    # labelled: a row tall enough for the shares written in it; past that only every k-th name, 0.2 in apart (a
+    # taller image only costs pixels to draw and encode)
+    height = 2.4 + 0.42 * max(len(targets), 4) if labelled else 2.7 + 0.2 * MAX_LABELLED_ROWS
+    legend_y = -0.16 * 6 / max(min(len(targets), MAX_LABELLED_ROWS), 4) if labelled else -0.4 / (height - 2.7)
     # the layout engine draws every text twice to place it (most of the chart's time past a few hundred rows):
     # fixed margins then, room below for the legend
     fig = new_figure(figsize=(16, height), layout="constrained" if labelled else None)
@@ -541,7 +558,7 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     left.set_xlabel("log2 |x|   (grey: share of the target's values per power of two; solid: smallest subnormal "
                     "and max, dashed: smallest normal)")
     left.set_xlim(lo, hi)
-    left.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, -0.16 * 6 / max(min(n, MAX_LABELLED_ROWS), 4)), ncol=2, fontsize=8,
+    left.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, legend_y), ncol=2, fontsize=8,
                 title="representable range", title_fontsize=8, frameon=False)
     image_title(left, f"dynamic range per target ({_count(n, total)})")
 
@@ -563,7 +580,7 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
                        fontsize=7)
     right.set_xticks(range(len(cols)), [f"{f}\n{'under' if k == 'underflow' else 'over'}" for f, k in cols],
                      fontsize=7)
-    right.set_yticks(rows, [""] * len(rows))
+    right.set_yticks([])  # the left image's rows, its names beside them (a tick object per row drew nothing here)
     image_title(right, "% of values out of range" + (" (fp16 overflow, bf16: at least)" if exact
                                                     else " (overflow and bf16 underflow: at least)"))
     return save_figure(fig, path)

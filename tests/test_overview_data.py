@@ -1,0 +1,71 @@
+"""The overview charts of a run with more targets than lines or labelled rows (the histogram overview, the dynamic
+range past MAX_LABELLED_ROWS): the arrays their images draw against the records the test wrote, worked out here in
+float64, and their color bars' labels as plain numbers."""
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+from hookstats.tools import plots  # noqa: E402
+
+N, STEPS, SLOTS = plots.MAX_LABELLED_ROWS + 13, 4, 256
+
+
+def _log2_hists():
+    """[N, STEPS, 256] log2 histograms: slot 0 zeros, slot 1 below 2**-126, slot j >= 2 holds [2**(j-128), 2**(j-127))."""
+    rng = np.random.default_rng(1)
+    h = np.zeros((N, STEPS, SLOTS), dtype=np.int64)
+    h[..., 0] = rng.integers(0, 3, size=(N, STEPS))
+    centre = rng.integers(118, 140, size=N)  # 2**-10 .. 2**12, a few past fp8 e4m3's 448
+    for t in range(N):
+        h[t, :, centre[t] - 3: centre[t] + 4] = rng.integers(0, 50, size=(STEPS, 7))
+    h[5, :, 128 + 17] = 9  # 2**17 and up: past fp16's max too
+    return h
+
+
+def _series(h):
+    items = [(s, {"target": f"m{t}:output", "kind": "output", "mean": 0.0, "std": 1.0, "log2_hist": h[t, s]})
+             for s in range(STEPS) for t in range(N)]
+    return plots.collect(items)
+
+
+def _shares(rows):
+    rows = rows.astype(np.float64)
+    return rows / rows.sum(1, keepdims=True)
+
+
+def test_histogram_overview_draws_each_targets_first_and_last_record(tmp_path):
+    h = _log2_hists()
+    fig = plots.plot_hist_overview(_series(h), tmp_path / "o.png", hist="log2")
+    nonzero = np.flatnonzero(h[..., 2:].sum((0, 1)))
+    window = slice(2 + nonzero[0], 3 + nonzero[-1])
+    for ax, step in zip(fig.axes[:2], (0, STEPS - 1)):
+        want = np.concatenate([h[:, step, :2].sum(1, keepdims=True), h[:, step, window]], axis=1)
+        np.testing.assert_allclose(np.asarray(ax.images[0].get_array()), _shares(want))
+        x0, x1, _, _ = ax.images[0].get_extent()
+        assert (x0, x1) == (nonzero[0] + 2 - 128 - 1, nonzero[-1] + 2 - 127)  # one column more below: ~0
+    rows = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    every = -(-N // plots.MAX_LINES)
+    assert rows == [f"{r}  m{r}:output" for r in range(0, N, every)]
+    cax = fig.axes[-1]
+    bar = [t.get_text() for v, t in zip(cax.get_yticks(), cax.get_yticklabels()) if plots.SHARE_MIN <= v <= 1]
+    assert bar == ["0.0001", "0.001", "0.01", "0.1", "1"]
+
+
+def test_dynamic_range_of_many_targets_draws_each_targets_distribution_and_shares(tmp_path):
+    h = _log2_hists().sum(1)  # the run's totals
+    totals = {f"m{t}:output": h[t] for t in range(N)}
+    fig = plots.plot_dynamic_range(totals, tmp_path / "dr.png")
+    left, right = fig.axes[:2]
+    lo, hi, _, _ = left.images[0].get_extent()
+    strip = h[:, int(lo) + 128: int(hi) + 128].astype(np.float64)  # slot j: log2 |x| in [j-128, j-127)
+    np.testing.assert_allclose(np.asarray(left.images[0].get_array()), strip / strip.max(1, keepdims=True))
+    finite = h.sum(1).astype(np.float64)
+    over = {"fp16": h[:, 128 + 16:].sum(1), "fp8 e4m3": h[:, 128 + 9:].sum(1)}  # |x| >= 2**16, >= 2**9 (448)
+    drawn = np.asarray(right.images[0].get_array())
+    cols = [f"{f}\n{k}" for f in plots.FORMATS for k in ("under", "over")]
+    assert [t.get_text() for t in right.get_xticklabels()] == cols
+    for fmt, count in over.items():
+        np.testing.assert_allclose(drawn[:, cols.index(f"{fmt}\nover")], 100 * count / finite)
+    assert drawn[5, cols.index("fp16\nover")] > 0
+    every = -(-N // plots.MAX_LABELLED_ROWS)
+    assert [t.get_text() for t in left.get_yticklabels()] == [f"{r}  m{r}:output" for r in range(0, N, every)]
