@@ -81,6 +81,8 @@ def tap_grad(port, key, t, phase):
     def on_grad(g):
         if torch.compiler.is_compiling():  # g is dense with t's dtype; the strict backward bans .layout
             store.accumulate(g, st, flag)
+            st.reached = True  # tapped in an eager forward, met in compiled autograd: listed from here
+            return g  # not None: compiled autograd hands a None from a hook traced in a compiled forward on as the gradient
         elif view is not None and ViewTaps.modified(view):
             ViewTaps.say_modified(port.tell, key)
         elif clock.attached and (x := measured(g)) is not None:
@@ -123,6 +125,7 @@ class GradTap:
         def on_grad(g):
             if torch.compiler.is_compiling():  # compiled autograd traces the hooks of an eager forward
                 store.accumulate(g, st, flag)
+                st.reached = True
             elif view is not None and ViewTaps.modified(view):
                 ViewTaps.say_modified(port.tell, key)
             elif clock.attached:

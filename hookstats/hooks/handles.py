@@ -47,11 +47,11 @@ def weakly(method, register):
             h.remove()
         else:
             alive.append((r, h))
-    ref = weakref.WeakMethod(method)
+    ref, fn = weakref.ref(method.__self__), method.__func__  # not a WeakMethod: Dynamo cannot trace its call
 
     def hook(*args):
-        m = ref()
-        return None if m is None else m(*args)
+        obj = ref()
+        return None if obj is None else fn(obj, *args)
 
     handle = register(hook)
     _weak_hooks[:] = alive + [(ref, handle)]
