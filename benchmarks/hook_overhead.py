@@ -220,13 +220,15 @@ def op_alone(numel, rounds, n=2000):
 
 # ---- part "steps" ----
 
-def make_gpt2(layers, seq=128, batch=2):
+def make_gpt2(layers, seq=128, batch=2, optimizer=torch.optim.SGD, **config):
+    """(model, step): GPT2LMHeadModel from GPT2Config(**config) (no download; layers=0: the config's 12 blocks),
+    a batch of `batch` x `seq` tokens, the optimizer at lr 1e-4."""
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=layers, attn_implementation="eager") if layers else GPT2Config(attn_implementation="eager")
+    cfg = GPT2Config(**({"n_layer": layers} if layers else {}), **config)
     model = GPT2LMHeadModel(cfg)
     ids = torch.randint(0, cfg.vocab_size, (batch, seq))
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    opt = optimizer(model.parameters(), lr=1e-4)
 
     def step():
         model(ids, labels=ids).loss.backward()
@@ -238,7 +240,7 @@ def make_gpt2(layers, seq=128, batch=2):
 
 def make(workload, gpt2_layers):
     if workload == "gpt2":
-        return make_gpt2(gpt2_layers)
+        return make_gpt2(gpt2_layers, attn_implementation="eager")
     from hookstats.tools.bench.models import make_workload
     return make_workload(workload)
 

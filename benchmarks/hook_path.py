@@ -24,18 +24,9 @@ def gpt2_workload():
     """(model, step): GPT-2 from a small config (2 layers, width 128; no download), batch 8 of 128 tokens, AdamW.
     Its blocks return tuples: the hooks' leaves step runs on them."""
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=128))
-    x = torch.randint(0, 1000, (8, 128))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    def step():
-        model(x, labels=x).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    model.train()
-    return model, step
+    from hook_overhead import make_gpt2
+    return make_gpt2(2, seq=128, batch=8, optimizer=torch.optim.AdamW, n_embd=128, n_head=4, vocab_size=1000,
+                     n_positions=128)
 
 
 def worker(path, workload, mode, attach_kwargs):
