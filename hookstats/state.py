@@ -24,6 +24,13 @@ def compiled_key(phase, key, device):
     return phase, key.module, kind, key.leaf, key.call, str(device)
 
 
+def outside_inference():
+    """Where the state is allocated: a state first reached under torch.inference_mode() (a validation pass before
+    training: Lightning's sanity check) made there would be an inference tensor, which the train steps after it
+    could not update."""
+    return torch.inference_mode(False)
+
+
 class StateStore:
     """Every target's state of one monitor: (phase, TargetKey, device) -> TargetState, and per device and phase a
     1-element uint8 flag, the device-side copy of the step's mode that the op reads (compiled code too): the
@@ -49,8 +56,9 @@ class StateStore:
     def flag(self, device, phase=Phase.TRAIN):
         flag = self._flags.get((device, phase))
         if flag is None:
-            flag = self._flags[(device, phase)] = torch.tensor([self.modes[PHASES.index(phase)]], dtype=torch.uint8,
-                                                               device=device)
+            with outside_inference():
+                flag = torch.tensor([self.modes[PHASES.index(phase)]], dtype=torch.uint8, device=device)
+            self._flags[(device, phase)] = flag
             mark_static(flag)
         return flag
 
@@ -71,9 +79,10 @@ class StateStore:
         k = (phase, key, device)
         st = self._states.get(k)
         if st is None:
-            st = self._states[k] = TargetState(key, phase, device, self.cfg)
-            if self._split_steps:
-                st.split_steps()
+            with outside_inference():
+                st = self._states[k] = TargetState(key, phase, device, self.cfg)
+                if self._split_steps:
+                    st.split_steps()
             self.flags(device)
             self._compiled[compiled_key(phase, key, device)] = (st, self._flags[(device, phase)])
         return st
