@@ -59,8 +59,9 @@ class ViewTaps:
         self.pending.clear()
 
 
-def tap_grad(port, key, t, phase):
-    """Measures the gradient of the loss w.r.t. t (the value t had here, before any later in-place op)."""
+def tap_grad(port, key, t, phase, table=None):
+    """Measures the gradient of the loss w.r.t. t (the value t had here, before any later in-place op). table: the
+    module's StateStore.table()."""
     if not (t.requires_grad and is_measurable(t)):
         if t.requires_grad and (why := unread_reason(t)) is not None:
             port.tell(f"unread:{key.id}", f"hookstats: {key.id} is not measured: its tensor is {why}")
@@ -71,7 +72,7 @@ def tap_grad(port, key, t, phase):
         return
     # eager: listed once a gradient arrives; compiled: once tapped (a backward hook cannot mutate Python state)
     store, clock = port.store, port.clock
-    target = store.resolve(key, t.device, phase, reach=compiling, compiling=compiling)
+    target = store.resolve(key, t.device, phase, reach=compiling, compiling=compiling, table=table)
     if target is None:
         return
     st, flag = target
