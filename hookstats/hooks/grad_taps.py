@@ -78,6 +78,9 @@ def tap_grad(port, key, t, phase, table=None):
     st, flag = target
     view = port.view_taps.add(key, t) if not compiling and t._is_view() else None
     step = None if compiling else clock.step_count  # read in eager code only: compiled code would guard on it
+    # the hook keeps no key made in compiled code: Dynamo rebuilds the closure of a hook on a graph's output after the
+    # graph, which would specialize the graph on the module's name (a graph per block compiled on its own)
+    key = None if compiling else key
 
     def on_grad(g):
         if torch.compiler.is_compiling():  # g is dense with t's dtype; the strict backward bans .layout
@@ -91,7 +94,7 @@ def tap_grad(port, key, t, phase, table=None):
                 tell_split_step(port.tell, key, step, clock.step_count)
             st.reached = st.reached or clock.measures(phase)  # paused since the forward: the flag masks the op
             store.accumulate(x, st, flag)
-            if x is not g:
+            if x is not g and key is not None:
                 store.note_placement(key, g)
         return None
 
