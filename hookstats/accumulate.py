@@ -69,6 +69,14 @@ if _COMPILED:
     _one = torch.ops.hookstats.accumulate_.default
     _many = torch.ops.hookstats.accumulate_many_.default
 
+    # torch.func.vmap (per-sample gradients, model ensembles) hands the hooks batched tensors, which have no data
+    # of their own: the op reads the physical tensor, every sample's values, as a batched forward gives them
+    if hasattr(torch.library, "register_vmap"):  # torch >= 2.4
+        @torch.library.register_vmap("hookstats::accumulate_")
+        def _accumulate_vmap(info, in_dims, x, fstate, istate, scratch, enabled, params):
+            _one(x, fstate, istate, scratch, enabled, params)
+            return None, None
+
     def _naming(op, check):
         """op, whose error for a None argument names it (torch's schema check of a None in a list is many lines);
         the op checks before it writes, so no state changed."""

@@ -89,8 +89,8 @@ class Adapter:
         output adds no other frame to the framework's own."""
         raise NotImplementedError
 
-    def measure(self, key, t, phase, compiling=None):
-        """Measures tensor t into key's state (a TargetKey) in `phase`."""
+    def measure(self, key, t, phase, compiling=None, table=None):
+        """Measures tensor t into key's state (a TargetKey) in `phase`; table: its module's StateStore.table()."""
         raise NotImplementedError
 
     def watch(self, name, t):

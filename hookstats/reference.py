@@ -11,6 +11,7 @@ import numbers
 
 import numpy as np
 import torch
+from torch._functorch.pyfunctorch import temporarily_clear_interpreter_stack
 
 from . import layout, rawstate
 from .tensors import MEASURED_DTYPES
@@ -254,7 +255,19 @@ def check_many_args(xs, fstates, istates, scratches, enabled, params, memory=Tru
 
 
 def accumulate_(x, fstate, istate, scratch, enabled, params):
+    if torch._C._functorch.peek_interpreter_stack() is not None:  # inside torch.func.vmap / grad
+        with temporarily_clear_interpreter_stack():  # the state is no captured tensor of the transformed function
+            return accumulate_(physical(x), fstate, istate, scratch, enabled, params)
     _accumulate_checked(x, fstate, istate, enabled, *check_args(x, fstate, istate, scratch, enabled, params))
+
+
+def physical(x):
+    """x itself, or under torch.func transforms (a batched or gradient-tracking tensor has no data of its own) the
+    tensor they wrap: under vmap the physical tensor that holds every sample's values, as the compiled op's vmap rule
+    reads it (accumulate.py)."""
+    while torch._C._functorch.is_functorch_wrapped_tensor(x):
+        x = torch._C._functorch.get_unwrapped(x)
+    return x
 
 
 def _accumulate_checked(x, fstate, istate, enabled, lo, inv_w, eps, nbins, flags):

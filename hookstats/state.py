@@ -12,7 +12,7 @@ from .buffers import TargetState, mark_static, order, scratch_bytes  # noqa: F40
 from .footprint import memory
 from .host import to_host
 from .phases import PHASES, Phase  # noqa: F401 (what a state is measured in, beside Kind)
-from .targets import FORWARD_KINDS, KINDS, OPTIMIZER_KINDS, Kind, TargetKey  # noqa: F401 (hookstats.state's names)
+from .targets import FORWARD_KINDS, KINDS, OPTIMIZER_KINDS, Kind, TargetKey, key_parts  # noqa: F401 (hookstats.state's names)
 from .tensors import placement_of
 
 
@@ -20,8 +20,23 @@ def compiled_key(phase, key, device):
     """(phase, key, device) as plain strings and ints, for compiled code: Dynamo cannot rebuild a TargetKey made in
     compiled code outside the graph, and before torch 2.11 it cannot hash a dataclass, a device or a Kind (a str
     enum with str's __hash__) at all."""
-    kind = key.kind.value if isinstance(key.kind, Kind) else key.kind  # a key may be made with a plain "output"
-    return phase, key.module, kind, key.leaf, key.call, str(device)
+    module, kind, leaf, call = key_parts(key)  # a TargetKey, or the tuple a compiled hook makes
+    kind = kind.value if isinstance(kind, Kind) else kind  # a key may be made with a plain "output"
+    return phase, module, kind, leaf, call, str(device)
+
+
+def outside_inference():
+    """Where the state is allocated: a state first reached under torch.inference_mode() (a validation pass before
+    training: Lightning's sanity check) made there would be an inference tensor, which the train steps after it
+    could not update."""
+    return torch.inference_mode(False)
+
+
+def table_key(phase, key, device):
+    """compiled_key() without the module's name: the key into that module's own table (StateStore.table). key: a
+    TargetKey or targets.key_parts' tuple."""
+    _, kind, leaf, call = key_parts(key)
+    return phase, kind.value if isinstance(kind, Kind) else kind, leaf, call, str(device)
 
 
 class StateStore:
@@ -36,6 +51,7 @@ class StateStore:
         self._states = {}  # (phase, TargetKey, device) -> TargetState
         self._flags = {}  # (device, phase) -> flag
         self._compiled = {}  # compiled_key(phase, key, device) -> (state, flag): what compiled code looks up
+        self._tables = {}  # module name -> {table_key(phase, key, device): (state, flag)} (table())
         self._late = {}  # compiled_key()s first reached inside compiled code (a dict: torch 2.4 cannot set.add)
         self._late_rounds = 0  # how often allocate_late() allocated something
         self._split_steps = False  # states keep the open step apart (History sets it)
@@ -49,8 +65,9 @@ class StateStore:
     def flag(self, device, phase=Phase.TRAIN):
         flag = self._flags.get((device, phase))
         if flag is None:
-            flag = self._flags[(device, phase)] = torch.tensor([self.modes[PHASES.index(phase)]], dtype=torch.uint8,
-                                                               device=device)
+            with outside_inference():
+                flag = torch.tensor([self.modes[PHASES.index(phase)]], dtype=torch.uint8, device=device)
+            self._flags[(device, phase)] = flag
             mark_static(flag)
         return flag
 
@@ -71,12 +88,25 @@ class StateStore:
         k = (phase, key, device)
         st = self._states.get(k)
         if st is None:
-            st = self._states[k] = TargetState(key, phase, device, self.cfg)
-            if self._split_steps:
-                st.split_steps()
+            with outside_inference():
+                st = self._states[k] = TargetState(key, phase, device, self.cfg)
+                if self._split_steps:
+                    st.split_steps()
             self.flags(device)
             self._compiled[compiled_key(phase, key, device)] = (st, self._flags[(device, phase)])
+            self.table(key.module)[table_key(phase, key, device)] = self._compiled[compiled_key(phase, key, device)]
         return st
+
+    def table(self, module):
+        """The states of module `module` (a name) by table_key(), for its hooks to hold: compiled code that looks a
+        state up by the module's name is specialized on that name, so a block compiled on its own (regional
+        compile: `for b in model.layers: b.compile()`) would compile one graph per block, and past Dynamo's
+        recompile limit run the rest eagerly. Looked up in a table the hook holds, the name is never read, and
+        every block shares one graph."""
+        table = self._tables.get(module)
+        if table is None:
+            table = self._tables[module] = {}
+        return table
 
     def note_placement(self, key, t):
         """Keeps how t, a tensor measured for key through its local part (a DTensor), lies over its mesh: once per
@@ -102,18 +132,19 @@ class StateStore:
         for st in self._states.values():
             st.split_steps()
 
-    def resolve(self, key, device, phase, reach=True, compiling=None):
+    def resolve(self, key, device, phase, reach=True, compiling=None, table=None):
         """(state, flag) of key, or None inside compiled code when they do not exist yet: compiled code
         cannot allocate them, so they are allocated at the next eager point (one recompile, then measured).
         reach=False leaves marking the state as reached (listed by stats()) to the caller. compiling: what
-        torch.compiler.is_compiling() says, from a caller that asked already (asked here when None)."""
+        torch.compiler.is_compiling() says, from a caller that asked already (asked here when None). table: the
+        module's table() (compiled code then does not read the module's name while the state exists)."""
         if torch.compiler.is_compiling() if compiling is None else compiling:
-            plain = compiled_key(phase, key, device)
-            target = self._compiled.get(plain)
+            target = self._compiled.get(compiled_key(phase, key, device)) if table is None else \
+                table.get(table_key(phase, key, device))
             # the graph is guarded on _late_rounds: torch 2.8 guards no key missing from a dict, and would reuse a
             # graph that found no state after allocate_late() made it
             if target is None and self._late_rounds >= 0:
-                self._late[plain] = None
+                self._late[compiled_key(phase, key, device)] = None
                 return None
             st, flag = target
         else:

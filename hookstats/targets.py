@@ -40,3 +40,12 @@ class TargetKey:
     @property
     def id(self):
         return f"{self.module}:{self.kind}{self.leaf}" + ("" if self.call is None else f"@{self.call}")
+
+
+
+def key_parts(key):
+    """(module, kind, leaf, call) of a TargetKey, or of the plain tuple a hook inside torch.compile makes instead:
+    Dynamo specializes the graph on every field of a dataclass or named tuple it constructs (the module's name, so
+    each block compiled on its own would get its own graph), not on those of a plain tuple, whose name compiled
+    code then reads only where a state is missing (StateStore.resolve)."""
+    return key if type(key) is tuple else (key.module, key.kind, key.leaf, key.call)

@@ -67,6 +67,7 @@ class TorchAdapter(Adapter):
         device and kind itself) and the GradTap of its gradient. A one-tensor output is its own leaf ("") without
         the leaves walk."""
         port, store = self.port, self.port.store
+        table = store.table(name)  # compiled code looks states up here, not by the name (StateStore.table)
         outputs = {}  # (leaf, call, phase) -> StateStore.bound() arguments of the output's state (eager)
         taps = {}  # (leaf, call, phase) -> GradTap of the gradient flowing back into that output
 
@@ -76,12 +77,13 @@ class TorchAdapter(Adapter):
                 if values and not recompute:
                     bound = None if compiling else outputs.get(where)
                     if bound is None or not store.update(t, bound):
-                        bound = port.measure_in(TargetKey(name, Kind.OUTPUT, leaf, call), t, phase,
-                                                keep=not compiling, compiling=compiling)
+                        key = (name, Kind.OUTPUT, leaf, call) if compiling else TargetKey(name, Kind.OUTPUT, leaf, call)
+                        bound = port.measure_in(key, t, phase,
+                                                keep=not compiling, compiling=compiling, table=table)
                         if bound is not None:
                             outputs[where] = bound
                 if grads and compiling:  # compiled code keeps no Python objects between calls
-                    tap_grad(port, TargetKey(name, Kind.GRAD_OUTPUT, leaf, call), t, phase)
+                    tap_grad(port, (name, Kind.GRAD_OUTPUT, leaf, call), t, phase, table)  # key_parts' tuple
                 elif grads:
                     tap = taps.get(where)
                     if tap is None:
@@ -89,8 +91,8 @@ class TorchAdapter(Adapter):
                     tap(t)
         return read
 
-    def measure(self, key, t, phase, compiling=None):
-        self.port.measure_in(key, t, phase, compiling=compiling)
+    def measure(self, key, t, phase, compiling=None, table=None):
+        self.port.measure_in(key, t, phase, compiling=compiling, table=table)
 
     def watch(self, name, t):
         return watch(self.port, name, t)

@@ -46,8 +46,12 @@ class Hooks:
             if options.input_grads:
                 per_call = adapter.input_grads(name, m)
                 self.per_call.append(per_call)
+                if any(adapter.trainable(p) for _, p in adapter.own_params(m)):  # its first input's, as grad_output's
+                    self.preallocate(name, Kind.GRAD_INPUT, m, phases=(Phase.TRAIN,))
                 self.handles.append(hook(m, per_call.pre_hook, pre=True))
-                self.handles.append(hook(m, per_call.forward_hook, always_call=True))
+                # not always_call: Dynamo guards on each always-called hook's id, so blocks compiled on their own would
+                # each get a graph; a forward that raises leaves its call open until the next root forward (new_forward)
+                self.handles.append(hook(m, per_call.forward_hook))
             if calls.separate:  # registered last: its forward hook runs after the others
                 self.handles.append(hook(m, calls.index[name].forward_hook, always_call=True))
 

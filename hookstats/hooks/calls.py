@@ -93,7 +93,8 @@ class Calls:
 
     def saw(self, name, compiling=None):
         """Records the order in which the forward first reaches each hooked module (eager code only)."""
-        if name not in self.forward_order and not (torch.compiler.is_compiling() if compiling is None else compiling):
+        # asked first: compiled code would specialize on the name it looks up (a graph per block compiled alone)
+        if not (torch.compiler.is_compiling() if compiling is None else compiling) and name not in self.forward_order:
             self.forward_order[name] = len(self.forward_order)
 
     def call_of(self, name):

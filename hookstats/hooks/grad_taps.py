@@ -59,8 +59,9 @@ class ViewTaps:
         self.pending.clear()
 
 
-def tap_grad(port, key, t, phase):
-    """Measures the gradient of the loss w.r.t. t (the value t had here, before any later in-place op)."""
+def tap_grad(port, key, t, phase, table=None):
+    """Measures the gradient of the loss w.r.t. t (the value t had here, before any later in-place op). table: the
+    module's StateStore.table()."""
     if not (t.requires_grad and is_measurable(t)):
         if t.requires_grad and (why := unread_reason(t)) is not None:
             port.tell(f"unread:{key.id}", f"hookstats: {key.id} is not measured: its tensor is {why}")
@@ -71,12 +72,15 @@ def tap_grad(port, key, t, phase):
         return
     # eager: listed once a gradient arrives; compiled: once tapped (a backward hook cannot mutate Python state)
     store, clock = port.store, port.clock
-    target = store.resolve(key, t.device, phase, reach=compiling, compiling=compiling)
+    target = store.resolve(key, t.device, phase, reach=compiling, compiling=compiling, table=table)
     if target is None:
         return
     st, flag = target
     view = port.view_taps.add(key, t) if not compiling and t._is_view() else None
     step = None if compiling else clock.step_count  # read in eager code only: compiled code would guard on it
+    # the hook keeps no key made in compiled code: Dynamo rebuilds the closure of a hook on a graph's output after the
+    # graph, which would specialize the graph on the module's name (a graph per block compiled on its own)
+    key = None if compiling else key
 
     def on_grad(g):
         if torch.compiler.is_compiling():  # g is dense with t's dtype; the strict backward bans .layout
@@ -90,7 +94,7 @@ def tap_grad(port, key, t, phase):
                 tell_split_step(port.tell, key, step, clock.step_count)
             st.reached = st.reached or clock.measures(phase)  # paused since the forward: the flag masks the op
             store.accumulate(x, st, flag)
-            if x is not g:
+            if x is not g and key is not None:
                 store.note_placement(key, g)
         return None
 

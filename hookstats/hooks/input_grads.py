@@ -27,6 +27,7 @@ class InputGrads:
     def __init__(self, port, name, module):
         self.port, self.name = port, name
         self.names = positional_names(module)
+        self.table = port.store.table(name)
         self.open = CallStacks()  # [(key, view, version)] (or None) of each call whose forward is running
 
     def reset(self):
@@ -48,9 +49,14 @@ class InputGrads:
         for i in wrap:
             view = args[i].view_as(args[i])
             leaf = next(positional_leaves([None] * i + [view], self.names, tensor_leaves))[0]
-            taps.append((TargetKey(self.name, Kind.GRAD_INPUT, leaf, call), view, None if compiling else view._version))
+            if compiling:
+                # tapped now: compiled code cannot see an in-place change anyway, and a key kept in self.open past
+                # the graph would be rebuilt from its values, specializing the graph on the module's name
+                tap_grad(port, (self.name, Kind.GRAD_INPUT, leaf, call), view, phase, self.table)  # key_parts' tuple
+            else:
+                taps.append((TargetKey(self.name, Kind.GRAD_INPUT, leaf, call), view, view._version))
             args[i] = view
-        self.open.push((phase, taps))
+        self.open.push((phase, taps) if taps else None)
         return tuple(args)
 
     def forward_hook(self, module, args, out):
@@ -59,11 +65,11 @@ class InputGrads:
             return None
         phase, taps = opened
         for key, view, version in taps:
-            if version is not None and view._version != version:
+            if view._version != version:
                 self.port.tell(f"grad_input_in_place:{key.id}",
                                f"hookstats: {key.id} is not measured: the module modifies its input in place "
                                f"({type(module).__name__}), which reroutes the gradient around the point where it "
                                "is read. Use the op out of place to measure it.")
             else:
-                tap_grad(self.port, key, view, phase)
+                tap_grad(self.port, key, view, phase, self.table)
         return None

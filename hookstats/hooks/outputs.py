@@ -24,7 +24,7 @@ def output_hook(port, adapter, name, values=True, grads=True):
             return None
         if separate and calls.skip_recomputed(name, recompute, port.tell):
             return None
-        if name not in forward_order:
+        if not compiling and name not in forward_order:  # compiled code would guard on the dict's length
             calls.saw(name, compiling)
         read(out, calls.call_of(name) if separate else None, phase, compiling, recompute)
         return None
@@ -61,15 +61,17 @@ def input_hook(port, adapter, name, module):
     names = positional_names(module)
     clock, calls = port.clock, port.calls
     recomputing, leaves, measure = adapter.recompute_test(name), adapter.leaves, adapter.measure
+    table = port.store.table(name)
 
     def hook(module, args, kwargs):
         compiling = torch.compiler.is_compiling()  # the op is torch's: so is the compiler of any framework
         phase = None if not compiling and recomputing() else clock.hook_phase(compiling=compiling)
         if phase is None:
             return None
-        calls.saw(name)
+        calls.saw(name, compiling)
         call = calls.call_of(name)
         for leaf, t in (*positional_leaves(args, names, leaves), *leaves(kwargs)):
-            measure(TargetKey(name, Kind.INPUT, leaf, call), t, phase, compiling)
+            key = (name, Kind.INPUT, leaf, call) if compiling else TargetKey(name, Kind.INPUT, leaf, call)  # key_parts
+            measure(key, t, phase, compiling, table)
         return None
     return hook

@@ -17,13 +17,13 @@ class Port:
         self.view_taps = ViewTaps()  # gradient taps on view outputs, checked for in-place ops
         self.untapped = False  # a gradient tap was left out of compiled code (grad_taps.COMPILED_GRAD_TAPS)
 
-    def measure_in(self, key, t, phase, keep=False, compiling=None):
+    def measure_in(self, key, t, phase, keep=False, compiling=None, table=None):
         """Measures t into key's state. keep (eager code only): returns the op's bound arguments (StateStore.bound)
         when t itself was measured, for the hook to keep and pass to StateStore.update next time; else None.
-        compiling: as StateStore.resolve takes it."""
+        compiling, table: as StateStore.resolve takes them."""
         x = measured(t)
         if x is not None:
-            target = self.store.resolve(key, x.device, phase, compiling=compiling)
+            target = self.store.resolve(key, x.device, phase, compiling=compiling, table=table)
             if target is not None:
                 self.store.accumulate(x, *target)
                 if x is not t:  # a DTensor read through its shard (never inside compiled code: measured() is t)

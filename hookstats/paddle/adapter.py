@@ -142,7 +142,7 @@ class PaddleAdapter(Adapter):
             return None
         return device
 
-    def measure(self, key, t, phase, compiling=None):
+    def measure(self, key, t, phase, compiling=None, table=None):
         """Converts t (bridge.as_torch, no copy) and hands it to the accumulate path the torch hooks use."""
         device = self.readable(key, t)
         if device is not None:
