@@ -13,6 +13,7 @@ import types
 
 import pytest
 from conftest import made_once
+from helpers import draw_nothing
 
 from hookstats.tools import cli
 from hookstats.tools.lowprec_plots import GRID_FILE
@@ -123,19 +124,6 @@ def test_bench_dispatches_to_hookstats_bench_main(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "hookstats.tools.bench", None)  # import fails
     code, _, err = run_main(capsys, "bench")
     assert code == 2 and err.startswith("hookstats bench: error: the benchmark module is not available")
-
-
-def draw_nothing(monkeypatch):
-    """Each chart a stub file where report would draw it: for the tests of what report reads, names and prints
-    (test_report_on_a_run_saved_with_and_without_linear_bins, the demo and the chart files' tests draw them)."""
-    from pathlib import Path
-
-    from hookstats.tools import flight_plots, lowprec_plots, plots
-    for module, chart in ((plots, "plot_layer_stats"), (plots, "plot_layer_stats_overview"),
-                          (plots, "plot_hist_heatmap"), (plots, "plot_hist_overview"), (plots, "plot_dynamic_range"),
-                          (lowprec_plots, "plot_lowprec_grid"), (flight_plots, "plot_grad_norms"),
-                          (flight_plots, "plot_flight")):
-        monkeypatch.setattr(module, chart, lambda *a, **k: Path(k.get("path", a[-1])).write_bytes(b"png"))
 
 
 class Terminal(io.StringIO):

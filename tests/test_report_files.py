@@ -12,6 +12,7 @@ from torch import nn
 import hookstats
 from hookstats.tools import cli
 from hookstats.sinks import JSONLSink, run_dir_sinks
+from helpers import draw_nothing
 
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # no NumPy warning may leak
 
@@ -187,7 +188,8 @@ def test_a_hostile_csv_row_through_the_report_command(tmp_path, capsys, clean_ru
     assert int(row[1]) == seen[-1].size and float(row[2]) == pytest.approx(seen[-1].mean(), rel=1e-3)
 
 
-def test_many_bad_lines_are_said_one_by_one_up_to_ten_then_counted(tmp_path, capsys):
+def test_many_bad_lines_are_said_one_by_one_up_to_ten_then_counted(tmp_path, capsys, monkeypatch):
+    draw_nothing(monkeypatch)
     run = tmp_path / "run"
     saved_run(run)
     path = run / "history.jsonl"
@@ -246,9 +248,10 @@ def test_names_are_cut_in_the_middle_for_tables_and_charts():
 # ---- incomplete steps (a flush cut by SIGKILL) ----
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 @pytest.mark.parametrize("cut", ["after-a-record", "torn-record"])
-def test_a_step_cut_short_is_said_and_left_out(tmp_path, capsys, fmt, cut):
+def test_a_step_cut_short_is_said_and_left_out(tmp_path, capsys, monkeypatch, fmt, cut):
     """Cut the file inside the last step (after its first target's record(s), or inside one): the report says
     step 4 is incomplete and shows step 3 as each target's last, not a partial step 4 as whole."""
+    draw_nothing(monkeypatch)  # what is read and printed; the charts of a run with a hostile line: above
     run = tmp_path / "run"
     seen = saved_run(run)
     if fmt == "csv":
