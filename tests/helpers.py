@@ -177,3 +177,17 @@ def hist_step(k, every, hist_every):
     ramp below it (n = 1, 2, 4, 8, ... < hist_every). Pauses are the caller's to leave out."""
     n, rest = divmod(k, every)
     return rest == 0 and (n % hist_every == 0 or n in {2 ** j for j in range(63) if 2 ** j < hist_every})
+
+
+def draw_nothing(monkeypatch):
+    """Each chart a stub file where report would draw it: for the tests of what report reads, names and prints
+    (test_cli.test_report_on_a_run_saved_with_and_without_linear_bins, the demo and the chart files' tests draw
+    them)."""
+    from pathlib import Path
+
+    from hookstats.tools import flight_plots, lowprec_plots, plots
+    for module, chart in ((plots, "plot_layer_stats"), (plots, "plot_layer_stats_overview"),
+                          (plots, "plot_hist_heatmap"), (plots, "plot_hist_overview"), (plots, "plot_dynamic_range"),
+                          (lowprec_plots, "plot_lowprec_grid"), (flight_plots, "plot_grad_norms"),
+                          (flight_plots, "plot_flight")):
+        monkeypatch.setattr(module, chart, lambda *a, **k: Path(k.get("path", a[-1])).write_bytes(b"png"))

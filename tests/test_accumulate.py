@@ -104,7 +104,9 @@ MOMENTS_ONLY = StatsConfig(linear_hist=False, log_hist=False, float_hist=False)
 
 @pytest.mark.parametrize("cfg", [CFG, MOMENTS_ONLY], ids=["hists", "moments"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [0, 1, 7, 4097, 10**6 + 3])
+# The largest n: three full parallel chunks (kMinChunk = 2^15 values) and a shorter last one ending 3 values into a
+# block, the merge in chunk order; chunks grow only past 2^25 values (kMaxChunks), which a million did not reach.
+@pytest.mark.parametrize("n", [0, 1, 7, 4097, 3 * 2**15 + 2**14 + 3])
 @pytest.mark.parametrize("kind", KINDS)
 def test_op_against_float64_oracle(op, kind, n, dtype, cfg):
     x = make(kind, n, dtype)

@@ -13,6 +13,7 @@ import types
 
 import pytest
 from conftest import made_once
+from helpers import draw_nothing
 
 from hookstats.tools import cli
 from hookstats.tools.lowprec_plots import GRID_FILE
@@ -125,19 +126,6 @@ def test_bench_dispatches_to_hookstats_bench_main(capsys, monkeypatch):
     assert code == 2 and err.startswith("hookstats bench: error: the benchmark module is not available")
 
 
-def draw_nothing(monkeypatch):
-    """Each chart a stub file where report would draw it: for the tests of what report reads, names and prints
-    (test_report_on_a_run_saved_with_and_without_linear_bins, the demo and the chart files' tests draw them)."""
-    from pathlib import Path
-
-    from hookstats.tools import flight_plots, lowprec_plots, plots
-    for module, chart in ((plots, "plot_layer_stats"), (plots, "plot_layer_stats_overview"),
-                          (plots, "plot_hist_heatmap"), (plots, "plot_hist_overview"), (plots, "plot_dynamic_range"),
-                          (lowprec_plots, "plot_lowprec_grid"), (flight_plots, "plot_grad_norms"),
-                          (flight_plots, "plot_flight")):
-        monkeypatch.setattr(module, chart, lambda *a, **k: Path(k.get("path", a[-1])).write_bytes(b"png"))
-
-
 class Terminal(io.StringIO):
     """A stderr that says it is a terminal, as a user's shell is (where progress bars are drawn)."""
 
@@ -171,9 +159,7 @@ def test_demo_shows_progress_of_training_and_charts_on_a_terminal(demo_dir):
                                                    (False, [], False)])
 def test_report_progress_only_on_a_terminal_and_without_no_progress(demo_dir, tmp_path, monkeypatch, terminal, flag,
                                                                     drawn):
-    from hookstats.tools import plots
-    for chart in ("plot_layer_stats", "plot_hist_heatmap", "plot_dynamic_range"):  # the bar, not the drawing
-        monkeypatch.setattr(plots, chart, lambda *a, path, **k: path.write_bytes(b"png"))
+    draw_nothing(monkeypatch)  # the bar, not the drawing
     err, out = Terminal() if terminal else io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         assert cli.main(["report", str(demo_dir / "cnn"), "--out", str(tmp_path), *flag]) == 0
@@ -364,7 +350,7 @@ def test_report_on_a_run_saved_with_and_without_linear_bins(tmp_path, capsys, mo
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-def test_report_takes_the_quantiles_from_the_last_window_with_buckets(tmp_path, capsys):
+def test_report_takes_the_quantiles_from_the_last_window_with_buckets(tmp_path, capsys, monkeypatch):
     """log_every=2 under hist_every=10: most flush windows hold no histogram step, the run's last one
     among them. The report's |x| quantiles come from the last window that has buckets (step 20's values here),
     within the buckets' 1/17 relative error of NumPy's, not NaN."""
@@ -384,6 +370,7 @@ def test_report_takes_the_quantiles_from_the_last_window_with_buckets(tmp_path, 
         model(torch.randn(8, 5) * (1 + s)).square().mean().backward()
     mon.remove()
     assert mon.cfg.hist_every == 10
+    draw_nothing(monkeypatch)  # the table, not the charts
     code, out, err = run_main(capsys, "report", str(tmp_path / "run"), "--out", str(tmp_path / "charts"))
     assert code == 0, err
     header = next(ln for ln in out.splitlines() if ln.startswith("target "))

@@ -57,6 +57,7 @@ def test_the_api_reference_documents_every_public_name():
     assert not missing, f"docs/reference/ has no `.. autoX:: hookstats.<name>` entry for {missing}"
 
 
+@pytest.mark.slow  # the whole site built by sphinx (a minute and more); .ci/run's docs command builds it too
 def test_the_site_builds_with_warnings_as_errors(tmp_path):
     env = dict(os.environ, NO_COLOR="1")
     done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", "docs", str(tmp_path / "site")],

@@ -21,6 +21,7 @@ def dry_run(out, *args, timeout=600):
                           env=env, timeout=timeout)
 
 
+@pytest.mark.slow  # six steps of the GPU machine's script, each a new process (the correctness checks on CPU): minutes
 def test_dry_run_runs_the_cpu_part_and_writes_the_report(tmp_path):
     r = dry_run(tmp_path, "--only", "0-env,1-build,2-correctness,3-graphs,4-memcheck,6-ncu")
     assert r.returncode == 0, r.stderr[-3000:]

@@ -99,6 +99,9 @@ def ptxas_logs(ptxas_out):
     return {arch: tuple(log) for arch, log in json.loads((ptxas_out / "logs.json").read_text()).items()}
 
 
+# The three gates below compile the kernels for both architectures with nvcc (minutes of CPU): the slow suites run
+# them (.ci/run), as does `pytest tests/test_ptxas.py`; the parser's own tests stay in the fast suite.
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 def test_no_spills_no_local_memory(ptxas_logs, arch):
     rc, log = ptxas_logs[arch]
@@ -112,6 +115,7 @@ def test_no_spills_no_local_memory(ptxas_logs, arch):
     print(table(arch, stats))
 
 
+@pytest.mark.slow
 def test_hot_loops_stay_within_their_sass_budget(ptxas_out):
     """Each dense kernel's hot loop on sm_90: instructions per element no more than the budget recorded in
     benchmarks/results/sass_sm90.json (the issue rate bounds bandwidth: a rise is a slower kernel), and no float64
@@ -132,6 +136,7 @@ def test_hot_loops_stay_within_their_sass_budget(ptxas_out):
     assert not divisions, f"float64 divisions in a hot loop: {divisions}"
 
 
+@pytest.mark.slow
 def test_reductions_divide_at_most_four_times(ptxas_out):
     """Every kernel (dense and strided) on sm_90: float64 divisions (MUFU.RCP64H) in its own code outside the hot loop
     -- the thread -> warp -> block -> last block reductions and the merge into fstate -- at most 4 (merged as

@@ -2,6 +2,7 @@
 the line skipped, the rest read), very long target names (bounded cost), steps a killed process left
 incomplete, several runs and duplicates in one file."""
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from torch import nn
 import hookstats
 from hookstats.tools import cli
 from hookstats.sinks import JSONLSink, run_dir_sinks
+from helpers import draw_nothing
 
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # no NumPy warning may leak
 
@@ -79,21 +81,75 @@ HOSTILE = {  # id: (line, the field the warning names)
 }
 
 
-@pytest.mark.parametrize("case", list(HOSTILE), ids=list(HOSTILE))
-def test_a_hostile_jsonl_line_is_one_warning_naming_it_and_the_rest_is_read(tmp_path, capsys, case):
-    run = tmp_path / "run"
+def as_text(loaded):
+    """What load_run read of a run (its records in order, its alerts) as one comparable text."""
+    items, alerts = loaded
+    return json.dumps([items.items(), alerts], sort_keys=True, default=lambda a: a.tolist())
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory):
+    """A saved run (saved_run), the test's own values of 0:output per step, and what the report reads of its
+    history.jsonl and, alone, of its history.csv: each hostile line's test reads a copy with the line put in."""
+    run = tmp_path_factory.mktemp("clean") / "run"
     seen = saved_run(run)
+    csv_only = run.parent / "csv_only"
+    shutil.copytree(run, csv_only)
+    (csv_only / "history.jsonl").unlink()
+    return run, seen, as_text(cli.load_run(run, pytest.fail)), as_text(cli.load_run(csv_only, pytest.fail))
+
+
+def with_line(clean, tmp_path, name, line, newline="\n", drop=None):
+    """A copy of the clean run folder whose file `name` holds `line` as its 4th line (without file `drop`)."""
+    run = tmp_path / "run"
+    shutil.copytree(clean, run)
+    if drop:
+        (run / drop).unlink()
+    path = run / name
+    lines = path.read_text().splitlines()
+    lines.insert(3, line)
+    path.write_text(newline.join(lines) + newline)
+    return run, path
+
+
+# Each hostile line is read alone (load_run, what the report reads): what is read equals the clean run's whole.
+# test_hostile_lines_through_the_report_command takes ten of them through the whole command, charts included.
+@pytest.mark.parametrize("case", list(HOSTILE), ids=list(HOSTILE))
+def test_a_hostile_jsonl_line_is_one_warning_naming_it_and_the_rest_is_read(tmp_path, clean_run, case):
+    clean, _, read_clean, _ = clean_run
+    run, path = with_line(clean, tmp_path, "history.jsonl", HOSTILE[case][0])
+    said = []
+    read = as_text(cli.load_run(run, said.append))
+    assert said == [f"hookstats report: warning: {path}:4: field '{HOSTILE[case][1]}': " + said[0].split("': ", 1)[1]]
+    assert said[0].endswith("; line skipped"), said
+    assert read == read_clean
+
+
+THROUGH_THE_COMMAND = ["dict-for-a-number", "400-digit-step", "nested-50000", "alert-kind-a-list", "infinite-count",
+                       "bins-a-list", "linear-range-reversed", "kind-a-path", "target-a-terminal-escape",
+                       "a-json-list"]
+
+
+def test_hostile_lines_through_the_report_command(tmp_path, capsys, clean_run):
+    """Ten hostile lines in one file through `hookstats report`: each one warning naming its line and field, the
+    rest read, charts and table made of it."""
+    clean, seen, _, _ = clean_run
+    run = tmp_path / "run"
+    shutil.copytree(clean, run)
     path = run / "history.jsonl"
     lines = path.read_text().splitlines()
-    lines.insert(3, HOSTILE[case][0])
+    lines[3:3] = [HOSTILE[case][0] for case in THROUGH_THE_COMMAND]
     path.write_text("\n".join(lines) + "\n")
     code, out, err = report(capsys, run, tmp_path)
     assert code == 0
-    assert err == [f"hookstats report: warning: {path}:4: field '{HOSTILE[case][1]}': " + err[0].split("': ", 1)[1]]
-    assert err[0].endswith("; line skipped"), err
+    assert len(err) == len(THROUGH_THE_COMMAND), err
+    for n, (case, e) in enumerate(zip(THROUGH_THE_COMMAND, err)):
+        assert e.startswith(f"hookstats report: warning: {path}:{4 + n}: field '{HOSTILE[case][1]}': "), e
+        assert e.endswith("; line skipped"), e
     assert "5 recorded steps (0..4)" in out
     row = table_row(out, "0:output")
     assert int(row[1]) == seen[-1].size and float(row[2]) == pytest.approx(seen[-1].mean(), rel=1e-3)
+    assert len(list((tmp_path / "charts").glob("*.png"))) > 0
 
 
 CSV_HOSTILE = {
@@ -109,23 +165,31 @@ CSV_HOSTILE = {
 
 
 @pytest.mark.parametrize("case", list(CSV_HOSTILE), ids=list(CSV_HOSTILE))
-def test_a_hostile_csv_row_is_one_warning_naming_it_and_the_rest_is_read(tmp_path, capsys, case):
-    run = tmp_path / "run"
-    seen = saved_run(run)
-    (run / "history.jsonl").unlink()
-    path = run / "history.csv"
-    lines = path.read_text().splitlines()
-    lines.insert(3, CSV_HOSTILE[case][0])
-    path.write_text("\r\n".join(lines) + "\r\n")
+def test_a_hostile_csv_row_is_one_warning_naming_it_and_the_rest_is_read(tmp_path, clean_run, case):
+    clean, _, _, read_clean = clean_run
+    run, path = with_line(clean, tmp_path, "history.csv", CSV_HOSTILE[case][0], newline="\r\n",
+                          drop="history.jsonl")
+    said = []
+    read = as_text(cli.load_run(run, said.append))
+    assert len(said) == 1, said
+    assert said[0].startswith(f"hookstats report: warning: {path}:4: field '{CSV_HOSTILE[case][1]}': ")
+    assert read == read_clean
+
+
+def test_a_hostile_csv_row_through_the_report_command(tmp_path, capsys, clean_run):
+    clean, seen, _, _ = clean_run
+    run, path = with_line(clean, tmp_path, "history.csv", CSV_HOSTILE["kind-a-path"][0], newline="\r\n",
+                          drop="history.jsonl")
     code, out, err = report(capsys, run, tmp_path)
     assert code == 0 and len(err) == 1, err
-    assert err[0].startswith(f"hookstats report: warning: {path}:4: field '{CSV_HOSTILE[case][1]}': ")
+    assert err[0].startswith(f"hookstats report: warning: {path}:4: field 'kind': ")
     assert "5 recorded steps (0..4)" in out
     row = table_row(out, "0:output")
     assert int(row[1]) == seen[-1].size and float(row[2]) == pytest.approx(seen[-1].mean(), rel=1e-3)
 
 
-def test_many_bad_lines_are_said_one_by_one_up_to_ten_then_counted(tmp_path, capsys):
+def test_many_bad_lines_are_said_one_by_one_up_to_ten_then_counted(tmp_path, capsys, monkeypatch):
+    draw_nothing(monkeypatch)
     run = tmp_path / "run"
     saved_run(run)
     path = run / "history.jsonl"
@@ -184,9 +248,10 @@ def test_names_are_cut_in_the_middle_for_tables_and_charts():
 # ---- incomplete steps (a flush cut by SIGKILL) ----
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 @pytest.mark.parametrize("cut", ["after-a-record", "torn-record"])
-def test_a_step_cut_short_is_said_and_left_out(tmp_path, capsys, fmt, cut):
+def test_a_step_cut_short_is_said_and_left_out(tmp_path, capsys, monkeypatch, fmt, cut):
     """Cut the file inside the last step (after its first target's record(s), or inside one): the report says
     step 4 is incomplete and shows step 3 as each target's last, not a partial step 4 as whole."""
+    draw_nothing(monkeypatch)  # what is read and printed; the charts of a run with a hostile line: above
     run = tmp_path / "run"
     seen = saved_run(run)
     if fmt == "csv":

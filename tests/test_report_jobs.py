@@ -34,6 +34,7 @@ def report(capsys, *argv):
     return code, out, err
 
 
+@pytest.mark.slow  # worker processes, each importing torch and matplotlib: .ci/run runs it
 def test_workers_print_what_one_process_prints_in_the_folders_order(runs, tmp_path, capsys):
     got = {}
     for jobs in (1, 2):
@@ -48,6 +49,7 @@ def test_workers_print_what_one_process_prints_in_the_folders_order(runs, tmp_pa
     assert "a_first/layer_stats_output.png" in got[2][2] and "b_second/last_step_table.txt" in got[2][2]
 
 
+@pytest.mark.slow  # worker processes, each importing torch and matplotlib: .ci/run runs it
 def test_a_broken_run_is_one_error_line_with_workers_as_without(runs, tmp_path, capsys):
     root = tmp_path / "runs"
     for name in ("a_first", "b_second"):
