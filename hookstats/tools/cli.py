@@ -138,20 +138,29 @@ def find_runs(root):
     return [root] if has(root) else sorted(d for d in root.iterdir() if d.is_dir() and has(d))
 
 
-def load_run(run_dir, warn=None):
-    """(history, alerts) of a run folder, the history read as columns (hookstats.sinks.Columns); what its file holds beyond whole records of one run (torn lines, bad
-    fields, several runs, duplicates, incomplete steps: hookstats.sinks.HistoryFileWarning) is said one line each
-    through warn (default: stderr)."""
+def load_run(run_dir, warn=None, progress=None):
+    """(history, alerts) of a run folder, the history read as columns (hookstats.sinks.Columns); what its file holds
+    beyond whole records of one run (torn lines, bad fields, several runs, duplicates, incomplete steps:
+    hookstats.sinks.HistoryFileWarning) is said one line each through warn (default: stderr). progress(n): n more
+    bytes of the history file read."""
     from ..sinks import HistoryFileWarning, read_history_columns
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", HistoryFileWarning)
-        loaded = read_history_columns(run_dir)
+        loaded = read_history_columns(run_dir, progress)
     for w in caught:
         if issubclass(w.category, HistoryFileWarning):
             (warn or _stderr)(f"hookstats report: warning: {w.message}")
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return loaded
+
+
+def _size(path):
+    """The file's size in bytes, None where it has none to read (read_history then says why)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def _stderr(msg):
@@ -173,10 +182,15 @@ def _report_run(run_dir, out, log, show_progress, warn):
     from ..delivery import brief
     from .progress import progress
     from ..records import last_records
-    from .summary import FLOAT_CELLS, head_and_tail, stats_table
+    from .tables import FLOAT_CELLS, head_and_tail, stats_table
     from .run_charts import flight_charts, grad_norms_chart, save_run_charts
     from ..grad_norms import grad_norms
-    items, alerts = load_run(run_dir, warn)
+    from ..sinks import history_file
+    history = history_file(run_dir)
+    # a large history takes longer to read than its charts to draw: the bar counts its bytes as they are read
+    with progress(total=_size(history), desc=f"reading {history.name}", unit="B", unit_scale=True,
+                  enabled=show_progress) as bar:
+        items, alerts = load_run(run_dir, warn, progress=bar.update)
     if not len(items):
         raise ValueError("the history holds no steps")
     series = plots.series_of(items)

@@ -9,13 +9,12 @@ import math
 import re
 
 import numpy as np
-import torch
 
 from .. import buckets, layout, statistics
 from ..extras import require
 from ..names import short
 from ..phases import phase_label, record_phase
-from ..state import KINDS, Kind
+from ..targets import KINDS, Kind
 from .chart_files import png_options
 
 HEATMAP_BINS = 64
@@ -28,8 +27,7 @@ MAX_LINES = 40  # layer stats: one image per statistic beyond (a row per target)
 MAX_PANELS = 24  # histogram heatmaps: the first ones, the title says of how many
 MAX_LABELLED_ROWS = 60  # dynamic range: rows without their share written in them, every k-th name beside them
 
-FORMATS = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8 e4m3": torch.float8_e4m3fn,
-           "fp8 e5m2": torch.float8_e5m2}
+FORMATS = buckets.FORMATS  # name: (smallest subnormal, smallest normal, max), as torch.finfo has them
 FORMAT_COLORS = {"fp16": "tab:red", "bf16": "tab:blue", "fp8 e4m3": "tab:green", "fp8 e5m2": "tab:orange"}
 
 
@@ -460,12 +458,8 @@ def _hist_key(s, hist):
 
 # ---- dynamic range ----
 def format_ranges():
-    """{name: (smallest subnormal, smallest normal, max)} of each low-precision format, from torch.finfo."""
-    out = {}
-    for name, dt in FORMATS.items():
-        fi = torch.finfo(dt)
-        out[name] = (fi.smallest_normal * fi.eps, fi.smallest_normal, fi.max)
-    return out
+    """{name: (smallest subnormal, smallest normal, max)} of each low-precision format."""
+    return dict(FORMATS)
 
 
 def range_shares(log2_hist):
