@@ -527,9 +527,9 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     strip = strip / np.maximum(strip.max(1, keepdims=True), 1)
     Line2D = _matplotlib("lines").Line2D
     labelled = len(targets) <= MAX_LABELLED_ROWS
-    # labelled: a row tall enough for the shares written in it; past that only every k-th name, 0.5 in apart (a
+    # labelled: a row tall enough for the shares written in it; past that only every k-th name, 0.35 in apart (a
     # taller image only costs pixels to draw and encode)
-    height = 2.4 + 0.42 * max(len(targets), 4) if labelled else 2.7 + 0.5 * MAX_NAMED_ROWS
+    height = 2.4 + 0.42 * max(len(targets), 4) if labelled else 2.7 + 0.35 * MAX_NAMED_ROWS
     legend_y = -0.16 * 6 / max(min(len(targets), MAX_LABELLED_ROWS), 4) if labelled else -0.4 / (height - 2.7)
     # the layout engine draws every text twice to place it (most of the chart's time past a few hundred rows):
     # fixed margins then, room below for the legend
