@@ -3,7 +3,8 @@ report does before it reads a byte (start the interpreter, import what the repor
 chart (a 15x7-inch figure with one axes, saved as PNG as the charts are), each in a fresh process, medians over
 --repeats with their min and max. With the checkout's own PYTHONPATH; --json writes a results file.
 
-  OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/report_floor.py --repeats 5 --json benchmarks/results/report_floor.json"""
+  OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/report_floor.py --repeats 5 \
+      --json benchmarks/results/report_floor.json"""
 import argparse
 import os
 import resource

@@ -45,6 +45,6 @@ def progress(iterable=None, total=None, desc=None, enabled=True, unit="it", unit
     if not enabled:
         return _Off(iterable, total)
     from ..extras import require
-    return require("tqdm", "hookstats' progress bars").tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr,
-                                                             unit_scale=unit_scale, dynamic_ncols=True,
-                                                             disable=None)  # None: off unless a terminal
+    tqdm = require("tqdm", "hookstats' progress bars").tqdm
+    return tqdm(iterable, total=total, desc=desc, unit=unit, unit_scale=unit_scale, file=sys.stderr,
+                dynamic_ncols=True, disable=None)  # None: off unless a terminal
