@@ -182,8 +182,8 @@ def report(run_dir, out=None, log=print, show_progress=False, warn=None):
 def _long_lived():
     """Yields freeze(): the objects alive when it is called (the imported modules; then the history read and its
     series) leave the cyclic collector's full collections, which would walk them again and again while the charts
-    are drawn (about 0.5 s of a 2,000-target report), until the report is done. A caller's own gc.freeze() is left
-    alone."""
+    are drawn (up to 0.5 s of a 2,000-target report, timed with the collector off), until the report is done. A
+    caller's own gc.freeze() is left alone."""
     if gc.get_freeze_count():
         yield lambda: None
         return
