@@ -4,7 +4,9 @@ with PYTHONPATH set to the checkout to time; prints one JSON object {part: [CPU 
 
 The parts are the functions of the report named in PARTS, wrapped by name where the checkout has them, so one
 script times this commit and an earlier one alike; each part's time is its own, without the parts it calls (a chart
-that reads the table's records counts them to the chart), and "other" is what no part covers."""
+that reads the table's records counts them to the chart), and "other" is what no part covers. A function named
+in two modules is wrapped in the first the checkout has (stats_table: tables.py, before it summary.py, which
+imports torch), so the script imports no module the report itself does not."""
 import json
 import sys
 import time
@@ -19,6 +21,8 @@ PARTS = [
     ("hookstats.tools.plots", "series_of", "derive"),
     ("hookstats.grad_norms", "grad_norms", "derive"),
     ("hookstats.records", "last_records", "table"),
+    ("hookstats.tools.tables", "stats_table", "table"),
+    ("hookstats.tools.tables", "head_and_tail", "table"),
     ("hookstats.tools.summary", "stats_table", "table"),
     ("hookstats.tools.summary", "head_and_tail", "table"),
     ("hookstats.tools.plots", "plot_layer_stats", None),
@@ -73,18 +77,23 @@ def main(run, out):
     import matplotlib.figure  # noqa: F401
     import hookstats  # noqa: F401
     from hookstats.tools import cli
-    for module in {m for m, _, _ in PARTS}:
+    wrapped = set()
+    found = []
+    for module, name, part in PARTS:
+        if name in wrapped:
+            continue
         try:
-            importlib.import_module(module)
+            mod = importlib.import_module(module)
         except ImportError:
-            pass
+            continue
+        if callable(getattr(mod, name, None)):
+            wrapped.add(name)
+            found.append((mod, name, part))
     c1, w1 = _clock()
     parts = Parts()
     parts.add("import", c1 - c0, w1 - w0)
-    for module, name, part in PARTS:
-        mod = sys.modules.get(module)
-        if mod is not None and callable(getattr(mod, name, None)):
-            setattr(mod, name, parts.wrap(getattr(mod, name), part))
+    for mod, name, part in found:
+        setattr(mod, name, parts.wrap(getattr(mod, name), part))
     c2, w2 = _clock()
     cli.report(Path(run), Path(out), log=lambda text: None, warn=lambda text: None)
     c3, w3 = _clock()

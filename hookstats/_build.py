@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "hookstats_C"
@@ -149,6 +148,7 @@ def _build_env(cuda_home, arch):
     when first imported, and may have guessed it from a wrapper nvcc: it gets the real toolkit here too."""
     values = {"PATH": sysconfig.get_path("scripts") + os.pathsep + os.environ.get("PATH", "")}
     values.update({k: v for k, v in (("CUDA_HOME", cuda_home), ("TORCH_CUDA_ARCH_LIST", arch)) if v})
+    from unittest import mock  # here: it imports asyncio, a tenth of a second of every `hookstats report`
     with mock.patch.dict(os.environ, values):
         import torch.utils.cpp_extension as cpp_extension
         with mock.patch.object(cpp_extension, "CUDA_HOME", cuda_home) if arch else contextlib.nullcontext():

@@ -7,16 +7,12 @@ import numpy as np
 import torch
 
 from . import layout, statistics
+from .alert_row import (ALERT_KINDS, DEAD, DEAD_RUN, EMA, EMA_N, EXPLODE, EXPLODE_REF, EXPLODE_STD,  # noqa: F401
+                        FIRST_STEP_COLS, KIND_COLUMNS, NONFINITE, ROW_WIDTH, VANISH, VANISH_REF, VANISH_STD)
 from .checks import check_arg
 from .targets import FORWARD_KINDS, OPTIMIZER_KINDS
 
 F = layout.FSTATE_SIZE
-# columns of the alert row (one row per target); float columns are float64 bits in the int64 buffer
-NONFINITE, DEAD_RUN, DEAD, EXPLODE, VANISH, EMA, EMA_N, EXPLODE_STD, EXPLODE_REF, VANISH_STD, VANISH_REF = range(11)
-ROW_WIDTH = VANISH_REF + 1
-FIRST_STEP_COLS = (NONFINITE, DEAD, EXPLODE, VANISH)
-KIND_COLUMNS = ((NONFINITE, "nonfinite"), (DEAD, "dead"), (EXPLODE, "exploding_std"), (VANISH, "vanishing_std"))
-ALERT_KINDS = tuple(kind for _, kind in KIND_COLUMNS)  # an alert's `kind`, in saved files too
 
 
 class AlertWarning(UserWarning):

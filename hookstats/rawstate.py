@@ -3,15 +3,16 @@ config, empty value, merge rule and per-step rule. empty() and combine() are the
 merge, on NumPy arrays and torch tensors alike: calls, steps, the history ring, reduce() and the reference use them.
 The kernels merge the same way (csrc/accumulator.h chan_merge, fmin_nan/fmax_nan, istate sums)."""
 import dataclasses
+import functools
 import math
 import os
 import re
 from typing import Callable
 
 import numpy as np
-import torch
 
 from . import _build
+from .tensor_kind import torch_of
 
 FSTATE, ISTATE = "fstate", "istate"
 # merge rules: CHAN the moments (n, mean, M2) by Chan et al.'s pairwise merge, in order (b after a); FMIN/FMAX by
@@ -232,6 +233,7 @@ def step_slots(nbins, flags):
 def running_mask(device=None):
     """[FSTATE_SIZE] bool: the fstate fields a step's record takes from the running totals (RUNNING), the others
     from what the step measured (STEP)."""
+    import torch
     return torch.tensor(_RUNNING, device=device)
 
 
@@ -243,6 +245,7 @@ def empty(istate_size=None, shape=(), device=None, numpy=False):
     if numpy:
         f = np.broadcast_to(np.array(_EMPTY_F, dtype=np.float64), shape + (FSTATE_SIZE,)).copy()
         return f if istate_size is None else (f, np.zeros(shape + (istate_size,), dtype=np.int64))
+    import torch
     f = torch.tensor(_EMPTY_F, dtype=torch.float64, device=device)
     f = f.expand(shape + (FSTATE_SIZE,)).clone() if shape else f
     return f if istate_size is None else (f, torch.zeros(shape + (istate_size,), dtype=torch.int64, device=device))
@@ -254,8 +257,9 @@ def combine(a, b):
     shape). NumPy arrays or torch tensors; a new state, a and b untouched."""
     if isinstance(a, tuple):
         return combine(a[0], b[0]), a[1] + b[1]  # every istate field is a SUM
-    if isinstance(a, torch.Tensor):
-        return _combine_f(a, b, _TORCH)
+    torch = torch_of(a)
+    if torch is not None:
+        return _combine_f(a, b, _torch_ops(torch))
     with np.errstate(invalid="ignore"):  # NaN - NaN in an empty min/max is no error
         return _combine_f(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), _NUMPY)
 
@@ -289,8 +293,12 @@ class _Ops:
         self.at_least_1, self.unbind = at_least_1, unbind
 
 
-_TORCH = _Ops(torch.where, torch.fmin, torch.fmax, lambda xs: torch.stack(xs, dim=-1), lambda x: x.clamp(min=1),
-              lambda x: x.unbind(-1))
+@functools.cache
+def _torch_ops(torch):
+    return _Ops(torch.where, torch.fmin, torch.fmax, lambda xs: torch.stack(xs, dim=-1), lambda x: x.clamp(min=1),
+                lambda x: x.unbind(-1))
+
+
 _NUMPY = _Ops(np.where, np.fmin, np.fmax, lambda xs: np.stack(xs, axis=-1), lambda x: np.maximum(x, 1),
               lambda x: tuple(np.moveaxis(x, -1, 0)))
 

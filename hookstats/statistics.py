@@ -8,9 +8,9 @@ import math
 from typing import Callable, Optional
 
 import numpy as np
-import torch
 
 from . import buckets, layout, rawstate, whatif
+from .tensor_kind import torch_of
 
 INT, FLOAT, COUNTS, EDGES = "int", "float", "counts", "edges"  # COUNTS: int64 array per target; EDGES: one array
 STATS, HISTORY, BOTH, SINKS, INTERNAL = "stats", "history", "both", "sinks", "internal"
@@ -25,7 +25,7 @@ class Derivation:
     def __init__(self, fstate, istate, cfg, scope=None, amax_before=None):
         self.f, self.i, self.cfg, self.nbins, self.flags, self.scope = fstate, istate, cfg, cfg.nbins, cfg.flags, scope
         self.amax_before = amax_before  # delayed scaling's amax per row (NaN: no step before), None: no history
-        self._torch = isinstance(fstate, torch.Tensor)
+        self._torch = torch_of(fstate)  # the torch module for tensors, None for NumPy arrays
         self._done = {}
 
     def __getitem__(self, name):
@@ -72,7 +72,7 @@ class Derivation:
         return self.fcol(layout.MIN), self.fcol(layout.MAX)
 
     def where(self, cond, a, b):
-        return torch.where(cond, a, b) if self._torch else np.where(cond, a, b)
+        return self._torch.where(cond, a, b) if self._torch else np.where(cond, a, b)
 
     def div(self, a, b):
         """a / b in float64 (0 / 0: NaN)."""
@@ -95,7 +95,7 @@ class Derivation:
 
     def hypot(self, a, b):
         """sqrt(a^2 + b^2) without overflow on the way."""
-        return torch.hypot(a.double(), b.double()) if self._torch else np.hypot(a, b)
+        return self._torch.hypot(a.double(), b.double()) if self._torch else np.hypot(a, b)
 
 
 @dataclasses.dataclass(frozen=True)

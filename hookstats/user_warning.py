@@ -1,17 +1,23 @@
 """warn_user(): a warning shown at the user's line, the first frame outside hookstats and torch. hookstats
 warns from hooks, optimizer steps, flushes and remove(), each at its own depth below the user's code."""
+import functools
+import importlib.util
 import os
 import sys
 import warnings
 
-import torch
 
-_INTERNAL = (os.path.dirname(os.path.abspath(__file__)) + os.sep, os.path.dirname(torch.__file__) + os.sep)
+@functools.cache
+def _internal():
+    """The folders of hookstats and torch (found without importing torch: reading a saved run warns without it)."""
+    torch = importlib.util.find_spec("torch")
+    return tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in (__file__, torch and torch.origin) if f)
 
 
 def warn_user(msg, category=RuntimeWarning):
     frame, level = sys._getframe(1), 2
-    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL):
+    internal = _internal()
+    while frame is not None and frame.f_code.co_filename.startswith(internal):
         frame, level = frame.f_back, level + 1
     warnings.warn(msg, category, stacklevel=level)
 

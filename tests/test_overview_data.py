@@ -44,7 +44,7 @@ def test_histogram_overview_draws_each_targets_first_and_last_record(tmp_path):
         x0, x1, _, _ = ax.images[0].get_extent()
         assert (x0, x1) == (nonzero[0] + 2 - 128 - 1, nonzero[-1] + 2 - 127)  # one column more below: ~0
     rows = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    every = -(-N // plots.MAX_LINES)
+    every = -(-N // plots.MAX_NAMED_ROWS)
     assert rows == [f"{r}  m{r}:output" for r in range(0, N, every)]
     cax = fig.axes[-1]
     bar = [t.get_text() for v, t in zip(cax.get_yticks(), cax.get_yticklabels()) if plots.SHARE_MIN <= v <= 1]
@@ -67,5 +67,5 @@ def test_dynamic_range_of_many_targets_draws_each_targets_distribution_and_share
     for fmt, count in over.items():
         np.testing.assert_allclose(drawn[:, cols.index(f"{fmt}\nover")], 100 * count / finite)
     assert drawn[5, cols.index("fp16\nover")] > 0
-    every = -(-N // plots.MAX_LABELLED_ROWS)
+    every = -(-N // plots.MAX_NAMED_ROWS)
     assert [t.get_text() for t in left.get_yticklabels()] == [f"{r}  m{r}:output" for r in range(0, N, every)]

@@ -23,20 +23,27 @@ def read_history(path):
     return columns.items(), alerts
 
 
-def read_history_columns(path):
-    """read_history() as (columns.Columns, alerts): a JSONL file read into columns line by line, a CSV file's
-    records put in columns."""
+def history_file(path):
+    """The history file read_history() reads for `path`: the file itself, or a run folder's history.jsonl (it has
+    the histograms), else its history.csv."""
     path = Path(path)
     if path.is_dir():
         jsonl = path / HISTORY_JSONL
         path = jsonl if jsonl.is_file() else path / HISTORY_CSV
+    return path
+
+
+def read_history_columns(path, progress=None):
+    """read_history() as (columns.Columns, alerts): a JSONL file read into columns line by line, a CSV file's
+    records put in columns. progress(n): n more characters of the file read, every megabyte or so."""
+    path = history_file(path)
     if not path.is_file():
         raise FileNotFoundError(f"no history file at {path}")
     if path.suffix == ".csv":
-        items, alerts = read_csv(path)
+        items, alerts = read_csv(path, progress)
         return Columns.from_items(items), alerts
     if path.suffix == ".jsonl":
-        return read_jsonl_columns(path)
+        return read_jsonl_columns(path, progress)
     raise ValueError(f"{path}: a hookstats history is a .jsonl or .csv file")
 
 
@@ -51,4 +58,5 @@ def run_dir_sinks(out_dir, tensorboard=True):
 
 __all__ = ["DASHBOARD_CHOICES", "DASHBOARD_STATS", "SCALARS", "Sink", "Steps", "SkippedLinesWarning",
            "BadRecordWarning", "HistoryFileWarning", "RunsWarning", "LayoutWarning", "CSVSink", "JSONLSink",
-           "MemorySink", "TensorBoardSink", "WandbSink", "read_csv", "read_jsonl", "read_history", "read_history_columns", "run_dir_sinks"]
+           "MemorySink", "TensorBoardSink", "WandbSink", "read_csv", "read_jsonl", "read_history",
+           "read_history_columns", "history_file", "run_dir_sinks"]

@@ -16,6 +16,8 @@ from ..statistics import DASHBOARD_CHOICES, DASHBOARD_STATS, HIST_FIGURES, SCALA
 from .names import PREFIX, record_name, stat_name
 from .runs import HistoryFileWarning
 
+PROGRESS_CHARS = 1 << 20  # file_lines(progress=...) says how far it read once per this many characters
+
 
 class Steps:
     """What the history hands its sinks at a flush: consecutive recorded steps of one phase, as arrays and, for
@@ -176,16 +178,25 @@ class SkippedLinesWarning(HistoryFileWarning):
     were read."""
 
 
-def file_lines(path, bad):
+def file_lines(path, bad, progress=None):
     """Yields (line number, text) of each whole line of a file a sink wrote, and appends to `bad` the
     numbers of the lines that are not: no line end (the line being written when the process died; a
-    character torn there is in that line). Bytes that are not UTF-8 elsewhere read as U+FFFD."""
+    character torn there is in that line). Bytes that are not UTF-8 elsewhere read as U+FFFD. progress(n), where
+    given: n characters more were read (the bytes, for an ASCII file), said every PROGRESS_CHARS and at the end."""
+    done = 0
     with open(path, encoding="utf-8", errors="replace", newline="") as f:
         for n, line in enumerate(f, 1):
+            if progress is not None:
+                done += len(line)
+                if done >= PROGRESS_CHARS:
+                    progress(done)
+                    done = 0
             if line.endswith("\n"):
                 yield n, line.rstrip("\r\n")
             else:
                 bad.append(n)
+    if progress is not None and done:
+        progress(done)
 
 
 def warn_skipped(path, bad, read, what):

@@ -99,16 +99,16 @@ def _open_table(path, columns):
     return f, writer
 
 
-def read_csv(path):
+def read_csv(path, progress=None):
     """(step, record) pairs with the scalar statistics of a CSVSink file, by step, and its alerts. Lines that
     are not whole rows (a run that died while writing) are skipped with one SkippedLinesWarning per file, rows
     with a bad field with one BadRecordWarning each (fields.py); runs, duplicates and incomplete steps:
     runs.Ledger (the last written record of a (step, target) wins). An empty file, or one with the header only,
-    holds no steps."""
+    holds no steps. progress(n): n more characters of the history read (base.file_lines)."""
     path = Path(path)
     ledger, lines = Ledger(path), fields.BadLines(path)
     rec = None
-    for n, step, row in _rows(path, (COLUMNS, OLD_COLUMNS), "step", "value", lines):
+    for n, step, row in _rows(path, (COLUMNS, OLD_COLUMNS), "step", "value", lines, progress):
         if row["target"] == "" and row["kind"] in (RUN, STEP_END):
             rec = None
             if row["kind"] == RUN:
@@ -148,12 +148,12 @@ def read_csv(path):
     return items, alerts
 
 
-def _rows(path, headers, step_col, float_col, lines):
+def _rows(path, headers, step_col, float_col, lines, progress=None):
     """Yields (line number, step, {column: value}) of each whole row of a file with one of `headers` as its
     header. Line by line, so a torn line cannot pull the next ones into an open quote."""
     read, bad = 0, []
     columns = headers[0]
-    for n, text in file_lines(path, bad):
+    for n, text in file_lines(path, bad, progress):
         # csv.writer quotes only fields holding a quote, comma or line break: the rest split plainly
         row = text.split(",") if '"' not in text else next(csv.reader([text]), [])
         if n == 1:

@@ -11,8 +11,9 @@ import re
 import warnings
 
 from .. import statistics
-from ..alerts import ALERT_KINDS
-from ..state import KINDS, PHASES
+from ..alert_row import ALERT_KINDS
+from ..phases import PHASES
+from ..targets import KINDS
 from .runs import HistoryFileWarning
 
 INT64_MAX = 2 ** 63 - 1

@@ -129,16 +129,17 @@ def read_jsonl(path):
     return cols.items(), alerts
 
 
-def read_jsonl_columns(path):
+def read_jsonl_columns(path, progress=None):
     """read_jsonl() as (columns.Columns, alerts), with the same checks and warnings: the lines of plain records
     (scalars only, the most of a history) are kept as their values and checked a field at a time over all of them
-    (jsonl_columns.py); a line that fails a check, and each line with histograms, is read as one record."""
+    (jsonl_columns.py); a line that fails a check, and each line with histograms, is read as one record.
+    progress(n): n more characters of the file read (base.file_lines)."""
     path = Path(path)
     ledger, lines = Ledger(path), fields.BadLines(path)
     plain = jsonl_columns.PlainLines(_plan, ledger)
     alerts, bad, read, names, notes = [], [], 0, {}, []
     other, unread = None, {}  # why the current run's slots cannot be read (None: they can); run -> why
-    for n, line in file_lines(path, bad):
+    for n, line in file_lines(path, bad, progress):
         if not line.strip():
             continue
         try:

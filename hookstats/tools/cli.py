@@ -1,5 +1,7 @@
 """The command line: `python -m hookstats demo|report|bench`. Bad arguments and paths end with one line
 on stderr and exit status 2, never a traceback."""
+import contextlib
+import gc
 import importlib
 import os
 import sys
@@ -138,20 +140,29 @@ def find_runs(root):
     return [root] if has(root) else sorted(d for d in root.iterdir() if d.is_dir() and has(d))
 
 
-def load_run(run_dir, warn=None):
-    """(history, alerts) of a run folder, the history read as columns (hookstats.sinks.Columns); what its file holds beyond whole records of one run (torn lines, bad
-    fields, several runs, duplicates, incomplete steps: hookstats.sinks.HistoryFileWarning) is said one line each
-    through warn (default: stderr)."""
+def load_run(run_dir, warn=None, progress=None):
+    """(history, alerts) of a run folder, the history read as columns (hookstats.sinks.Columns); what its file holds
+    beyond whole records of one run (torn lines, bad fields, several runs, duplicates, incomplete steps:
+    hookstats.sinks.HistoryFileWarning) is said one line each through warn (default: stderr). progress(n): n more
+    bytes of the history file read."""
     from ..sinks import HistoryFileWarning, read_history_columns
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", HistoryFileWarning)
-        loaded = read_history_columns(run_dir)
+        loaded = read_history_columns(run_dir, progress)
     for w in caught:
         if issubclass(w.category, HistoryFileWarning):
             (warn or _stderr)(f"hookstats report: warning: {w.message}")
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return loaded
+
+
+def _size(path):
+    """The file's size in bytes, None where it has none to read (read_history then says why)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def _stderr(msg):
@@ -163,23 +174,45 @@ def report(run_dir, out=None, log=print, show_progress=False, warn=None):
     history file (charts beside it, in charts/). log: the printed lines; warn: what the file holds beyond whole
     records of one run (load_run; default: stderr)."""
     import numpy as np
-    with np.errstate(all="ignore"):  # values at float64's ends are legal: no NumPy warning from drawing them
-        return _report_run(run_dir, out, log, show_progress, warn)
+    with np.errstate(all="ignore"), _long_lived() as freeze:  # values at float64's ends are legal: no NumPy warning
+        return _report_run(run_dir, out, log, show_progress, warn, freeze)
 
 
-def _report_run(run_dir, out, log, show_progress, warn):
+@contextlib.contextmanager
+def _long_lived():
+    """Yields freeze(): the objects alive when it is called (the imported modules; then the history read and its
+    series) leave the cyclic collector's full collections, which would walk them again and again while the charts
+    are drawn (up to 0.5 s of a 2,000-target report, timed with the collector off), until the report is done. A
+    caller's own gc.freeze() is left alone."""
+    if gc.get_freeze_count():
+        yield lambda: None
+        return
+    gc.freeze()
+    try:
+        yield gc.freeze
+    finally:
+        gc.unfreeze()
+
+
+def _report_run(run_dir, out, log, show_progress, warn, freeze):
     import numpy as np
     from . import plots
     from ..delivery import brief
     from .progress import progress
     from ..records import last_records
-    from .summary import FLOAT_CELLS, head_and_tail, stats_table
+    from .tables import FLOAT_CELLS, head_and_tail, stats_table
     from .run_charts import flight_charts, grad_norms_chart, save_run_charts
     from ..grad_norms import grad_norms
-    items, alerts = load_run(run_dir, warn)
+    from ..sinks import history_file
+    history = history_file(run_dir)
+    # a large history takes longer to read than its charts to draw: the bar counts its bytes as they are read
+    with progress(total=_size(history), desc=f"reading {history.name}", unit="B", unit_scale=True,
+                  enabled=show_progress) as bar:
+        items, alerts = load_run(run_dir, warn, progress=bar.update)
     if not len(items):
         raise ValueError("the history holds no steps")
     series = plots.series_of(items)
+    freeze()
     out = out or (run_dir if run_dir.is_dir() else run_dir.parent) / "charts"
     extras = flight_charts(run_dir if run_dir.is_dir() else run_dir.parent) + grad_norms_chart(grad_norms(items))
     paths = save_run_charts(series, items, out, extras=extras, bar=lambda: progress(

@@ -9,13 +9,12 @@ import math
 import re
 
 import numpy as np
-import torch
 
 from .. import buckets, layout, statistics
 from ..extras import require
 from ..names import short
 from ..phases import phase_label, record_phase
-from ..state import KINDS, Kind
+from ..targets import KINDS, Kind
 from .chart_files import png_options
 
 HEATMAP_BINS = 64
@@ -27,9 +26,11 @@ MAX_STEP_TICKS = 12  # step labels under a heatmap's columns  # each step's p0.1
 MAX_LINES = 40  # layer stats: one image per statistic beyond (a row per target)
 MAX_PANELS = 24  # histogram heatmaps: the first ones, the title says of how many
 MAX_LABELLED_ROWS = 60  # dynamic range: rows without their share written in them, every k-th name beside them
+# an overview's row names: every k-th target's, at most this many. Text is most of a chart's drawing (each glyph
+# ~0.3 ms in matplotlib's Agg): 24 names along 2,000 rows say where each part of the model is
+MAX_NAMED_ROWS = 24
 
-FORMATS = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp8 e4m3": torch.float8_e4m3fn,
-           "fp8 e5m2": torch.float8_e5m2}
+FORMATS = buckets.FORMATS  # name: (smallest subnormal, smallest normal, max), as torch.finfo has them
 FORMAT_COLORS = {"fp16": "tab:red", "bf16": "tab:blue", "fp8 e4m3": "tab:green", "fp8 e5m2": "tab:orange"}
 
 
@@ -260,7 +261,7 @@ def plot_layer_stats_overview(series, path=None, kind=Kind.OUTPUT.value):
     fig = new_figure(figsize=(15, 7))  # fixed margins: a layout engine would draw every text twice to place it
     fig.subplots_adjust(left=0.17, right=0.97, top=0.9, bottom=0.08, wspace=0.25)
     axes = np.atleast_1d(fig.subplots(1, len(plotted)))
-    every = max(1, -(-len(targets) // MAX_LINES))
+    every = max(1, -(-len(targets) // MAX_NAMED_ROWS))
     steps = np.unique(np.concatenate([series[t]["steps"] for t in targets])) if targets else np.zeros(0, np.int64)
     for ax, st in zip(axes, plotted):
         m = np.full((len(targets), len(steps)), np.nan)
@@ -430,7 +431,7 @@ def plot_hist_overview(series, path=None, hist="linear", kind=Kind.OUTPUT.value)
                           norm=norm, interpolation="nearest", extent=(*extent_x, n - 0.5, -0.5))
         image_title(ax, f"each target's {which} histogram record", fontsize=9)
         ax.set_xlabel("log2 |x|  (first column: ~0)" if hist == "log2" else "bin of the target's own span", fontsize=8)
-    rows = np.arange(0, n, max(1, -(-n // MAX_LINES)))
+    rows = np.arange(0, n, max(1, -(-n // MAX_NAMED_ROWS)))
     axes[0].set_yticks(rows, [f"{r}  {short(targets[r])}" for r in rows], fontsize=6)
     axes[1].set_yticks([])
     axes[0].set_ylabel("target (forward order)")
@@ -460,12 +461,8 @@ def _hist_key(s, hist):
 
 # ---- dynamic range ----
 def format_ranges():
-    """{name: (smallest subnormal, smallest normal, max)} of each low-precision format, from torch.finfo."""
-    out = {}
-    for name, dt in FORMATS.items():
-        fi = torch.finfo(dt)
-        out[name] = (fi.smallest_normal * fi.eps, fi.smallest_normal, fi.max)
-    return out
+    """{name: (smallest subnormal, smallest normal, max)} of each low-precision format."""
+    return dict(FORMATS)
 
 
 def range_shares(log2_hist):
@@ -530,9 +527,9 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     strip = strip / np.maximum(strip.max(1, keepdims=True), 1)
     Line2D = _matplotlib("lines").Line2D
     labelled = len(targets) <= MAX_LABELLED_ROWS
-    # labelled: a row tall enough for the shares written in it; past that only every k-th name, 0.2 in apart (a
+    # labelled: a row tall enough for the shares written in it; past that only every k-th name, 0.35 in apart (a
     # taller image only costs pixels to draw and encode)
-    height = 2.4 + 0.42 * max(len(targets), 4) if labelled else 2.7 + 0.2 * MAX_LABELLED_ROWS
+    height = 2.4 + 0.42 * max(len(targets), 4) if labelled else 2.7 + 0.35 * MAX_NAMED_ROWS
     legend_y = -0.16 * 6 / max(min(len(targets), MAX_LABELLED_ROWS), 4) if labelled else -0.4 / (height - 2.7)
     # the layout engine draws every text twice to place it (most of the chart's time past a few hundred rows):
     # fixed margins then, room below for the legend
@@ -553,7 +550,7 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
                 shown = True
         label = f"{name}: {sub:.3g} (2^{math.log2(sub):.0f}) .. {mx:.4g}" + ("" if shown else "  (beyond the axis)")
         handles.append(Line2D([], [], color=c, lw=1.3, label=label))
-    rows = range(0, n, max(1, -(-n // MAX_LABELLED_ROWS)))
+    rows = range(0, n, 1 if labelled else -(-n // MAX_NAMED_ROWS))
     left.set_yticks(rows, [short(targets[r]) if labelled else f"{r}  {short(targets[r])}" for r in rows], fontsize=7)
     left.set_xlabel("log2 |x|   (grey: share of the target's values per power of two; solid: smallest subnormal "
                     "and max, dashed: smallest normal)")

@@ -40,9 +40,11 @@ class _Off:
         pass
 
 
-def progress(iterable=None, total=None, desc=None, enabled=True, unit="it"):
+def progress(iterable=None, total=None, desc=None, enabled=True, unit="it", unit_scale=False):
+    """unit_scale: counts shown with k, M, G (a file's bytes)."""
     if not enabled:
         return _Off(iterable, total)
     from ..extras import require
-    return require("tqdm", "hookstats' progress bars").tqdm(iterable, total=total, desc=desc, unit=unit, file=sys.stderr,
-                                                             dynamic_ncols=True, disable=None)  # None: off unless a terminal
+    tqdm = require("tqdm", "hookstats' progress bars").tqdm
+    return tqdm(iterable, total=total, desc=desc, unit=unit, unit_scale=unit_scale, file=sys.stderr,
+                dynamic_ncols=True, disable=None)  # None: off unless a terminal

@@ -1,7 +1,7 @@
 """`hookstats report` of a folder of runs with --jobs above 1: each run folder reported in a worker process (spawned,
 so no state of this process is shared), its printed lines and warnings sent back and printed here in the folders'
-order, as one process would print them. The CPU time is the same or a little more (each worker imports torch and
-matplotlib once); the wall time is about divided by the number of workers where that many CPUs are free."""
+order, as one process would print them. The CPU time is the same or a little more (each worker imports matplotlib
+once); the wall time is about divided by the number of workers where that many CPUs are free."""
 import concurrent.futures
 import multiprocessing
 

@@ -1,17 +1,14 @@
 """summary(model, *inputs): one row per layer with type, output shape, parameter count and trainable, plus
 the live statistics of an attached monitor (fastai's module_summary/layer_info); model_sizes and
-num_features; stats_table() prints per-target statistics for the demo and `hookstats report` (head_and_tail: the
-first and last rows of a long one)."""
-import math
-
+num_features. The text tables (stats_table, format_table, head_and_tail) are tables.py's, named here too."""
 import torch
 from torch import nn
 
-from ..names import short
-from ..records import value
 from ..state import Kind
 from ..tensors import tensor_leaves
 from . import lowprec_cells
+# stats_table, format_number and head_and_tail: hookstats.tools.summary's names too
+from .tables import float_cells, float_columns, format_number, format_table, head_and_tail, stats_table  # noqa: F401
 
 
 class Summary:
@@ -99,14 +96,14 @@ def summary(model, *example_inputs, monitor=None, lowprec_threshold=lowprec_cell
         if monitor is not None:
             o, g = _target(stats, name, Kind.OUTPUT), _target(stats, name, Kind.GRAD_OUTPUT)
             row.update({"mean": o["mean"] if o else None, "std": o["std"] if o else None,
-                        "near zero %": 100 * o["near_zero"] if o else None, **_float_cells(o),
+                        "near zero %": 100 * o["near_zero"] if o else None, **float_cells(o),
                         "nan/inf": o["nan"] + o["posinf"] + o["neginf"] if o else None,
                         "grad std": g["std"] if g else None,
                         lowprec: lowprec_cells.losing([o, g], lowprec_threshold)})
         rows.append(row)
     columns = ["layer", "type", "output shape", "params", "trainable"]
     if monitor is not None:
-        columns += ["mean", "std", "near zero %", *_float_columns(rows), "nan/inf", "grad std"]
+        columns += ["mean", "std", "near zero %", *float_columns(rows), "nan/inf", "grad std"]
         columns += [lowprec] if any(r.get(lowprec) is not None for r in rows) else []
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -142,71 +139,3 @@ def num_features(model, *example_inputs, **example_kwargs):
     if t is None or t.dim() < 2:
         raise ValueError("the model's output has no dimension 1")
     return int(t.shape[1])
-
-
-def format_number(v):
-    if v is None:
-        return "-"
-    if isinstance(v, bool) or isinstance(v, str):
-        return str(v)
-    if isinstance(v, int):
-        return f"{v:,}"
-    if math.isnan(v):
-        return "nan"
-    return f"{v:.4g}"
-
-
-def format_table(rows, columns, title=None):
-    """A plain-text table with right-aligned numbers."""
-    cells = [[format_number(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    numeric = [all(isinstance(r.get(c), (int, float)) or r.get(c) is None for r in rows) for c in columns]
-
-    def line(vals):
-        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
-
-    out = ([title] if title else []) + [line(columns), line(["-" * w for w in widths])] + [line(c) for c in cells]
-    return "\n".join(out)
-
-
-def head_and_tail(table, n, note):
-    """format_table()'s text with only its first and last n rows (more than 2n + 10 rows), the rows between them
-    one line saying how many and `note` (e.g. where the whole table is); a table of fewer rows whole."""
-    lines = table.splitlines()
-    top = next(i for i, ln in enumerate(lines) if ln and set(ln) <= {"-", " "}) + 1  # the rule under the header
-    rows = len(lines) - top
-    if rows <= 2 * n + 10:
-        return table
-    cut = f"... {rows - 2 * n:,} of {rows:,} rows left out here; {note}"
-    return "\n".join(lines[: top + n] + [cut] + lines[-n:])
-
-
-# from the float buckets: the relative near-zero figure (hookstats/buckets.py) and quantiles of |x|
-FLOAT_CELLS = {"near 0 rel %": ("near_zero_rel", 100), "p1 |x|": ("abs_p1", 1), "p50 |x|": ("abs_p50", 1),
-               "p99 |x|": ("abs_p99", 1)}
-
-
-def _float_cells(rec):
-    """The FLOAT_CELLS of a record (None where it has no float buckets)."""
-    rec = rec or {}
-    return {c: None if rec.get(k) is None else scale * rec[k] for c, (k, scale) in FLOAT_CELLS.items()}
-
-
-def _float_columns(rows):
-    """FLOAT_CELLS' columns when some row has them (a monitor with float buckets, a run saved with them)."""
-    return list(FLOAT_CELLS) if any(r.get(c) is not None for r in rows for c in FLOAT_CELLS) else []
-
-
-def stats_table(records, title=None):
-    """One line per target from stats() values or history records: mean, std, rms and L2 norm (of the finite
-    values), near-zero % (|x| <= eps), with
-    float buckets the relative near-zero % and the p1/p50/p99 of |x|, then min, max, non-finite count."""
-    rows = []
-    for rec in records:
-        near_zero, nonfinite = value(rec, "near_zero"), value(rec, "nonfinite")
-        rows.append({"target": short(rec["target"]),
-                     **{k: value(rec, k) for k in ("count", "mean", "std", "rms", "l2")},
-                     "near zero %": None if near_zero is None else 100 * near_zero, **_float_cells(rec),
-                     "min": value(rec, "min"), "max": value(rec, "max"), "nan/inf": int(nonfinite or 0)})
-    return format_table(rows, ["target", "count", "mean", "std", "rms", "l2", "near zero %", *_float_columns(rows), "min", "max",
-                               "nan/inf"], title)
