@@ -585,6 +585,37 @@ def test_chunk_shift_keeps_skewed_chunks_exact(drivers, tmp_path):
         check(states[0], x, launches=2)
 
 
+@pytest.mark.parametrize("pattern", ["one_thread_every_pass", "run_of_rounds", "first_and_last_passes"])
+@pytest.mark.parametrize("float_hist", [False, True], ids=["no_float", "float"])
+def test_pipelined_loop_redoes_each_rare_pass(drivers, tmp_path, pattern, float_hist):
+    """float32's loop issues the next pass's loads before consuming this pass's; a pass with a non-finite value or an
+    fp32 overflow leaves it, is read again and redone, and the loop starts over after it. Every pass of one thread
+    rare (both buffers, back to back), rare passes over whole rounds of the grid, and each thread's first and last
+    whole pass rare: integers as the CPU kernel's, moments as the float64 oracle's."""
+    grid, threads, misalign = 2, 64, 1
+    n = 16 * 1024 + 3
+    g = torch.Generator().manual_seed(21)
+    x = torch.randn(n, generator=g, dtype=torch.float64) * 2 + 3
+    vec = (torch.arange(n) - misalign) // 4  # the 16-byte vector of each element past the scalar head
+    gtid, k = vec % (grid * threads), vec // (grid * threads)  # the reading thread; its pass is k // 2
+    body = (vec >= 0) & (vec < (n - misalign) // 4)
+    if pattern == "one_thread_every_pass":
+        x[body & (gtid == 5) & (torch.arange(n) % 4 == 1)] = float("nan")
+        x[body & (gtid == 6) & (torch.arange(n) % 4 == 2)] = 1e30
+    elif pattern == "run_of_rounds":
+        x[body & (k >= 6) & (k < 14) & (torch.arange(n) % 4 == 3)] = float("inf")
+    else:
+        last = (k // 2 == (vec.max() // (grid * threads)) // 2 - 1) | (k // 2 == 0)
+        x[body & last & (torch.arange(n) % 4 == 0)] = -float("inf")
+        x[body & last & (gtid % 3 == 0)] = 1e30
+    x = x.to(torch.float32)
+    cfg = StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, float_hist=float_hist)
+    for san in ("asan", "tsan"):
+        states, r = run_driver(drivers[san], x, ["dense", misalign, grid], cfg=cfg, threads=threads, tmp=tmp_path)
+        assert r.returncode == 0, r.stderr[-6000:]
+        check(states[0], x, launches=2, cfg=cfg)
+
+
 # ---------------------------------------------------------------- shifted sums merged across warps and blocks
 def block_of(n, dtype, grid, threads=64):
     """The block of the dense kernel that reads each of n elements (aligned, n a multiple of the vector width): the

@@ -335,8 +335,10 @@ __device__ __forceinline__ void count_value(A x, const Params& p, Hists h, unsig
 // hists false (a kSkipHist call, uniform over the launch; p then has no histogram flags): the dense kernels
 // (kSkippable) skip the histograms with one branch per chunk. The strided kernel counts them beside the moments, as
 // its p says (a separate pass there made ptxas spill the float64 kernel).
-template <int M, bool kUnderflow, bool kSkippable, typename A, bool kNatural = false>
-__device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], const Params& p, Hists h,
+// kDefer: a chunk whose fast path does not stand returns false with its integer statistics counted and nothing else
+// folded (redo_consumed finishes it), so that no call sits in the caller's loop; else true.
+template <int M, bool kUnderflow, bool kSkippable, typename A, bool kNatural = false, bool kDefer = false>
+__device__ __forceinline__ bool consume(ThreadStats<A>& t, const A (&v)[M], const Params& p, Hists h,
                                        unsigned* warp, bool hists) {
   const bool signed_nz = p.flags & kSignedNearZero;
   A cmn = nan_acc(A(0)), cmx = cmn;
@@ -360,12 +362,28 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
   // or log2 histograms spill on sm_80)
   ChunkMoments<A> m{static_cast<double>(Kc), static_cast<double>(c1), static_cast<double>(c2), cmn, cmx, M, false};
   if (!fast_path_stands<kUnderflow>(t, c2, cmn, cmx)) {
+    if constexpr (kDefer) return false;
     Chunk<M, A> ch;
 #pragma unroll
     for (int i = 0; i < M; ++i) ch.v[i] = v[i];
     m = slow_chunk(ch, p, t.huge);
     scale_if_huge(t, m);
   }
+  t.mn = min_acc(t.mn, m.mn);
+  t.mx = max_acc(t.mx, m.mx);
+  fold_chunk(t, m);
+  return true;
+}
+
+// The rest of a chunk that consume<..., kDefer = true> returned false for: its moments and min/max redone (inline: its
+// caller runs it outside the hot loop, where a call would hold the loop's state in the callee-saved registers).
+template <int M, typename A>
+__device__ __forceinline__ void redo_consumed(ThreadStats<A>& t, const A (&v)[M], const Params& p) {
+  Chunk<M, A> ch;
+#pragma unroll
+  for (int i = 0; i < M; ++i) ch.v[i] = v[i];
+  const ChunkMoments<A> m = redo_chunk(ch, p, t.huge);
+  scale_if_huge(t, m);
   t.mn = min_acc(t.mn, m.mn);
   t.mx = max_acc(t.mx, m.mx);
   fold_chunk(t, m);
@@ -678,6 +696,28 @@ HS_HD Params call_params(Params p, int on) {
   return p;
 }
 
+// Whether the dense loop issues its next pass's loads before consuming this pass's (float32: memory-bound, and its
+// registers allow the second buffer without a spill).
+template <typename T>
+constexpr bool kPipelined = std::is_same_v<T, float>;
+
+// The launch's tensor that block `block` works on.
+HS_HD int target_of(const Batch& b, int block) {
+  int ti = 0;
+  while (ti + 1 < b.count && block >= b.block_start[ti + 1]) ++ti;
+  return ti;
+}
+// blockIdx.x read anew (the compiler would otherwise keep what it derived from the first read live instead).
+__device__ __forceinline__ int block_index_again() {
+#if defined(__CUDA_ARCH__)
+  unsigned r;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(r));
+  return static_cast<int>(r);
+#else
+  return static_cast<int>(blockIdx.x);
+#endif
+}
+
 template <typename T, bool kLin, bool kLog, bool kFloat>
 __device__ __forceinline__ void dense_body(const Batch& b, int ti, const Params& p, BlockShared& sm, bool hists) {
   const Target& tg = b.t[ti];
@@ -727,19 +767,107 @@ __device__ __forceinline__ void dense_body(const Batch& b, int ti, const Params&
   if constexpr (kPaired<T>) pairs.take_from(t);
   const uint4* xv = reinterpret_cast<const uint4*>(x + tg.head);
   int64_t j = gtid;
-  for (; j + (U - 1) * gstride < tg.nvec; j += U * gstride) {
-    uint4 r[U];
+  const auto load = [&](uint4 (&r)[U], int64_t at) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) r[u] = HS_LDG16(xv + j + u * gstride);  // all loads first
+    for (int u = 0; u < U; ++u) r[u] = HS_LDG16(xv + at + u * gstride);  // all loads first
+  };
+  const auto consume_all = [&](const uint4 (&r)[U]) {
 #pragma unroll
     for (int g = 0; g < U; g += kChunkVecs) consume_vecs(r + g, std::integral_constant<int, kChunkVecs>{});
+  };
+  const auto full = [&](int64_t at) { return at + (U - 1) * gstride < tg.nvec; };
+  if constexpr (kPipelined<T>) {
+    // Software-pipelined: the next pass's loads are issued before this pass's values are consumed, so a thread keeps
+    // U x 16 bytes in flight throughout (tests/test_ptxas.py counts them in the SASS). Two buffers in turn (a copy
+    // from one to the other would wait for its load). A chunk whose fast path does not stand leaves the loop (no call
+    // inside it, which would hold the loads in flight across it): its pass is read again and finished, and the
+    // pipeline restarts after it.
+    static_assert(!kPaired<T>, "the pipelined loop consumes unpaired values");
+    constexpr int M = kChunkVecs * V;
+    // false if chunk `bad` of r does not stand (its integer statistics counted, nothing else; the earlier ones done)
+    const auto consume_fast = [&](const uint4 (&r)[U], int& bad) {
+#pragma unroll
+      for (int g = 0; g < U; g += kChunkVecs) {
+        A v[M];
+#pragma unroll
+        for (int u = 0; u < kChunkVecs; ++u) unpack<T>(r[g + u], v + u * V);
+        if (!consume<M, kU, true, A, false, true>(t, v, p, h, warp, hists)) {
+          bad = g;
+          return false;
+        }
+      }
+      return true;
+    };
+    // pointers, not indices: a pass's addresses and its test cost an add and a compare each
+    const uint32_t stride = static_cast<uint32_t>(gstride);
+    const auto load_at = [&](uint4 (&r)[U], const uint4* q) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) r[u] = HS_LDG16(q + u * stride);
+    };
+    const uint4* q = xv + j;
+    // a pass at q is whole while q < last (q + (U - 1) x stride < the end), compared as addresses
+    const uintptr_t last = reinterpret_cast<uintptr_t>(xv + tg.nvec) - (U - 1) * static_cast<uintptr_t>(stride) * 16u;
+    const auto whole = [&](const uint4* at) { return reinterpret_cast<uintptr_t>(at) < last; };
+    const uintptr_t step = static_cast<uintptr_t>(U) * stride * 16u;
+    const auto next = [&](const uint4* at) { return reinterpret_cast<const uint4*>(reinterpret_cast<uintptr_t>(at) + step); };
+    while (whole(q)) {
+      uint4 a[U], b[U];
+      load_at(a, q);
+      int bad = 0;
+      bool stood;
+      for (;;) {
+        bool more = whole(next(q));
+        if (more) load_at(b, next(q));
+        stood = consume_fast(a, bad);
+        if (!stood) break;
+        q = next(q);
+        if (!more) break;
+        more = whole(next(q));
+        if (more) load_at(a, next(q));
+        stood = consume_fast(b, bad);
+        if (!stood) break;
+        q = next(q);
+        if (!more) break;
+      }
+      if (stood) break;
+      load_at(a, q);  // the pass whose chunk `bad` did not stand, read again
+#pragma unroll
+      for (int g = 0; g < U; g += kChunkVecs) {
+        if (g < bad) continue;
+        if (g == bad) {
+          A v[M];
+#pragma unroll
+          for (int u = 0; u < kChunkVecs; ++u) unpack<T>(a[g + u], v + u * V);
+          redo_consumed(t, v, p);
+        } else {
+          consume_vecs(a + g, std::integral_constant<int, kChunkVecs>{});
+        }
+      }
+      q = next(q);
+    }
+    j = q - xv;
+  } else {
+    for (; full(j); j += U * gstride) {
+      uint4 r[U];
+      load(r, j);
+      consume_all(r);
+    }
   }
   for (; j < tg.nvec; j += gstride) {
     const uint4 r[1] = {HS_LDG16(xv + j)};
     consume_vecs(r, std::integral_constant<int, 1>{});
   }
-  for (int64_t i = tg.head + tg.nvec * V + gtid; i < tg.n; i += gstride) {
-    const A v[1] = {to_acc(x[i])};
+  // The pipelined loop's second buffer leaves no register to hold the block's place across the loop (it spills):
+  // found again from the launch's table.
+  const int tk = kPipelined<T> ? target_of(b, block_index_again()) : ti;
+  const Target& tt = b.t[tk];
+  const int tbid = static_cast<int>(blockIdx.x) - b.block_start[tk], tnblk = b.block_start[tk + 1] - b.block_start[tk];
+  const int64_t tgtid = std::is_same_v<T, float>
+                            ? static_cast<int64_t>(static_cast<unsigned>(tbid) * blockDim.x + threadIdx.x)
+                            : static_cast<int64_t>(tbid) * blockDim.x + threadIdx.x;
+  const int64_t tgstride = static_cast<int64_t>(static_cast<unsigned>(tnblk) * blockDim.x);
+  for (int64_t i = tt.head + tt.nvec * V + tgtid; i < tt.n; i += tgstride) {
+    const A v[1] = {to_acc(static_cast<const T*>(tt.x)[i])};
     consume<1, kU, true, A, kZerosNatural<T>>(t, v, p, h, warp, hists);
   }
   if constexpr (kPaired<T>) pairs.fold_into(t);
@@ -753,7 +881,7 @@ __device__ __forceinline__ void dense_body(const Batch& b, int ti, const Params&
     finish_block(t, tg, static_cast<int>(blockIdx.x) - b.block_start[ti], b.block_start[ti + 1] - b.block_start[ti],
                  p, sm);
   } else {
-    finish_block(t, tg, bid, nblk, p, sm);
+    finish_block(t, tt, tbid, tnblk, p, sm);
   }
 }
 
@@ -765,9 +893,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
   const int on = flag_value(enabled, enabled_bytes);
   if (!on) return;
   HS_SHARED(BlockShared, sm);
-  int ti = 0;
-  while (ti + 1 < b.count && static_cast<int>(blockIdx.x) >= b.block_start[ti + 1]) ++ti;
-  dense_body<T, kLin, kLog, kFloat>(b, ti, call_params(p, on), sm, !(on & kSkipHist));
+  dense_body<T, kLin, kLog, kFloat>(b, target_of(b, blockIdx.x), call_params(p, on), sm, !(on & kSkipHist));
 }
 
 using DenseKernel = void (*)(const Batch, const Params, const unsigned char*, int);
