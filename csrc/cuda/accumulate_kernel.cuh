@@ -362,12 +362,15 @@ __device__ __forceinline__ bool consume(ThreadStats<A>& t, const A (&v)[M], cons
   // or log2 histograms spill on sm_80)
   ChunkMoments<A> m{static_cast<double>(Kc), static_cast<double>(c1), static_cast<double>(c2), cmn, cmx, M, false};
   if (!fast_path_stands<kUnderflow>(t, c2, cmn, cmx)) {
-    if constexpr (kDefer) return false;
-    Chunk<M, A> ch;
+    if constexpr (kDefer) {
+      return false;
+    } else {
+      Chunk<M, A> ch;
 #pragma unroll
-    for (int i = 0; i < M; ++i) ch.v[i] = v[i];
-    m = slow_chunk(ch, p, t.huge);
-    scale_if_huge(t, m);
+      for (int i = 0; i < M; ++i) ch.v[i] = v[i];
+      m = slow_chunk(ch, p, t.huge);
+      scale_if_huge(t, m);
+    }
   }
   t.mn = min_acc(t.mn, m.mn);
   t.mx = max_acc(t.mx, m.mx);
@@ -859,13 +862,27 @@ __device__ __forceinline__ void dense_body(const Batch& b, int ti, const Params&
   }
   // The pipelined loop's second buffer leaves no register to hold the block's place across the loop (it spills):
   // found again from the launch's table.
-  const int tk = kPipelined<T> ? target_of(b, block_index_again()) : ti;
+  const int tk = [&] {
+    if constexpr (kPipelined<T>) return target_of(b, block_index_again());
+    else return ti;
+  }();
   const Target& tt = b.t[tk];
-  const int tbid = static_cast<int>(blockIdx.x) - b.block_start[tk], tnblk = b.block_start[tk + 1] - b.block_start[tk];
-  const int64_t tgtid = std::is_same_v<T, float>
-                            ? static_cast<int64_t>(static_cast<unsigned>(tbid) * blockDim.x + threadIdx.x)
-                            : static_cast<int64_t>(tbid) * blockDim.x + threadIdx.x;
-  const int64_t tgstride = static_cast<int64_t>(static_cast<unsigned>(tnblk) * blockDim.x);
+  const int tbid = [&] {
+    if constexpr (kPipelined<T>) return static_cast<int>(blockIdx.x) - b.block_start[tk];
+    else return bid;
+  }();
+  const int tnblk = [&] {
+    if constexpr (kPipelined<T>) return b.block_start[tk + 1] - b.block_start[tk];
+    else return nblk;
+  }();
+  const int64_t tgtid = [&] {
+    if constexpr (kPipelined<T>) return static_cast<int64_t>(static_cast<unsigned>(tbid) * blockDim.x + threadIdx.x);
+    else return gtid;
+  }();
+  const int64_t tgstride = [&] {
+    if constexpr (kPipelined<T>) return static_cast<int64_t>(static_cast<unsigned>(tnblk) * blockDim.x);
+    else return gstride;
+  }();
   for (int64_t i = tt.head + tt.nvec * V + tgtid; i < tt.n; i += tgstride) {
     const A v[1] = {to_acc(static_cast<const T*>(tt.x)[i])};
     consume<1, kU, true, A, kZerosNatural<T>>(t, v, p, h, warp, hists);
