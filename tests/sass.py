@@ -1,7 +1,8 @@
 """The hot loop of each dense CUDA kernel read from its sm_90 SASS (cuobjdump): instructions and shared-memory
-atomics per element, float64 divisions on it; and the float64 divisions of every kernel outside that loop and outside
-the out-of-line rare calls (epilogue_divisions). tests/test_ptxas.py gates them against benchmarks/results/sass_sm90.json;
-`python benchmarks/gpu_check.py --sass` prints them."""
+atomics per element, float64 divisions on it, global-load bytes in flight along it (bytes_in_flight); and the float64
+divisions of every kernel outside that loop and outside the out-of-line rare calls (epilogue_divisions).
+tests/test_ptxas.py gates them against benchmarks/results/sass_sm90.json; `python benchmarks/gpu_check.py --sass`
+prints them."""
 import glob
 import os
 import re
@@ -35,7 +36,8 @@ def disassemble(obj):
 
 def hot_loops(sass):
     """{"dtype lin=L log=G float=F": {"instructions", "per_element", "atoms_per_element", "fp64_divisions", "path"}} of every
-    dense kernel's innermost loop around its first 128-bit load."""
+    dense kernel's hot loop (loop_bounds); its elements are those of the 128-bit loads on its path (the software-pipelined
+    float32 loop: both of its buffers' passes)."""
     out = {}
     for body in re.split(r"\n\s*Function : ", sass)[1:]:
         m = re.match(r"_ZN9hookstats11cuda_kernel12dense_kernelI(\w+?)Lb(\d)ELb(\d)ELb(\d)E", body.split()[0])

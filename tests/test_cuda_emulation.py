@@ -432,6 +432,31 @@ def test_float_buckets_tails_vanishing(drivers, tmp_path, data):
             check_float(states[0], x, 2, cfg)
 
 
+@pytest.mark.parametrize("where", ["vectors", "head_and_tail", "zeros_only"])
+def test_bf16_zero_buckets_keep_their_tiny_values(drivers, tmp_path, where):
+    """bf16 counts +-0 in the buckets of slots 0 and 2048 and moves them to the zero bucket per block; the nonzero
+    values below 2^-129 that share those buckets stay there: + and -, in the vectors (found by the running minimum,
+    read again), in the scalar head and tail (counted as they go), and ReLU-like data with zeros alone."""
+    cfg = FloatCfg(StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, float_hist=False))
+    g = torch.Generator().manual_seed(31)
+    n, misalign = 5016, 3  # a head of 5 values, 626 vectors, a tail of 3
+    x = torch.randn(n, generator=g, dtype=torch.float64)
+    x[x < 0.3] = 0.0
+    x[1::7] = -0.0
+    tiny = torch.tensor([2.0 ** -133, 15 * 2.0 ** -133, 2.0 ** -131, 3 * 2.0 ** -132], dtype=torch.float64)
+    if where == "vectors":
+        x[200:4000:37] = tiny[torch.arange(len(x[200:4000:37])) % 4] * torch.where(
+            torch.arange(len(x[200:4000:37])) % 3 == 0, -1.0, 1.0)
+    elif where == "head_and_tail":
+        x[[0, 1, n - 1, n - 2]] = torch.tensor([1.0, -1.0, -1.0, 1.0], dtype=torch.float64) * tiny
+    x = x.to(torch.bfloat16)
+    assert where == "zeros_only" or ((x.view(torch.int16) & 0x7FFF) - 1).clamp(min=-1).lt(15).sum() > 0
+    for san in ("asan", "tsan"):
+        states, r = run_driver(drivers[san], x, ["dense", misalign, 3], cfg=cfg, tmp=tmp_path)
+        assert r.returncode == 0, r.stderr[-6000:]
+        check_float(states[0], x, 2, cfg)
+
+
 @pytest.mark.parametrize("san", ["tsan", "asan"])
 def test_float_buckets_multi_tensor_launch(drivers, tmp_path, san):
     cfg = FloatCfg(StatsConfig(eps=1e-3, linear_hist=False, log_hist=False, float_hist=False))
