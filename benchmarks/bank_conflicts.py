@@ -1,7 +1,7 @@
 """Shared-memory bank conflicts of the CUDA kernel's float buckets, simulated on the host (tests/bank_conflicts.py):
 the average degree (wavefronts per warp instruction of the float-bucket increments) per data distribution and dtype,
-under the buckets' own order (main, the kernel's default: the bank is 2 exponent + 3 mantissa bits; the fp16
-kernel's zeros in their natural slot) and the swizzled table of -DHS_BANK_SWIZZLE=1; and, as a reference for what any mapping could do, the best assignment of buckets to banks found by a greedy search with
+under the buckets' own order (main, the kernel's default: the bank is 2 exponent + 3 mantissa bits; the 16-bit
+kernels' zeros in their natural slot: fp16, and bf16 on sm_90) and the swizzled table of -DHS_BANK_SWIZZLE=1; and, as a reference for what any mapping could do, the best assignment of buckets to banks found by a greedy search with
 re-placement passes (unrestricted: a table lookup, not something the kernel could afford), fitted on one sample and
 measured on another. Writes benchmarks/results/bank_conflicts.json.
     PYTHONPATH=. python benchmarks/bank_conflicts.py"""

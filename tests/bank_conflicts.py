@@ -21,7 +21,7 @@ SWIZZLE_SHIFT = 7    # accumulate_kernel.cuh kBankSwizzleShift: word = slot ^ (s
 
 def slots(x, zeros_natural=False):
     """The float bucket (csrc/accumulator.h float_slot) of each value of a float32 view of x (bf16 and fp16 values
-    are exact in float32): the top 12 bits, zero moved to ZERO; with zeros_natural (the fp16 kernel's shared table,
+    are exact in float32): the top 12 bits, zero moved to ZERO; with zeros_natural (the 16-bit kernels' shared table,
     kZerosNatural) +0 and -0 stay in slots 0 and 2048."""
     bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
     s = (bits >> np.uint32(SHIFT)).astype(np.int64)
@@ -29,8 +29,9 @@ def slots(x, zeros_natural=False):
 
 
 def zeros_natural(dtype):
-    """Whether the dense kernel of dtype counts zeros in their natural slot in shared memory (fp16)."""
-    return dtype == torch.float16
+    """Whether the dense kernel of dtype counts zeros in their natural slot in shared memory (fp16; bf16 on sm_90 and in
+    the emulation, which builds as sm_90 does)."""
+    return dtype in (torch.float16, torch.bfloat16)
 
 
 def word_main(slot):

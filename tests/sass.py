@@ -1,7 +1,8 @@
 """The hot loop of each dense CUDA kernel read from its sm_90 SASS (cuobjdump): instructions and shared-memory
-atomics per element, float64 divisions on it; and the float64 divisions of every kernel outside that loop and outside
-the out-of-line rare calls (epilogue_divisions). tests/test_ptxas.py gates them against benchmarks/results/sass_sm90.json;
-`python benchmarks/gpu_check.py --sass` prints them."""
+atomics per element, float64 divisions on it, global-load bytes in flight along it (bytes_in_flight); and the float64
+divisions of every kernel outside that loop and outside the out-of-line rare calls (epilogue_divisions).
+tests/test_ptxas.py gates them against benchmarks/results/sass_sm90.json; `python benchmarks/gpu_check.py --sass`
+prints them."""
 import glob
 import os
 import re
@@ -10,8 +11,8 @@ import subprocess
 
 import torch
 
-# elements one pass of the loop reads (one 16-byte vector per unrolled load)
-PER_PASS = {"f": 8, "13__nv_bfloat16": 16, "6__half": 16, "d": 2}
+# elements in one 16-byte vector (one LDG.E.128); a pass of the loop reads one per 128-bit load on it
+PER_VECTOR = {"f": 4, "13__nv_bfloat16": 8, "6__half": 8, "d": 2}
 DTYPE = {"f": "float32", "13__nv_bfloat16": "bfloat16", "6__half": "float16", "d": "float64"}
 
 
@@ -35,14 +36,15 @@ def disassemble(obj):
 
 def hot_loops(sass):
     """{"dtype lin=L log=G float=F": {"instructions", "per_element", "atoms_per_element", "fp64_divisions", "path"}} of every
-    dense kernel's innermost loop around its first 128-bit load."""
+    dense kernel's hot loop (loop_bounds); its elements are those of the 128-bit loads on its path (the software-pipelined
+    float32 loop: both of its buffers' passes)."""
     out = {}
     for body in re.split(r"\n\s*Function : ", sass)[1:]:
         m = re.match(r"_ZN9hookstats11cuda_kernel12dense_kernelI(\w+?)Lb(\d)ELb(\d)ELb(\d)E", body.split()[0])
         if not m:
             continue
         path = hot_path(body)
-        elems = PER_PASS[m.group(1)]
+        elems = PER_VECTOR[m.group(1)] * sum("LDG.E.128" in t for t in path)
         out[f"{DTYPE[m.group(1)]} lin={m.group(2)} log={m.group(3)} float={m.group(4)}"] = {
             "instructions": len(path), "per_element": round(len(path) / elems, 2),
             "atoms_per_element": round(sum("ATOMS" in t for t in path) / elems, 2),
@@ -53,11 +55,14 @@ def hot_loops(sass):
 
 
 def loop_bounds(ins):
-    """(first, last) address of the innermost loop around the first 128-bit load (last: its branch back)."""
-    first = next(a for a, t in ins if "LDG.E.128" in t)
+    """(first, last) address of the hot loop (last: its branch back): of the innermost loops holding a 128-bit load,
+    the one holding the most (the main loop, not the one-vector remainder after it), the first on a tie."""
+    loads = [a for a, t in ins if "LDG.E.128" in t]
     loops = [(int(m.group(1), 16), a) for a, t in ins
-             for m in [re.search(r"BRA (?:!?U?P\d, )?0x([0-9a-f]+)", t)] if m and int(m.group(1), 16) <= first < a]
-    return min(loops, key=lambda ab: ab[1] - ab[0])
+             for m in [re.search(r"BRA (?:!?U?P\d, )?0x([0-9a-f]+)", t)] if m and int(m.group(1), 16) <= a]
+    holding = [ab for ab in loops if any(ab[0] <= x <= ab[1] for x in loads)]
+    inner = [ab for ab in holding if not any(cd != ab and ab[0] <= cd[0] and cd[1] <= ab[1] for cd in holding)]
+    return max(inner, key=lambda ab: (sum(ab[0] <= x <= ab[1] for x in loads), -ab[0]))
 
 
 def hot_path(body):
@@ -142,3 +147,45 @@ def epilogue_divisions(sass):
             inline = {a for a in inline if not lo <= a <= hi}
         out[f"{kind} {dtype} {label}".strip()] = sum(1 for a, t in ins if a in inline and "MUFU.RCP64H" in t)
     return out
+
+
+# bytes a global load brings, by its size suffix (none: 32 bits)
+LOAD_BYTES = {"128": 16, "64": 8, "U8": 1, "S8": 1, "U16": 2, "S16": 2}
+
+
+def registers(t):
+    """The general registers an instruction names; a 64-bit operand (a D* opcode, .64, F64, WIDE) as its pair."""
+    regs = {int(r) for r in re.findall(r"\bR(\d+)\b", t)}
+    op = re.sub(r"^@!?U?P\w+\s+", "", t).split()[0] if t.strip() else ""
+    if op.startswith("D") or any(k in t for k in (".64", "F64", "WIDE")):
+        regs |= {r + 1 for r in regs}
+    return regs
+
+
+def bytes_in_flight(path):
+    """Global-load bytes a thread has in flight after each instruction of one pass of the loop, in the steady state
+    (the pass run twice, the second one read): a load is in flight from its issue until the first instruction that
+    names one of its destination registers (the scoreboard wait), a predicated load counted as issued."""
+    pending, out = [], []
+    for lap in range(2):
+        for t in path:
+            named = registers(t)
+            pending = [(regs, b) for regs, b in pending if not regs & named]
+            m = re.match(r"(?:@!?U?P\d+\s+)?LDG\.E((?:\.\w+)*)\s+R(\d+),", t)
+            if m:
+                size = next((LOAD_BYTES[x] for x in m.group(1).split(".") if x in LOAD_BYTES), 4)
+                first = int(m.group(2))
+                pending.append((set(range(first, first + max(1, size // 4))), size))
+            if lap:
+                out.append(sum(b for _, b in pending))
+    return out
+
+
+def resident_threads(registers_per_thread, smem_bytes, threads=512, blocks_cap=2, regs_per_sm=65536,
+                     smem_per_sm=228 * 1024, smem_reserved=1024, max_threads=2048):
+    """Threads of one kernel resident on an SM: blocks of `threads`, at most blocks_cap (the persistent grid's blocks
+    per SM), as registers (256 per warp granule), shared memory (with the per-block reservation) and threads allow."""
+    warp_regs = -(-registers_per_thread * 32 // 256) * 256
+    by_regs = (regs_per_sm // warp_regs) // (threads // 32)
+    by_smem = smem_per_sm // (smem_bytes + smem_reserved)
+    return min(blocks_cap, by_regs, by_smem, max_threads // threads) * threads

@@ -24,6 +24,9 @@ from hookstats.config import StatsConfig
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EMU = os.path.join(ROOT, "tests", "cuda_emu")
 CFG = StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, float_hist=False)
+# The slow suites (.ci/run runs them): the emulation builds the kernel source under two sanitizers with the CUDA
+# toolkit's headers (minutes of compiling on a 2-core machine), which a newcomer's test command need not wait for.
+pytestmark = pytest.mark.slow
 SANITIZERS = {
     "tsan": ["-fsanitize=thread"],
     "asan": ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"],
@@ -432,6 +435,31 @@ def test_float_buckets_tails_vanishing(drivers, tmp_path, data):
             check_float(states[0], x, 2, cfg)
 
 
+@pytest.mark.parametrize("where", ["vectors", "head_and_tail", "zeros_only"])
+def test_bf16_zero_buckets_keep_their_tiny_values(drivers, tmp_path, where):
+    """bf16 counts +-0 in the buckets of slots 0 and 2048 and moves them to the zero bucket per block; the nonzero
+    values below 2^-129 that share those buckets stay there: + and -, in the vectors (found by the running minimum,
+    read again), in the scalar head and tail (counted as they go), and ReLU-like data with zeros alone."""
+    cfg = FloatCfg(StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, float_hist=False))
+    g = torch.Generator().manual_seed(31)
+    n, misalign = 5016, 3  # a head of 5 values, 626 vectors, a tail of 3
+    x = torch.randn(n, generator=g, dtype=torch.float64)
+    x[x < 0.3] = 0.0
+    x[1::7] = -0.0
+    tiny = torch.tensor([2.0 ** -133, 15 * 2.0 ** -133, 2.0 ** -131, 3 * 2.0 ** -132], dtype=torch.float64)
+    if where == "vectors":
+        x[200:4000:37] = tiny[torch.arange(len(x[200:4000:37])) % 4] * torch.where(
+            torch.arange(len(x[200:4000:37])) % 3 == 0, -1.0, 1.0)
+    elif where == "head_and_tail":
+        x[[0, 1, n - 1, n - 2]] = torch.tensor([1.0, -1.0, -1.0, 1.0], dtype=torch.float64) * tiny
+    x = x.to(torch.bfloat16)
+    assert where == "zeros_only" or ((x.view(torch.int16) & 0x7FFF) - 1).clamp(min=-1).lt(15).sum() > 0
+    for san in ("asan", "tsan"):
+        states, r = run_driver(drivers[san], x, ["dense", misalign, 3], cfg=cfg, tmp=tmp_path)
+        assert r.returncode == 0, r.stderr[-6000:]
+        check_float(states[0], x, 2, cfg)
+
+
 @pytest.mark.parametrize("san", ["tsan", "asan"])
 def test_float_buckets_multi_tensor_launch(drivers, tmp_path, san):
     cfg = FloatCfg(StatsConfig(eps=1e-3, linear_hist=False, log_hist=False, float_hist=False))
@@ -583,6 +611,37 @@ def test_chunk_shift_keeps_skewed_chunks_exact(drivers, tmp_path):
         states, r = run_driver(drivers["asan"], x, ["dense", 0, 4], tmp=tmp_path)
         assert r.returncode == 0, r.stderr[-6000:]
         check(states[0], x, launches=2)
+
+
+@pytest.mark.parametrize("pattern", ["one_thread_every_pass", "run_of_rounds", "first_and_last_passes"])
+@pytest.mark.parametrize("float_hist", [False, True], ids=["no_float", "float"])
+def test_pipelined_loop_redoes_each_rare_pass(drivers, tmp_path, pattern, float_hist):
+    """float32's loop issues the next pass's loads before consuming this pass's; a pass with a non-finite value or an
+    fp32 overflow leaves it, is read again and redone, and the loop starts over after it. Every pass of one thread
+    rare (both buffers, back to back), rare passes over whole rounds of the grid, and each thread's first and last
+    whole pass rare: integers as the CPU kernel's, moments as the float64 oracle's."""
+    grid, threads, misalign = 2, 64, 1
+    n = 16 * 1024 + 3
+    g = torch.Generator().manual_seed(21)
+    x = torch.randn(n, generator=g, dtype=torch.float64) * 2 + 3
+    vec = (torch.arange(n) - misalign) // 4  # the 16-byte vector of each element past the scalar head
+    gtid, k = vec % (grid * threads), vec // (grid * threads)  # the reading thread; its pass is k // 2
+    body = (vec >= 0) & (vec < (n - misalign) // 4)
+    if pattern == "one_thread_every_pass":
+        x[body & (gtid == 5) & (torch.arange(n) % 4 == 1)] = float("nan")
+        x[body & (gtid == 6) & (torch.arange(n) % 4 == 2)] = 1e30
+    elif pattern == "run_of_rounds":
+        x[body & (k >= 6) & (k < 14) & (torch.arange(n) % 4 == 3)] = float("inf")
+    else:
+        last = (k // 2 == (vec.max() // (grid * threads)) // 2 - 1) | (k // 2 == 0)
+        x[body & last & (torch.arange(n) % 4 == 0)] = -float("inf")
+        x[body & last & (gtid % 3 == 0)] = 1e30
+    x = x.to(torch.float32)
+    cfg = StatsConfig(nbins=40, lo=-4.0, hi=12.0, eps=1e-3, float_hist=float_hist)
+    for san in ("asan", "tsan"):
+        states, r = run_driver(drivers[san], x, ["dense", misalign, grid], cfg=cfg, threads=threads, tmp=tmp_path)
+        assert r.returncode == 0, r.stderr[-6000:]
+        check(states[0], x, launches=2, cfg=cfg)
 
 
 # ---------------------------------------------------------------- shifted sums merged across warps and blocks

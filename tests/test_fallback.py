@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -82,6 +83,7 @@ def plant_a_cached_build():
     open(os.path.join(folder, "BUILT"), "w").close()
 
 
+@pytest.mark.slow  # eight fresh interpreters, each importing torch
 def test_the_fallback_test_ignores_a_build_cached_on_this_machine(tmp_path, monkeypatch):
     """A user's ~/.cache/torch_extensions (or TORCH_EXTENSIONS_DIR) holding a build from an earlier first import
     would serve the op despite the missing compiler: the fallback test uses its own extensions folder."""

@@ -4,11 +4,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow  # a nested pytest run in a fresh interpreter
 def test_the_hook_path_test_passes_with_torch_under_a_folder_named_hookstats(tmp_path):
     site = os.path.dirname(os.path.dirname(torch.__file__))
     (tmp_path / "hookstats").mkdir()
@@ -28,6 +30,7 @@ def test_matplotlib_reads_its_own_defaults():
     assert matplotlib.matplotlib_fname().endswith(os.path.join("mpl-data", "matplotlibrc"))
 
 
+@pytest.mark.slow  # a nested pytest run in a fresh interpreter
 def test_a_users_settings_in_the_home_folder_do_not_reach_the_tests(tmp_path):
     home = tmp_path / "home"
     (home / ".config" / "matplotlib").mkdir(parents=True)

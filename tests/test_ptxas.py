@@ -136,6 +136,58 @@ def test_hot_loops_stay_within_their_sass_budget(ptxas_out):
     assert not divisions, f"float64 divisions in a hot loop: {divisions}"
 
 
+# Little's law for the H200 (4.8 TB/s over 132 SMs at ~0.8 us of loaded latency: ~29 KB an SM): a float32 pass keeps
+# at least this much in flight per SM at every instruction of its hot loop, or bandwidth drops while a chunk is consumed.
+MIN_BYTES_IN_FLIGHT_PER_SM = 32 * 1024
+# shared memory per block beside the kernel's static part, bounded: the float buckets (16 KB) and a 256-bin linear
+# and the log2 histogram per warp (33 KB in all) stay below it
+HIST_SMEM_BOUND = 64 * 1024
+SMEM_PER_SM = {"sm_80": 164 * 1024, "sm_90": 228 * 1024}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+def test_float32_hot_loops_keep_32_kb_per_sm_in_flight(ptxas_out, ptxas_logs, arch):
+    """Each float32 dense kernel: global-load bytes in flight at every instruction of its hot loop (tests/sass.py
+    bytes_in_flight: from a load's issue to the first instruction naming its registers) times the threads an SM holds
+    (ptxas's registers and shared memory, the persistent grid's 2 blocks of 512) at least 32 KB: the next pass's
+    loads are issued before this pass's values are consumed."""
+    import sass
+    rc, log = ptxas_logs[arch]
+    assert rc == 0, f"ptxas gate failed for {arch}:\n{log[-6000:]}"
+    if sass.cuobjdump() is None:
+        pytest.fail("cuobjdump not found: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm (the test extra does)")
+    stats, _ = parse(log)
+    loops = sass.hot_loops(sass.disassemble(str(ptxas_out / f"accumulate_launch_{arch}.o")))
+    figures = {}
+    for lin in (0, 1):
+        for lg in (0, 1):
+            for flt in (0, 1):
+                name = f"float32 lin={lin} log={lg} float={flt}"
+                k = stats[demangle(f"_ZN9hookstats11cuda_kernel12dense_kernelIfLb{lin}ELb{lg}ELb{flt}EEEvNS0_5BatchENS_6"
+                                   f"ParamsEPKhi")]
+                threads = sass.resident_threads(k["registers"], k["smem"] + HIST_SMEM_BOUND,
+                                                smem_per_sm=SMEM_PER_SM[arch])
+                per_thread = min(sass.bytes_in_flight(loops[name]["path"]))
+                figures[name] = (k["registers"], threads, per_thread, threads * per_thread)
+    short = {n: f for n, f in figures.items() if f[3] < MIN_BYTES_IN_FLIGHT_PER_SM}
+    assert not short, f"{arch}: (registers, threads per SM, least bytes in flight per thread, per SM): {short}"
+
+
+def test_bytes_in_flight_drop_when_a_pass_consumes_before_it_loads():
+    """A loop that loads, then consumes, has nothing in flight at its end; one that issues the next pass's loads first
+    keeps them in flight throughout (the pass is run twice: the loads at its end are in flight at its start)."""
+    import sass
+    plain = ["LDG.E.128.CONSTANT R4, desc[UR4][R2.64]", "FADD R20, R4, R20", "FADD R20, R7, R20",
+             "IADD3 R2, P0, R2, 0x10, RZ", "@P1 BRA 0x10"]
+    assert sass.bytes_in_flight(plain) == [16, 0, 0, 0, 0]
+    piped = ["@!P2 LDG.E.128.CONSTANT R8, desc[UR4][R2.64]", "FADD R20, R4, R20", "FADD R20, R7, R20",
+             "LDG.E.128.CONSTANT R4, desc[UR4][R12.64]", "FADD R20, R8, R20", "IMAD.WIDE.U32 R2, R21, 0x10, R2",
+             "@P1 BRA 0x10"]
+    assert sass.bytes_in_flight(piped) == [32, 16, 16, 32, 16, 16, 16]
+    assert sass.resident_threads(64, 20000) == 1024 and sass.resident_threads(72, 20000) == 512
+
+
 @pytest.mark.slow
 def test_reductions_divide_at_most_four_times(ptxas_out):
     """Every kernel (dense and strided) on sm_90: float64 divisions (MUFU.RCP64H) in its own code outside the hot loop

@@ -119,9 +119,12 @@ __device__ __forceinline__ unsigned* warp_hist(const Params& p) {
 }
 
 // Per-thread running state: integer counts plus fp64 sums shifted by K (this thread's first chunk mean).
-template <typename A>
+// N: the count's type, float64 or (where its registers would spill otherwise: bf16 with float buckets) u32, exact as a
+// block sees < 2^31 values (max_block_elems).
+template <typename A, typename N = double>
 struct ThreadStats {
-  double n = 0, K = 0, s1 = 0, s2 = 0;
+  N n = 0;
+  double K = 0, s1 = 0, s2 = 0;
   A mn, mx;
   float nz = 0;  // near-zero count: exact, as a thread sees < 2^23 values (max_block_elems)
   bool huge = false;  // float64 only: K, s1, s2 are of the values times kHugeScale (accumulator.h kHuge)
@@ -161,9 +164,41 @@ HS_HD int float_word(int slot) { return HS_BANK_SWIZZLE ? slot ^ (slot >> kBankS
 // Zeros in their natural bucket: the dense fp16 kernels count +0 in slot 0's word and -0 in slot 2048's, which no
 // other fp16 value reaches (the least nonzero one, 2^-24, is far above 2^-129), and the block moves them to
 // kFloatZero's word before its flush (move_zeros): two instructions a value fewer (the test for +-0 and its select).
-// bf16 has nonzero values in those buckets; finding them per chunk made the bf16 kernel spill.
+// bf16 has nonzero values in those buckets (kTinyInZeroSlots: |v| in [2^-133, 2^-129), 0 < (bits & 0x7fff) < 16): on
+// sm_90 (and in the emulation) its dense kernels count zeros there too, and count those tiny values apart
+// (BlockShared::tiny) for move_zeros to leave in place: the scalar head and tail as they go, the vectors by a second
+// read of the thread's own vectors, only where a running 16x2 minimum over them (PairStats::tiny: one mask and one
+// VIADDMNMX a pair) saw one. sm_80 lacks the 16x2 add-minimum in one instruction: there bf16 keeps the test for +-0.
+#if !defined(HS_BF16_ZEROS_NATURAL)
+#if defined(HS_CPU_EMULATION) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900)
+#define HS_BF16_ZEROS_NATURAL 1
+#else
+#define HS_BF16_ZEROS_NATURAL 0
+#endif
+#endif
 template <typename T>
-constexpr bool kZerosNatural = std::is_same_v<T, __half>;
+constexpr bool kTinyInZeroSlots = std::is_same_v<T, __nv_bfloat16> && HS_BF16_ZEROS_NATURAL;
+template <typename T>
+constexpr bool kZerosNatural = std::is_same_v<T, __half> || kTinyInZeroSlots<T>;
+
+// A bf16 word's magnitudes less one per half, its nonzero values below 2^-129 then < 15 (zeros wrap to 0xffff):
+// kTinyInZeroSlots' running minimum, min(a + b, c) per 16-bit half.
+HS_HD uint32_t add_min_u16x2(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__)
+  return __viaddmin_u16x2(a, b, c);
+#else
+  uint32_t r = 0;
+  for (int sh = 0; sh < 32; sh += 16) {
+    const uint32_t x = ((a >> sh) + (b >> sh)) & 0xffffu, y = (c >> sh) & 0xffffu;
+    r |= (x < y ? x : y) << sh;
+  }
+  return r;
+#endif
+}
+constexpr uint32_t kTinyBelow = 15;  // a half of the running minimum below this: a tiny value was seen
+HS_HD bool tiny_seen(uint32_t run) { return (run & 0xffffu) < kTinyBelow || (run >> 16) < kTinyBelow; }
+// Whether a bf16 value (its 16 bits) is tiny: nonzero and in slot 0 or 2048.
+HS_HD bool tiny_bf16(uint32_t bits) { return (bits & 0x7fffu) - 1u < kTinyBelow; }
 
 // The byte offset of a value's float bucket in the shared table (non-finite values too: the slow path undoes those);
 // kNatural: zeros in slot 0 or 2048 (kZerosNatural), as for any other value.
@@ -189,13 +224,13 @@ __device__ __forceinline__ unsigned* float_counter(unsigned offset) {
 }
 
 // Folds one chunk's moments into t (the first sets K).
-template <typename A>
-__device__ __forceinline__ void fold_chunk(ThreadStats<A>& t, const ChunkMoments<A>& m) {
+template <typename A, typename N>
+__device__ __forceinline__ void fold_chunk(ThreadStats<A, N>& t, const ChunkMoments<A>& m) {
   if (t.n == 0) t.K = m.k;
   const double dc = static_cast<double>(m.c), delta = m.k - t.K;
   t.s1 += m.e1 + dc * delta;
   t.s2 += m.e2 + delta * (2.0 * m.e1 + dc * delta);
-  t.n += dc;
+  t.n += static_cast<N>(m.c);
 }
 
 // The rare chunk, out of line (inlined, the compiler predicates it into every chunk: +9 SASS instructions per
@@ -267,16 +302,16 @@ __device__ __noinline__ ChunkMoments<float> slow_words(Words<K> ch, Params p) {
 // Whether a chunk's fast-path moments stand: else slow_chunk redoes them (non-finite values, fp32 overflow,
 // underflowed squares; float64: a finite |v| >= kHuge may be there, or the thread is huge already). cmx > cmn is false
 // for a chunk of equal values (Kc is that value: exact sums, never redone).
-template <bool kUnderflow, typename A>
-__device__ __forceinline__ bool fast_path_stands(const ThreadStats<A>& t, A c2, A cmn, A cmx) {
+template <bool kUnderflow, typename A, typename N>
+__device__ __forceinline__ bool fast_path_stands(const ThreadStats<A, N>& t, A c2, A cmn, A cmx) {
   bool maybe_huge = false;  // float64 (NaN/Inf chunks go slow_chunk anyway)
   if constexpr (std::is_same_v<A, double>) maybe_huge = t.huge || !(fmax(fabs(cmn), fabs(cmx)) < kHuge);
   return finite_acc(c2) && !maybe_huge && !(kUnderflow && squares_underflowed(c2, cmx > cmn));
 }
 
 // The thread's first huge value (slow_chunk's m.huge): its sums so far scaled (exact, or negligibly small).
-template <typename A>
-__device__ __forceinline__ void scale_if_huge(ThreadStats<A>& t, const ChunkMoments<A>& m) {
+template <typename A, typename N>
+__device__ __forceinline__ void scale_if_huge(ThreadStats<A, N>& t, const ChunkMoments<A>& m) {
   if (m.huge && !t.huge) {
     t.huge = true;
     t.K *= kHugeScale;
@@ -287,8 +322,8 @@ __device__ __forceinline__ void scale_if_huge(ThreadStats<A>& t, const ChunkMome
 
 // The fast path's moments folded into t where they stand (the caller folds its min/max then: true), else redo()
 // folds slow_chunk's and their min/max (false).
-template <int M, bool kUnderflow, typename A, typename Redo>
-__device__ __forceinline__ bool fold_moments(ThreadStats<A>& t, A Kc, A c1, A c2, A cmn, A cmx, Redo redo) {
+template <int M, bool kUnderflow, typename A, typename N, typename Redo>
+__device__ __forceinline__ bool fold_moments(ThreadStats<A, N>& t, A Kc, A c1, A c2, A cmn, A cmx, Redo redo) {
   if (fast_path_stands<kUnderflow>(t, c2, cmn, cmx)) {
     fold_chunk(t, ChunkMoments<A>{static_cast<double>(Kc), static_cast<double>(c1), static_cast<double>(c2), cmn,
                                   cmx, M, false});
@@ -335,8 +370,11 @@ __device__ __forceinline__ void count_value(A x, const Params& p, Hists h, unsig
 // hists false (a kSkipHist call, uniform over the launch; p then has no histogram flags): the dense kernels
 // (kSkippable) skip the histograms with one branch per chunk. The strided kernel counts them beside the moments, as
 // its p says (a separate pass there made ptxas spill the float64 kernel).
-template <int M, bool kUnderflow, bool kSkippable, typename A, bool kNatural = false>
-__device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], const Params& p, Hists h,
+// kDefer: a chunk whose fast path does not stand returns false with its integer statistics counted and nothing else
+// folded (redo_consumed finishes it), so that no call sits in the caller's loop; else true.
+template <int M, bool kUnderflow, bool kSkippable, typename A, bool kNatural = false, bool kDefer = false,
+          typename N = double>
+__device__ __forceinline__ bool consume(ThreadStats<A, N>& t, const A (&v)[M], const Params& p, Hists h,
                                        unsigned* warp, bool hists) {
   const bool signed_nz = p.flags & kSignedNearZero;
   A cmn = nan_acc(A(0)), cmx = cmn;
@@ -360,12 +398,31 @@ __device__ __forceinline__ void consume(ThreadStats<A>& t, const A (&v)[M], cons
   // or log2 histograms spill on sm_80)
   ChunkMoments<A> m{static_cast<double>(Kc), static_cast<double>(c1), static_cast<double>(c2), cmn, cmx, M, false};
   if (!fast_path_stands<kUnderflow>(t, c2, cmn, cmx)) {
-    Chunk<M, A> ch;
+    if constexpr (kDefer) {
+      return false;
+    } else {
+      Chunk<M, A> ch;
 #pragma unroll
-    for (int i = 0; i < M; ++i) ch.v[i] = v[i];
-    m = slow_chunk(ch, p, t.huge);
-    scale_if_huge(t, m);
+      for (int i = 0; i < M; ++i) ch.v[i] = v[i];
+      m = slow_chunk(ch, p, t.huge);
+      scale_if_huge(t, m);
+    }
   }
+  t.mn = min_acc(t.mn, m.mn);
+  t.mx = max_acc(t.mx, m.mx);
+  fold_chunk(t, m);
+  return true;
+}
+
+// The rest of a chunk that consume<..., kDefer = true> returned false for: its moments and min/max redone (inline: its
+// caller runs it outside the hot loop, where a call would hold the loop's state in the callee-saved registers).
+template <int M, typename A, typename N>
+__device__ __forceinline__ void redo_consumed(ThreadStats<A, N>& t, const A (&v)[M], const Params& p) {
+  Chunk<M, A> ch;
+#pragma unroll
+  for (int i = 0; i < M; ++i) ch.v[i] = v[i];
+  const ChunkMoments<A> m = redo_chunk(ch, p, t.huge);
+  scale_if_huge(t, m);
   t.mn = min_acc(t.mn, m.mn);
   t.mx = max_acc(t.mx, m.mx);
   fold_chunk(t, m);
@@ -392,6 +449,7 @@ struct PairStats {
   using P = typename PairOf<T>::type;
   P mn, mx, eps;  // eps: the threshold rounded down to T, so that v <= eps in T exactly when it holds in fp32
   bool signed_nz;
+  uint32_t tiny = 0xffffffffu;  // kTinyInZeroSlots: the running minimum of add_min_u16x2 over the words counted
   HS_HD explicit PairStats(const Params& p) {
     mn = mx = PairOf<T>::both(__builtin_nanf(""));
     const T e = PairOf<T>::round_down(p.eps);
@@ -399,12 +457,14 @@ struct PairStats {
     signed_nz = p.flags & kSignedNearZero;
   }
   // t's min/max (the scalar head's) taken over, so that t's are dead in the main loop (fewer live registers).
-  HS_HD void take_from(ThreadStats<float>& t) {
+  template <typename N>
+  HS_HD void take_from(ThreadStats<float, N>& t) {
     mn = __hmin2(mn, PairOf<T>::both(t.mn));
     mx = __hmax2(mx, PairOf<T>::both(t.mx));
     t.mn = t.mx = __builtin_nanf("");
   }
-  HS_HD void fold_into(ThreadStats<float>& t) const {
+  template <typename N>
+  HS_HD void fold_into(ThreadStats<float, N>& t) const {
     t.mn = fminf(t.mn, fminf(__low2float(mn), __high2float(mn)));
     t.mx = fmaxf(t.mx, fmaxf(__low2float(mx), __high2float(mx)));
   }
@@ -418,8 +478,8 @@ HS_HD P pair_of(uint32_t w) {
 }
 
 // consume for 16-bit values: w holds v's M values as M / 2 words (v[2k] the low half of w[k]).
-template <int M, bool kUnderflow, typename T>
-__device__ __forceinline__ void consume_pairs(ThreadStats<float>& t, PairStats<T>& ps, const uint32_t (&w)[M / 2],
+template <int M, bool kUnderflow, typename T, typename N>
+__device__ __forceinline__ void consume_pairs(ThreadStats<float, N>& t, PairStats<T>& ps, const uint32_t (&w)[M / 2],
                                               const float (&v)[M], const Params& p, Hists h, unsigned* warp,
                                               bool hists) {
   using P = typename PairOf<T>::type;
@@ -442,6 +502,12 @@ __device__ __forceinline__ void consume_pairs(ThreadStats<float>& t, PairStats<T
   if ((h.lin || h.lg || h.flt) && hists) {
 #pragma unroll
     for (int i = 0; i < M; ++i) count_value<kZerosNatural<T>>(v[i], p, h, warp);
+    if constexpr (kTinyInZeroSlots<T>) {
+      if (h.flt) {
+#pragma unroll
+        for (int k = 0; k < M / 2; ++k) ps.tiny = add_min_u16x2(w[k] & 0x7fff7fffu, 0xffffffffu, ps.tiny);
+      }
+    }
   }
   const auto redo = [&] {
     Words<M / 2> ch;
@@ -511,11 +577,11 @@ __device__ __forceinline__ void chan_warp_merge(Partial& a) {
 // scaled back they may pass DBL_MAX): each thread's (n, mean, M2) scaled back, Chan-merged over warps and the block;
 // sm.part[0]'s sums become the block's (n, K = mean, S1 = 0, S2 = M2: exact), the other warps' empty (their
 // min/max stay). Called by every thread of the block.
-template <typename A>
-__device__ __noinline__ void redo_block_sums(ThreadStats<A> t, BlockShared& sm) {
+template <typename A, typename N>
+__device__ __noinline__ void redo_block_sums(ThreadStats<A, N> t, BlockShared& sm) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
   Partial p;
-  shifted_to_partial(p, t.n, t.K, t.s1, t.s2);
+  shifted_to_partial(p, static_cast<double>(t.n), t.K, t.s1, t.s2);
   if (t.huge) {  // an M2 past DBL_MAX is +inf
     p.mean *= kHugeUnscale;
     p.m2 = p.m2 * kHugeUnscale * kHugeUnscale;
@@ -548,11 +614,13 @@ __device__ __noinline__ Partial chan_merge_blocks(const BlockPartial* ws, int nb
   return g;
 }
 
-// kZerosNatural: the zeros counted in slot 0's and slot 2048's words moved to kFloatZero's.
-__device__ __forceinline__ void move_zeros(unsigned* fh) {
+// kZerosNatural: the zeros counted in slot 0's and slot 2048's words moved to kFloatZero's (tiny: the nonzero values
+// counted there, + and -, which stay).
+__device__ __forceinline__ void move_zeros(unsigned* fh, const unsigned* tiny) {
   unsigned &pos = fh[float_word(0)], &neg = fh[float_word(kFloatHalf)];
-  fh[float_word(kFloatZero)] += pos + neg;
-  pos = neg = 0u;
+  fh[float_word(kFloatZero)] += (pos - tiny[0]) + (neg - tiny[1]);
+  pos = tiny[0];
+  neg = tiny[1];
 }
 
 // Zeroes the block's shared histograms; returns this thread's warp histogram.
@@ -589,11 +657,11 @@ __device__ __forceinline__ void flush_hists(const Target& tg, const Params& p) {
 // overflow cases redo with Chan's merges out of line. Integer statistics go to global atomics (exact, order-free);
 // float moments: one block merges straight into fstate, else a last-block-done step merges the per-block partials
 // in block order and re-arms the ticket, so nothing needs zeroing before the next launch.
-template <typename A>
-__device__ void finish_block(const ThreadStats<A>& t, const Target& tg, int bid, int nblk, const Params& prm,
+template <typename A, typename N>
+__device__ void finish_block(const ThreadStats<A, N>& t, const Target& tg, int bid, int nblk, const Params& prm,
                              BlockShared& sm) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
-  BlockPartial b{Sums{t.n, t.K, t.s1, t.s2}, static_cast<double>(t.mn), static_cast<double>(t.mx)};
+  BlockPartial b{Sums{static_cast<double>(t.n), t.K, t.s1, t.s2}, static_cast<double>(t.mn), static_cast<double>(t.mx)};
   unsigned nz = static_cast<unsigned>(t.nz);
   warp_merge(b, nz);
   if (lane == 0) {
@@ -678,6 +746,28 @@ HS_HD Params call_params(Params p, int on) {
   return p;
 }
 
+// Whether the dense loop issues its next pass's loads before consuming this pass's (float32: memory-bound, and its
+// registers allow the second buffer without a spill).
+template <typename T>
+constexpr bool kPipelined = std::is_same_v<T, float>;
+
+// The launch's tensor that block `block` works on.
+HS_HD int target_of(const Batch& b, int block) {
+  int ti = 0;
+  while (ti + 1 < b.count && block >= b.block_start[ti + 1]) ++ti;
+  return ti;
+}
+// blockIdx.x read anew (the compiler would otherwise keep what it derived from the first read live instead).
+__device__ __forceinline__ int block_index_again() {
+#if defined(__CUDA_ARCH__)
+  unsigned r;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(r));
+  return static_cast<int>(r);
+#else
+  return static_cast<int>(blockIdx.x);
+#endif
+}
+
 template <typename T, bool kLin, bool kLog, bool kFloat>
 __device__ __forceinline__ void dense_body(const Batch& b, int ti, const Params& p, BlockShared& sm, bool hists) {
   const Target& tg = b.t[ti];
@@ -691,8 +781,11 @@ __device__ __forceinline__ void dense_body(const Batch& b, int ti, const Params&
   constexpr bool kU = kUnderflowCheck<T>;
   constexpr Hists h{kLin, kLog, kFloat};
   static_assert(U % kChunkVecs == 0, "chunks must tile the unrolled loads");
+  if constexpr (kFloat && kTinyInZeroSlots<T>) {
+    if (threadIdx.x == 0) sm.tiny[0] = sm.tiny[1] = 0u;  // ordered by zero_hists' barrier
+  }
   unsigned* const warp = zero_hists(p);
-  ThreadStats<A> t;
+  ThreadStats<A, std::conditional_t<kFloat && kTinyInZeroSlots<T>, unsigned, double>> t;
   t.mn = t.mx = nan_acc(A(0));
   // M values from the 16-byte vectors r (bf16/fp16: in pairs as well)
   [[maybe_unused]] auto pairs = [&] {
@@ -720,40 +813,174 @@ __device__ __forceinline__ void dense_body(const Batch& b, int ti, const Params&
                            ? static_cast<int64_t>(static_cast<unsigned>(bid) * blockDim.x + threadIdx.x)
                            : static_cast<int64_t>(bid) * blockDim.x + threadIdx.x;
   const int64_t gstride = static_cast<int64_t>(static_cast<unsigned>(nblk) * blockDim.x);
+  // kTinyInZeroSlots: a scalar value's tiny count as it goes (zeroed before zero_hists' barrier)
+  [[maybe_unused]] const auto count_tiny = [&](T e) {
+    if constexpr (kFloat && kTinyInZeroSlots<T>) {
+      uint16_t bits;
+      memcpy(&bits, &e, 2);
+      if (hists && tiny_bf16(bits)) shared_inc(&sm.tiny[bits >> 15]);
+    }
+  };
   for (int64_t i = gtid; i < tg.head; i += gstride) {
     const A v[1] = {to_acc(x[i])};
     consume<1, kU, true, A, kZerosNatural<T>>(t, v, p, h, warp, hists);
+    count_tiny(x[i]);
   }
   if constexpr (kPaired<T>) pairs.take_from(t);
   const uint4* xv = reinterpret_cast<const uint4*>(x + tg.head);
   int64_t j = gtid;
-  for (; j + (U - 1) * gstride < tg.nvec; j += U * gstride) {
-    uint4 r[U];
+  const auto load = [&](uint4 (&r)[U], int64_t at) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) r[u] = HS_LDG16(xv + j + u * gstride);  // all loads first
+    for (int u = 0; u < U; ++u) r[u] = HS_LDG16(xv + at + u * gstride);  // all loads first
+  };
+  const auto consume_all = [&](const uint4 (&r)[U]) {
 #pragma unroll
     for (int g = 0; g < U; g += kChunkVecs) consume_vecs(r + g, std::integral_constant<int, kChunkVecs>{});
+  };
+  const auto full = [&](int64_t at) { return at + (U - 1) * gstride < tg.nvec; };
+  if constexpr (kPipelined<T>) {
+    // Software-pipelined: the next pass's loads are issued before this pass's values are consumed, so a thread keeps
+    // U x 16 bytes in flight throughout (tests/test_ptxas.py counts them in the SASS). Two buffers in turn (a copy
+    // from one to the other would wait for its load). A chunk whose fast path does not stand leaves the loop (no call
+    // inside it, which would hold the loads in flight across it): its pass is read again and finished, and the
+    // pipeline restarts after it.
+    static_assert(!kPaired<T>, "the pipelined loop consumes unpaired values");
+    constexpr int M = kChunkVecs * V;
+    // false if chunk `bad` of r does not stand (its integer statistics counted, nothing else; the earlier ones done)
+    const auto consume_fast = [&](const uint4 (&r)[U], int& bad) {
+#pragma unroll
+      for (int g = 0; g < U; g += kChunkVecs) {
+        A v[M];
+#pragma unroll
+        for (int u = 0; u < kChunkVecs; ++u) unpack<T>(r[g + u], v + u * V);
+        if (!consume<M, kU, true, A, false, true>(t, v, p, h, warp, hists)) {
+          bad = g;
+          return false;
+        }
+      }
+      return true;
+    };
+    // pointers, not indices: a pass's addresses and its test cost an add and a compare each
+    const uint32_t stride = static_cast<uint32_t>(gstride);
+    const auto load_at = [&](uint4 (&r)[U], const uint4* q) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) r[u] = HS_LDG16(q + u * stride);
+    };
+    // a pass at q is whole while q < last (q + (U - 1) x stride < the end), compared as addresses
+    const uintptr_t last = reinterpret_cast<uintptr_t>(xv + tg.nvec) - (U - 1) * static_cast<uintptr_t>(stride) * 16u;
+    const auto whole = [&](const uint4* at) { return reinterpret_cast<uintptr_t>(at) < last; };
+    const uintptr_t step = static_cast<uintptr_t>(U) * stride * 16u;
+    const auto next = [&](const uint4* at) { return reinterpret_cast<const uint4*>(reinterpret_cast<uintptr_t>(at) + step); };
+    const uint4* q = xv + j;
+    while (whole(q)) {
+      uint4 a[U], b[U];
+      load_at(a, q);
+      int bad = 0;
+      bool stood;
+      for (;;) {
+        bool more = whole(next(q));
+        if (more) load_at(b, next(q));
+        stood = consume_fast(a, bad);
+        if (!stood) break;
+        q = next(q);
+        if (!more) break;
+        more = whole(next(q));
+        if (more) load_at(a, next(q));
+        stood = consume_fast(b, bad);
+        if (!stood) break;
+        q = next(q);
+        if (!more) break;
+      }
+      if (stood) break;
+      load_at(a, q);  // the pass whose chunk `bad` did not stand, read again
+#pragma unroll
+      for (int g = 0; g < U; g += kChunkVecs) {
+        if (g < bad) continue;
+        if (g == bad) {
+          A v[M];
+#pragma unroll
+          for (int u = 0; u < kChunkVecs; ++u) unpack<T>(a[g + u], v + u * V);
+          redo_consumed(t, v, p);
+        } else {
+          consume_vecs(a + g, std::integral_constant<int, kChunkVecs>{});
+        }
+      }
+      q = next(q);
+    }
+    j = q - xv;
+  } else {
+    for (; full(j); j += U * gstride) {
+      uint4 r[U];
+      load(r, j);
+      consume_all(r);
+    }
   }
   for (; j < tg.nvec; j += gstride) {
     const uint4 r[1] = {HS_LDG16(xv + j)};
     consume_vecs(r, std::integral_constant<int, 1>{});
   }
-  for (int64_t i = tg.head + tg.nvec * V + gtid; i < tg.n; i += gstride) {
-    const A v[1] = {to_acc(x[i])};
+  // The pipelined loop's second buffer, and bf16's running tiny minimum, leave no register to hold the block's place
+  // across the loop (it spills): found again from the launch's table.
+  constexpr bool kRederive = kPipelined<T> || (kFloat && kTinyInZeroSlots<T>);
+  const int tk = [&] {
+    if constexpr (kRederive) return target_of(b, block_index_again());
+    else return ti;
+  }();
+  const Target& tt = b.t[tk];
+  const int tbid = [&] {
+    if constexpr (kRederive) return static_cast<int>(blockIdx.x) - b.block_start[tk];
+    else return bid;
+  }();
+  const int tnblk = [&] {
+    if constexpr (kRederive) return b.block_start[tk + 1] - b.block_start[tk];
+    else return nblk;
+  }();
+  const int64_t tgtid = [&] {
+    if constexpr (kRederive) return static_cast<int64_t>(static_cast<unsigned>(tbid) * blockDim.x + threadIdx.x);
+    else return gtid;
+  }();
+  const int64_t tgstride = [&] {
+    if constexpr (kRederive) return static_cast<int64_t>(static_cast<unsigned>(tnblk) * blockDim.x);
+    else return gstride;
+  }();
+  for (int64_t i = tt.head + tt.nvec * V + tgtid; i < tt.n; i += tgstride) {
+    const A v[1] = {to_acc(static_cast<const T*>(tt.x)[i])};
     consume<1, kU, true, A, kZerosNatural<T>>(t, v, p, h, warp, hists);
+    count_tiny(static_cast<const T*>(tt.x)[i]);
+  }
+  if constexpr (kFloat && kTinyInZeroSlots<T>) {
+    // the vectors' tiny values, read again where the running minimum saw one (never on ordinary data)
+    if (hists && tiny_seen(pairs.tiny)) {
+      const uint4* tv = reinterpret_cast<const uint4*>(static_cast<const T*>(tt.x) + tt.head);
+      for (int64_t k = tgtid; k < tt.nvec; k += tgstride) {
+        const uint4 r = HS_LDG16(tv + k);
+        const uint32_t ws[4] = {r.x, r.y, r.z, r.w};
+        for (int q = 0; q < 8; ++q) {
+          const uint32_t bits = (ws[q / 2] >> (16 * (q % 2))) & 0xffffu;
+          if (tiny_bf16(bits)) shared_inc(&sm.tiny[bits >> 15]);
+        }
+      }
+    }
   }
   if constexpr (kPaired<T>) pairs.fold_into(t);
   __syncthreads();
   if constexpr (kFloat && kZerosNatural<T>) {
-    if (hists && threadIdx.x == 0) move_zeros(float_hist());  // before finish_block's barrier, which orders the flush
+    if (hists && threadIdx.x == 0) {  // before finish_block's barrier, which orders the flush
+      if constexpr (kTinyInZeroSlots<T>) {
+        move_zeros(float_hist(), sm.tiny);
+      } else {
+        const unsigned none[2] = {0u, 0u};
+        move_zeros(float_hist(), none);
+      }
+    }
   }
-  if constexpr (kChunkVecs == 2 && kPaired<T>) {
+  if constexpr (kChunkVecs == 2 && kPaired<T> && !kRederive) {
     // 16 paired values a chunk: the block's place read again from the launch's table (held across the loop, it
     // spills)
     finish_block(t, tg, static_cast<int>(blockIdx.x) - b.block_start[ti], b.block_start[ti + 1] - b.block_start[ti],
                  p, sm);
   } else {
-    finish_block(t, tg, bid, nblk, p, sm);
+    finish_block(t, tt, tbid, tnblk, p, sm);
   }
 }
 
@@ -765,9 +992,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
   const int on = flag_value(enabled, enabled_bytes);
   if (!on) return;
   HS_SHARED(BlockShared, sm);
-  int ti = 0;
-  while (ti + 1 < b.count && static_cast<int>(blockIdx.x) >= b.block_start[ti + 1]) ++ti;
-  dense_body<T, kLin, kLog, kFloat>(b, ti, call_params(p, on), sm, !(on & kSkipHist));
+  dense_body<T, kLin, kLog, kFloat>(b, target_of(b, blockIdx.x), call_params(p, on), sm, !(on & kSkipHist));
 }
 
 using DenseKernel = void (*)(const Batch, const Params, const unsigned char*, int);

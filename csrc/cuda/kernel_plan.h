@@ -51,6 +51,7 @@ struct BlockPartial {
 struct BlockShared {
   BlockPartial part[kMaxWarps];
   unsigned nz[kMaxWarps];
+  unsigned tiny[2];  // bf16 float buckets: the block's nonzero values in slots 0 (+) and 2048 (-) (accumulate_kernel.cuh)
   int last;
 };
 constexpr int64_t kTicketBytes = 64;
