@@ -44,7 +44,8 @@ def test_missing_extension_warns_once_with_the_build_command_and_still_works(tmp
 
 def test_a_bad_backend_name_is_an_error():
     """At the engine's first load (`import hookstats` loads it lazily: the first attach, or backend() here)."""
-    out = subprocess.run([sys.executable, "-c", "import hookstats; hookstats.backend()"], capture_output=True, text=True, cwd=ROOT,
+    out = subprocess.run([sys.executable, "-c", "import hookstats; hookstats.backend()"], capture_output=True, text=True,
+                         cwd=ROOT,
                          env={**os.environ, "HOOKSTATS_BACKEND": "cuda"}, timeout=120)
     assert out.returncode != 0 and "HOOKSTATS_BACKEND must be" in out.stderr
 

@@ -6,6 +6,7 @@ import hashlib
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -55,9 +56,11 @@ def rawstate_over(text, tmp_path, monkeypatch):
     (pkg / "_build.py").write_text(f"def source_dir():\n    return {str(pkg)!r}\n")
     with open(rawstate.__file__, encoding="utf-8") as f:
         (pkg / "rawstate.py").write_text(f.read())
+    here = os.path.dirname(rawstate.__file__)
+    shutil.copyfile(os.path.join(here, "tensor_kind.py"), pkg / "tensor_kind.py")  # rawstate imports it
     (pkg / rawstate.LAYOUT_FILE).write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("probe", "probe._build", "probe.rawstate"):
+    for name in ("probe", "probe._build", "probe.tensor_kind", "probe.rawstate"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     return importlib.import_module("probe.rawstate")
 
