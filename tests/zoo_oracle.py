@@ -173,6 +173,16 @@ class Oracle:
         return out
 
 
+def assert_moments_agree(oracle, got, tids, cfg, *, atol=1e-7, phase="train"):
+    """Each target's count exactly and its mean, std, min and max to rtol 1e-5 (+ atol) against the oracle's values
+    over every step it recorded."""
+    for tid in sorted(tids):
+        exp = oracle.expected(phase, tid, oracle.steps(phase), cfg)
+        assert got[tid]["count"] == exp["count"], tid
+        for field in ("mean", "std", "min", "max"):
+            np.testing.assert_allclose(got[tid][field], exp[field], rtol=1e-5, atol=atol, err_msg=f"{tid} {field}")
+
+
 def summarize(parts, cfg):
     allv = np.concatenate([v for _, v in parts]) if parts else np.zeros(0)
     fin = allv[np.isfinite(allv)]
