@@ -24,6 +24,10 @@ for _var in ("MATPLOTLIBRC", "WANDB_MODE", "WANDB_API_KEY", "WANDB_ENTITY", "WAN
 import hookstats  # noqa: E402
 from hookstats import reference  # noqa: E402
 
+# `import hookstats` loads the op lazily (its first attach); test modules name torch.ops.hookstats at import, so it
+# is loaded here, whichever test file runs first or alone
+hookstats.backend()
+
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
 # pytest-xdist: each worker takes its share of the cores (2 workers x 2 OpenMP threads on 2 cores spin against

@@ -11,6 +11,7 @@ import torch
 from float_oracle import float_buckets
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import hookstats
 from hookstats import layout
 
 F32_MAX = float(np.finfo(np.float32).max)
@@ -110,11 +111,12 @@ def failure_with_kernel(test_file, select, kernel):
     if kernel not in cpu_kernels():
         pytest.skip(f"this CPU cannot run the {kernel} kernel")
     if kernel == cpu_kernels()[-1] and "HOOKSTATS_CPU_KERNEL" not in os.environ:
+        hookstats.backend()  # loads the op (import hookstats does not)
         chosen = torch.ops.hookstats.cpu_kernel()
         return None if chosen == kernel else f"the op chose {chosen!r}, not {kernel!r}, the best this CPU has"
     env = {**os.environ, "HOOKSTATS_CPU_KERNEL": kernel}
-    which = subprocess.run([sys.executable, "-c", "import hookstats, torch; print(torch.ops.hookstats.cpu_kernel())"],
-                           env=env, capture_output=True, text=True, timeout=120)
+    probe = "import hookstats, torch; hookstats.backend()  # loads the op\nprint(torch.ops.hookstats.cpu_kernel())"
+    which = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     if which.stdout.strip() != kernel:
         return f"the {kernel} kernel was not chosen: {which.stdout.strip()!r} " + which.stderr[-2000:]
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test_file, "-k", select],
