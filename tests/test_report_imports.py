@@ -88,3 +88,20 @@ def test_low_precision_formats_match_torch_finfo():
                         "fp8 e5m2": torch.float8_e5m2}.items():
         fi = torch.finfo(dtype)
         assert hookstats.plots.format_ranges()[name] == (fi.smallest_normal * fi.eps, fi.smallest_normal, fi.max)
+
+
+def test_the_op_is_registered_by_backend_not_by_import():
+    """docs/reference/op.md: `import hookstats` registers nothing; hookstats.backend() loads the engine, after which
+    torch.ops.hookstats.accumulate_ is there to call directly (a saved export program, a custom kernel)."""
+    code = ("import torch, hookstats; "
+            "assert not hasattr(torch.ops.hookstats, 'accumulate_'); "
+            "assert hookstats.backend() == 'compiled'; "
+            "x = torch.tensor([1.0, -2.0, 0.0]); "
+            "from hookstats.config import StatsConfig; from hookstats.buffers import TargetState; "
+            "cfg = StatsConfig(); st = TargetState(None, None, 'cpu', cfg); on = torch.ones(1, dtype=torch.int32); "
+            "torch.ops.hookstats.accumulate_(x, st.fstate, st.istate, st.scratch, on, cfg.op_params()); "
+            "print(int(st.istate[0]))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[-1] == "3"
