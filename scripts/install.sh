@@ -19,9 +19,25 @@ pins=$(mktemp)
 trap 'rm -f "$pins"' EXIT
 echo "torch==$torch_version" > "$pins"
 [ -z "$torchvision" ] || echo "torchvision==$torchvision" >> "$pins"
-pip=("$venv/bin/pip" install --disable-pip-version-check -q -c "$pins")
+# --no-compile: Python compiles what it imports on first import; byte-compiling every file of torch, paddle,
+# transformers and the rest ahead of time is most of pip's CPU here, for modules no run imports.
+pip=("$venv/bin/pip" install --disable-pip-version-check -q --no-compile -c "$pins")
 "${pip[@]}" "torch==$torch_version" "setuptools>=77" wheel ninja pybind11
-MAX_JOBS="${MAX_JOBS:-2}" "${pip[@]}" --no-build-isolation -e ".[$extra]"
+# The op's build (MAX_JOBS compilers) runs while pip installs the extra's packages (one core, mostly unpacking):
+# they overlap instead of following each other. The editable install itself builds nothing (HOOKSTATS_NO_EXT=1);
+# the op lands in hookstats/ beside the sources, where the editable package finds it.
+build_log=$(mktemp)
+trap 'rm -f "$pins" "$build_log"; [ -z "${build:-}" ] || kill "$build" 2>/dev/null || true' EXIT
+MAX_JOBS="${MAX_JOBS:-2}" "$venv/bin/python" setup.py -q build_ext --inplace >"$build_log" 2>&1 &
+build=$!
+HOOKSTATS_NO_EXT=1 "${pip[@]}" --no-build-isolation -e ".[$extra]"
+if ! wait "$build"; then
+  build=""
+  cat "$build_log" >&2
+  echo "install.sh: building the op failed (its log is above)" >&2
+  exit 1
+fi
+build=""
 # PyPI's torchvision wheels are built against the CUDA torch of the same version: beside a CPU-only torch
 # (2.13.0 here is one) its ops do not load ("torchvision::nms does not exist"), and every import of it fails,
 # including lightning's and transformers'. Such a torchvision is removed, and the reason said.
