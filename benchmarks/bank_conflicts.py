@@ -8,7 +8,8 @@ lane's copy chosen by its lane bits and each copy's banks rotated (its own base)
 offsets and placement fitted on one sample and measured on another (copiesR, copiesR_layout); the searched assignment
 with those copies (copiesR_searched: a bank per copy and bucket); copies confined to 32/R banks each
 (confinedR, beyond any base + slot layout); and the distinct words a warp instruction touches with 1, 2 and 4 copies
-(wordsR). Writes benchmarks/results/bank_conflicts.json.
+(wordsR); and main_uncombined: the degree if lanes on one word were not combined (lanes in the
+busiest bank), which a GPU's conflict count tells apart. Writes benchmarks/results/bank_conflicts.json.
     PYTHONPATH=. python benchmarks/bank_conflicts.py"""
 import itertools
 import os
@@ -119,6 +120,8 @@ def main():
             row = {"main": round(bc.average_degree(x, dtype, "main"), 3),
                    "swizzled": round(bc.average_degree(x, dtype, "swizzled"), 3)}
             nat = bc.zeros_natural(dtype)
+            row["main_uncombined"] = round(float(bc.uncombined_degrees(
+                bc.word_main(bc.slots(bc.warp_instructions(x, dtype), nat))).mean()), 3)
             fit = bc.slots(bc.warp_instructions(x, dtype), nat)
             bank = searched_banks(fit)
             row["searched_in_sample"] = round(float(bc.degrees(as_words(fit, bank)).mean()), 3)

@@ -110,6 +110,14 @@ def degrees(words):
     return per_bank.reshape(-1, BANKS).max(axis=1)
 
 
+def uncombined_degrees(words):
+    """What the degree would be if lanes hitting one word were not combined (the lanes in the busiest bank): the H200's
+    conflict count tells the two apart (docs/performance.md)."""
+    w = np.asarray(words)
+    rows = np.broadcast_to(np.arange(w.shape[0])[:, None], w.shape)
+    return np.bincount((rows * BANKS + w % BANKS).ravel(), minlength=w.shape[0] * BANKS).reshape(-1, BANKS).max(axis=1)
+
+
 def average_degree(x, dtype, mapping=KERNEL_MAPPING, natural=None):
     """Mean degree of the warp instructions that count x's float buckets, under one of MAPPINGS; natural: whether
     zeros stay in their natural slot (default: as the kernel of dtype does)."""

@@ -113,6 +113,7 @@ def test_degree_counts_distinct_words_per_bank():
                      [i * 32 for i in range(32)],             # 32 words in bank 0
                      [7, 39, 71, 7] + [1] * 28])              # three in bank 7, one in bank 1
     assert bc.degrees(rows).tolist() == [1, 1, 2, 32, 3]
+    assert bc.uncombined_degrees(rows).tolist() == [32, 1, 32, 32, 28]  # lanes, not words, in the busiest bank
 
 
 @pytest.mark.parametrize("mapping", sorted(TARGETS))
