@@ -49,6 +49,43 @@ MAPPINGS = {"main": word_main, "swizzled": word_swizzled}
 KERNEL_MAPPING = "main"  # the kernel's default; "swizzled" with -DHS_BANK_SWIZZLE=1 (accumulate_kernel.cuh)
 
 
+# Replicated tables (not in the kernel: a study of whether copies could bring the degree to 2). `copies` tables, a
+# lane's copy chosen by some of its lane bits; copy c starts at word c * (SLOTS + BANKS) + offsets[c] (offsets < BANKS),
+# so a thread's counter is its own base (computed once, outside the hot loop) plus its slot: copy c's banks are the
+# slots' rotated by offsets[c]. kind "xor" puts slot s of copy c at word c * SLOTS + (s ^ offsets[c]) instead (one
+# LOP3 can fold that XOR into the offset's mask). Same bucket in two copies: two words, so those lanes no longer combine.
+def lane_copies(lane_bits):
+    """The copy (0 .. 2 ** len(lane_bits) - 1) of each of the 32 lanes: its bits lane_bits, the first the lowest."""
+    lane = np.arange(WARP)
+    return sum((((lane >> b) & 1) << i for i, b in enumerate(lane_bits)), np.zeros(WARP, dtype=np.int64))
+
+
+def replicated_bytes(copies, kind="base"):
+    """Shared memory of `copies` tables (the block's float buckets; the kernel's one table: 16 KiB)."""
+    return copies * (SLOTS + (BANKS if kind == "base" else 0)) * 4
+
+
+def words_replicated(slots, lane_bits, offsets, kind="base"):
+    """The words of (instructions, 32) lane-ordered slots under replicated tables: lane l uses copy
+    lane_copies(lane_bits)[l], placed as `kind` says with offsets[copy]."""
+    slots = np.asarray(slots)
+    copy = lane_copies(lane_bits)[None, :]
+    off = np.asarray(offsets)[copy]
+    if kind == "base":
+        return copy * (SLOTS + BANKS) + off + slots
+    return copy * SLOTS + (slots ^ off)
+
+
+def words_bank_confined(slots, copies):
+    """A reference beyond any base + slot layout: lane l's copy l % copies holds its SLOTS counters in banks
+    [c * 32 / copies, (c + 1) * 32 / copies) only (slot s at row s // width, bank c * width + s % width), so lanes of
+    different copies never share a bank. copies x 16 KiB."""
+    slots = np.asarray(slots)
+    width = BANKS // copies
+    copy = (np.arange(WARP) % copies)[None, :]
+    return (slots // width) * BANKS + copy * width + slots % width
+
+
 def values_per_vector(dtype):
     return 16 // torch.tensor([], dtype=dtype).element_size()
 
@@ -71,6 +108,14 @@ def degrees(words):
     rows = np.broadcast_to(np.arange(w.shape[0])[:, None], w.shape)
     per_bank = np.bincount((rows * BANKS + w % BANKS)[distinct], minlength=w.shape[0] * BANKS)
     return per_bank.reshape(-1, BANKS).max(axis=1)
+
+
+def uncombined_degrees(words):
+    """What the degree would be if lanes hitting one word were not combined (the lanes in the busiest bank): the H200's
+    conflict count tells the two apart (docs/performance.md)."""
+    w = np.asarray(words)
+    rows = np.broadcast_to(np.arange(w.shape[0])[:, None], w.shape)
+    return np.bincount((rows * BANKS + w % BANKS).ravel(), minlength=w.shape[0] * BANKS).reshape(-1, BANKS).max(axis=1)
 
 
 def average_degree(x, dtype, mapping=KERNEL_MAPPING, natural=None):

@@ -113,6 +113,7 @@ def test_degree_counts_distinct_words_per_bank():
                      [i * 32 for i in range(32)],             # 32 words in bank 0
                      [7, 39, 71, 7] + [1] * 28])              # three in bank 7, one in bank 1
     assert bc.degrees(rows).tolist() == [1, 1, 2, 32, 3]
+    assert bc.uncombined_degrees(rows).tolist() == [32, 1, 32, 32, 28]  # lanes, not words, in the busiest bank
 
 
 @pytest.mark.parametrize("mapping", sorted(TARGETS))
@@ -123,3 +124,64 @@ def test_simulated_conflicts_stay_within_their_target(dist, dtype, mapping):
     got = bc.average_degree(x, dtype, mapping=mapping)
     target = TARGETS[mapping][dist]
     assert got <= target, f"{dist} {dtype} {mapping}: {got:.3f}-way on average, target {target}"
+
+
+# Replicated tables (a study, not the kernel's layout: tests/bank_conflicts.py words_replicated).
+@pytest.mark.parametrize("lane_bits,offsets", [((4,), [0, 16]), ((0,), [0, 5]), ((0, 3), [0, 8, 31, 1])])
+def test_a_replicated_lanes_word_is_its_copys_base_plus_its_slot(lane_bits, offsets):
+    rng = np.random.default_rng(5)
+    slots = rng.integers(0, bc.SLOTS, (40, 32))
+    copies = len(offsets)
+    got_base = bc.words_replicated(slots, lane_bits, offsets, "base")
+    got_xor = bc.words_replicated(slots, lane_bits, offsets, "xor")
+    for r in range(slots.shape[0]):
+        for lane in range(32):
+            copy = sum(((lane >> b) & 1) << i for i, b in enumerate(lane_bits))
+            s = int(slots[r, lane])
+            assert got_base[r, lane] == copy * (bc.SLOTS + bc.BANKS) + offsets[copy] + s
+            assert got_xor[r, lane] == copy * bc.SLOTS + (s ^ offsets[copy])
+    for kind, got in (("base", got_base), ("xor", got_xor)):
+        assert got.max() * 4 < bc.replicated_bytes(copies, kind)
+    # every (copy, slot) its own word, in either placement
+    every = np.arange(bc.SLOTS)
+    for kind in ("base", "xor"):
+        words = {int(w) for c in range(copies) for w in
+                 bc.words_replicated(np.tile(every[:, None], 32), lane_bits, offsets, kind)[:, bc.lane_copies(lane_bits) == c][:, 0]}
+        assert len(words) == copies * bc.SLOTS
+
+
+def test_one_copy_at_offset_zero_is_the_kernels_table():
+    slots = np.random.default_rng(6).integers(0, bc.SLOTS, (50, 32))
+    assert np.array_equal(bc.words_replicated(slots, (), [0]), bc.word_main(slots))
+    assert np.array_equal(bc.words_replicated(slots, (), [0], "xor"), bc.word_main(slots))
+
+
+def test_copies_keep_the_same_bucket_apart():
+    same = np.full((1, 32), 1234)
+    assert bc.degrees(bc.words_replicated(same, (), [0])).tolist() == [1]           # one word: the lanes combine
+    assert bc.degrees(bc.words_replicated(same, (4,), [0, 0])).tolist() == [2]      # two words, one bank
+    assert bc.degrees(bc.words_replicated(same, (4,), [0, 1])).tolist() == [1]      # two words, two banks
+    assert bc.degrees(bc.words_replicated(same, (0, 1), [0, 0, 0, 0], "xor")).tolist() == [4]
+
+
+@pytest.mark.parametrize("copies", [2, 4, 8, 16, 32])
+def test_bank_confined_copies_keep_to_their_banks(copies):
+    every = np.tile(np.arange(bc.SLOTS)[:, None], 32)
+    words = bc.words_bank_confined(every, copies)
+    width = 32 // copies
+    for lane in range(32):
+        c = lane % copies
+        assert set((words[:, lane] % bc.BANKS).tolist()) == set(range(c * width, (c + 1) * width))
+        assert len(set(words[:, lane].tolist())) == bc.SLOTS
+    assert words.max() < copies * bc.SLOTS
+
+
+def test_lane_group_copies_raise_the_degree_on_noise():
+    """Copies split the lanes that share a bucket (the only thing keeping N(0,1) near 2.5-way), so no choice of lane
+    bits or offsets brings noise-like data down (benchmarks/results/bank_conflicts.json: 2.9 and 3.2)."""
+    slots = bc.slots(bc.warp_instructions(bc.sample("N(0,1)", 1 << 15), torch.bfloat16), True)
+    one = bc.degrees(bc.word_main(slots)).mean()
+    for bits, offsets in [((4,), [0, 16]), ((0,), [0, 30]), ((0, 1), [0, 8, 16, 24]), ((2, 3), [0, 14, 11, 26])]:
+        for kind in ("base", "xor"):
+            got = bc.degrees(bc.words_replicated(slots, bits, offsets, kind)).mean()
+            assert got > one + 0.3, (bits, offsets, kind, got, one)
