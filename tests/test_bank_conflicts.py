@@ -55,6 +55,7 @@ def mirrors(exe, mapping, tmp_path):
     assert sorted(words[:bc.SLOTS].tolist()) == list(range(bc.SLOTS))
 
 
+@pytest.mark.slow  # the emulation's sanitizer builds (test_cuda_emulation.py's, all slow): minutes of compiling
 def test_the_simulator_mirrors_the_kernels_words(drivers, tmp_path):
     mirrors(drivers["asan"], bc.KERNEL_MAPPING, tmp_path)
 
