@@ -19,9 +19,9 @@ pins=$(mktemp)
 trap 'rm -f "$pins"' EXIT
 echo "torch==$torch_version" > "$pins"
 [ -z "$torchvision" ] || echo "torchvision==$torchvision" >> "$pins"
-# --no-compile: Python compiles what it imports on first import; byte-compiling every file of torch, paddle,
-# transformers and the rest ahead of time is most of pip's CPU here, for modules no run imports.
-pip=("$venv/bin/pip" install --disable-pip-version-check -q --no-compile -c "$pins")
+# pip byte-compiles what it installs (no --no-compile): with PYTHONDONTWRITEBYTECODE=1, as on many CI machines,
+# Python would otherwise compile torch and the rest again in every process that imports them.
+pip=("$venv/bin/pip" install --disable-pip-version-check -q -c "$pins")
 "${pip[@]}" "torch==$torch_version" "setuptools>=77" wheel ninja pybind11
 # The op's build (MAX_JOBS compilers) runs while pip installs the extra's packages (one core, mostly unpacking):
 # they overlap instead of following each other. The editable install itself builds nothing (HOOKSTATS_NO_EXT=1);
