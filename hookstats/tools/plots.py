@@ -115,8 +115,9 @@ def _float_views(series):
             lo, hi = (np.where(flat, np.where(finite, lo - w, -1.0), lo), np.where(flat, np.where(finite, lo + w, 1.0), hi))
             k = fh.shape[1]
             view = buckets.linear_view(fh, HEATMAP_BINS, span=(np.repeat(lo[:, None], k, 1), np.repeat(hi[:, None], k, 1)))
-            for r, (s, f) in enumerate(batch):
-                s["float_total"] = f.sum(axis=0)
+            total = fh.sum(axis=1)
+            for r, (s, _) in enumerate(batch):
+                s["float_total"] = total[r]
                 s["float_view"], s["float_view_edges"] = view["counts"][r], view["edges"][r, 0]
 
 
@@ -194,6 +195,20 @@ def plain_log_bar(bar):
     return bar
 
 
+def name_rows(ax, targets, every, fontsize=6, axis_label="target (forward order)"):
+    """Every `every`-th row of an overview image named at ax's left ("<row>  <target>") as plain marks and texts
+    (axis_marks: matplotlib's ticks cost ~3 ms each to draw), and the axis label beyond the names, kept within the
+    figure (12 points from its edge) where the names reach further."""
+    from . import axis_marks
+    rows = np.arange(0, len(targets), every)
+    names = [f"{r}  {short(targets[r])}" for r in rows]
+    axis_marks.mark(ax, "left", rows, names, fontsize=fontsize)
+    if axis_label is not None:
+        ax.set_ylabel(axis_label)
+        margin = ax.get_position().x0 * ax.figure.get_figwidth() * 72  # points left of the axes
+        axis_marks.place_label(ax, "left", min(axis_marks.label_room(names, fontsize, "left"), margin - 12))
+
+
 def image_title(ax, text, **kw):
     """ax.set_title at the axes' top, where matplotlib would place it over an image whose axes have no ticks above
     and no offset text (names or bins on the y axis): saying so skips its search for a higher place, which lays
@@ -262,11 +277,14 @@ def plot_layer_stats_overview(series, path=None, kind=Kind.OUTPUT.value):
     fig.subplots_adjust(left=0.17, right=0.97, top=0.9, bottom=0.08, wspace=0.25)
     axes = np.atleast_1d(fig.subplots(1, len(plotted)))
     every = max(1, -(-len(targets) // MAX_NAMED_ROWS))
-    steps = np.unique(np.concatenate([series[t]["steps"] for t in targets])) if targets else np.zeros(0, np.int64)
+    at = [series[t]["steps"] for t in targets]  # each target's cells, found once for every panel
+    steps = np.unique(np.concatenate(at)) if targets else np.zeros(0, np.int64)
+    cells = (np.repeat(np.arange(len(targets)), [len(a) for a in at]),
+             np.searchsorted(steps, np.concatenate(at)) if targets else np.zeros(0, np.int64))
     for ax, st in zip(axes, plotted):
         m = np.full((len(targets), len(steps)), np.nan)
-        for r, t in enumerate(targets):
-            m[r, np.searchsorted(steps, series[t]["steps"])] = series[t][st.name]
+        if targets:
+            m[cells] = np.concatenate([series[t][st.name] for t in targets])
         m = st.plot.scale * np.where(np.isfinite(m), np.clip(m, -PLOT_MAX, PLOT_MAX), np.nan)
         positive = m[m > 0]
         log = st.plot.log and positive.size and not (m <= 0).any()
@@ -282,9 +300,7 @@ def plot_layer_stats_overview(series, path=None, kind=Kind.OUTPUT.value):
         ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
         ax.set_xlabel("step")
         ax.set_yticks([])
-    rows = np.arange(0, len(targets), every)  # the names once, beside the first panel
-    axes[0].set_yticks(rows, [f"{r}  {short(targets[r])}" for r in rows], fontsize=6)
-    axes[0].set_ylabel("target (forward order)")
+    name_rows(axes[0], targets, every)  # the names once, beside the first panel
     fig.suptitle(f"layer stats over steps ({kind or 'all kinds'}, {len(targets)} targets, one row each)")
     return save_figure(fig, path)
 
@@ -431,10 +447,8 @@ def plot_hist_overview(series, path=None, hist="linear", kind=Kind.OUTPUT.value)
                           norm=norm, interpolation="nearest", extent=(*extent_x, n - 0.5, -0.5))
         image_title(ax, f"each target's {which} histogram record", fontsize=9)
         ax.set_xlabel("log2 |x|  (first column: ~0)" if hist == "log2" else "bin of the target's own span", fontsize=8)
-    rows = np.arange(0, n, max(1, -(-n // MAX_NAMED_ROWS)))
-    axes[0].set_yticks(rows, [f"{r}  {short(targets[r])}" for r in rows], fontsize=6)
+    name_rows(axes[0], targets, max(1, -(-n // MAX_NAMED_ROWS)))
     axes[1].set_yticks([])
-    axes[0].set_ylabel("target (forward order)")
     fig.suptitle(f"{'linear' if hist == 'linear' else 'log2-magnitude'} histograms ({kind or 'all kinds'}, {n} "
                  f"targets, one row each); color: share of the record's values")
     if n:
@@ -550,8 +564,10 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
                 shown = True
         label = f"{name}: {sub:.3g} (2^{math.log2(sub):.0f}) .. {mx:.4g}" + ("" if shown else "  (beyond the axis)")
         handles.append(Line2D([], [], color=c, lw=1.3, label=label))
-    rows = range(0, n, 1 if labelled else -(-n // MAX_NAMED_ROWS))
-    left.set_yticks(rows, [short(targets[r]) if labelled else f"{r}  {short(targets[r])}" for r in rows], fontsize=7)
+    if labelled:
+        left.set_yticks(range(n), [short(t) for t in targets], fontsize=7)
+    else:
+        name_rows(left, targets, -(-n // MAX_NAMED_ROWS), fontsize=7, axis_label=None)
     left.set_xlabel("log2 |x|   (grey: share of the target's values per power of two; solid: smallest subnormal "
                     "and max, dashed: smallest normal)")
     left.set_xlim(lo, hi)
