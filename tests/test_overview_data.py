@@ -29,8 +29,16 @@ def _series(h):
 
 
 def named_rows(ax):
-    """(row, name) of each name beside an overview image: its texts at the axes' left, each at its row's height."""
-    return [(t.get_position()[1], t.get_text()) for t in ax.texts if t.get_position()[0] == 0]
+    """(row, name) of each name beside an overview image: its texts at the axes' left (right-aligned to it), each at
+    its row's height."""
+    return [(t.get_position()[1], t.get_text()) for t in ax.texts if t.get_ha() == "right"]
+
+
+def marked(ax, side):
+    """(position, label) of axis_marks.mark()'s labels on the bottom or right of ax."""
+    at = {"bottom": ("center", 0), "right": ("left", 1)}[side]
+    return [(t.get_position()[at[1]], t.get_text()) for t in ax.texts if t.get_ha() == at[0] and
+            t.get_position()[1 - at[1]] == (1.0 if side == "right" else 0.0)]
 
 
 def _shares(rows):
@@ -50,9 +58,9 @@ def test_histogram_overview_draws_each_targets_first_and_last_record(tmp_path):
         assert (x0, x1) == (nonzero[0] + 2 - 128 - 1, nonzero[-1] + 2 - 127)  # one column more below: ~0
     every = -(-N // plots.MAX_NAMED_ROWS)
     assert named_rows(fig.axes[0]) == [(r, f"{r}  m{r}:output") for r in range(0, N, every)]
-    cax = fig.axes[-1]
-    bar = [t.get_text() for v, t in zip(cax.get_yticks(), cax.get_yticklabels()) if plots.SHARE_MIN <= v <= 1]
-    assert bar == ["0.0001", "0.001", "0.01", "0.1", "1"]
+    bar = marked(fig.axes[-1], "right")
+    np.testing.assert_allclose([v for v, _ in bar], [1e-4, 1e-3, 1e-2, 0.1, 1])
+    assert [text for _, text in bar] == ["0.0001", "0.001", "0.01", "0.1", "1"]
 
 
 def test_dynamic_range_of_many_targets_draws_each_targets_distribution_and_shares(tmp_path):
@@ -67,7 +75,7 @@ def test_dynamic_range_of_many_targets_draws_each_targets_distribution_and_share
     over = {"fp16": h[:, 128 + 16:].sum(1), "fp8 e4m3": h[:, 128 + 9:].sum(1)}  # |x| >= 2**16, >= 2**9 (448)
     drawn = np.asarray(right.images[0].get_array())
     cols = [f"{f}\n{k}" for f in plots.FORMATS for k in ("under", "over")]
-    assert [t.get_text() for t in right.get_xticklabels()] == cols
+    assert marked(right, "bottom") == list(enumerate(cols))
     for fmt, count in over.items():
         np.testing.assert_allclose(drawn[:, cols.index(f"{fmt}\nover")], 100 * count / finite)
     assert drawn[5, cols.index("fp16\nover")] > 0

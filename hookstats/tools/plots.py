@@ -271,6 +271,7 @@ def plot_layer_stats_overview(series, path=None, kind=Kind.OUTPUT.value):
     """plot_layer_stats' panels as images, for runs with more targets than lines can tell apart: row = target
     (forward order), column = step, color = value (a log scale where the panel is logarithmic and the values
     positive). One image per panel costs the same for 20 targets as for 20,000."""
+    from . import axis_marks
     targets = [t for t, s in series.items() if kind is None or s["kind"] == kind]
     plotted = _panels(series, targets)
     fig = new_figure(figsize=(15, 7))  # fixed margins: a layout engine would draw every text twice to place it
@@ -292,13 +293,13 @@ def plot_layer_stats_overview(series, path=None, kind=Kind.OUTPUT.value):
             if log else None
         im = ax.imshow(np.ma.masked_invalid(m), aspect="auto", interpolation="nearest", cmap="viridis", norm=norm,
                        extent=(-0.5, len(steps) - 0.5, len(targets) - 0.5, -0.5))
-        bar = fig.colorbar(im, ax=ax, shrink=0.8, pad=0.02)
-        if log:
-            plain_log_bar(bar)
+        axis_marks.mark_scale(fig.colorbar(im, ax=ax, shrink=0.8, pad=0.02))
         image_title(ax, st.plot.label)
         ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 8)).round().astype(int)) if len(steps) else []
-        ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
+        labels = [str(steps[i]) for i in ticks]
+        axis_marks.mark(ax, "bottom", ticks, labels, fontsize=7)
         ax.set_xlabel("step")
+        axis_marks.place_label(ax, "bottom", axis_marks.label_room(labels, 7, "bottom"))
         ax.set_yticks([])
     name_rows(axes[0], targets, every)  # the names once, beside the first panel
     fig.suptitle(f"layer stats over steps ({kind or 'all kinds'}, {len(targets)} targets, one row each)")
@@ -422,6 +423,7 @@ def plot_hist_overview(series, path=None, hist="linear", kind=Kind.OUTPUT.value)
     place within the target's span, not one value. One figure of two images whatever the number of targets."""
     if hist not in ("linear", "log2"):
         raise ValueError(f"hist must be 'linear' or 'log2', got {hist!r}")
+    from . import axis_marks
     targets = [t for t, s in series.items() if (kind is None or s["kind"] == kind) and _hist_key(s, hist) is not None]
     ends = [series[t][_hist_key(series[t], hist)][[0, -1]].astype(np.float64) for t in targets]  # [2, bins] each
     if hist == "log2" and ends:
@@ -446,14 +448,16 @@ def plot_hist_overview(series, path=None, hist="linear", kind=Kind.OUTPUT.value)
         image = ax.imshow(column_shares(both[:, k, :]) if n else np.zeros((0, 1)), aspect="auto", cmap=cmap,
                           norm=norm, interpolation="nearest", extent=(*extent_x, n - 0.5, -0.5))
         image_title(ax, f"each target's {which} histogram record", fontsize=9)
+        labels = axis_marks.mark_span(ax, "bottom", *extent_x, integer=True)
         ax.set_xlabel("log2 |x|  (first column: ~0)" if hist == "log2" else "bin of the target's own span", fontsize=8)
+        axis_marks.place_label(ax, "bottom", axis_marks.label_room(labels, None, "bottom"))
     name_rows(axes[0], targets, max(1, -(-n // MAX_NAMED_ROWS)))
     axes[1].set_yticks([])
     fig.suptitle(f"{'linear' if hist == 'linear' else 'log2-magnitude'} histograms ({kind or 'all kinds'}, {n} "
                  f"targets, one row each); color: share of the record's values")
     if n:
-        bar = plain_log_bar(fig.colorbar(image, cax=fig.add_axes((0.935, 0.09, 0.012, 0.79))))
-        bar.set_label("share of the record's values in the bin (log scale)", fontsize=8)
+        axis_marks.mark_scale(fig.colorbar(image, cax=fig.add_axes((0.935, 0.09, 0.012, 0.79))),
+                              "share of the record's values in the bin (log scale)")
     return save_figure(fig, path)
 
 
@@ -568,9 +572,14 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
         left.set_yticks(range(n), [short(t) for t in targets], fontsize=7)
     else:
         name_rows(left, targets, -(-n // MAX_NAMED_ROWS), fontsize=7, axis_label=None)
+    left.set_xlim(lo, hi)
+    if not labelled:
+        from . import axis_marks
+        room = axis_marks.label_room(axis_marks.mark_span(left, "bottom", lo, hi, integer=True), None, "bottom")
     left.set_xlabel("log2 |x|   (grey: share of the target's values per power of two; solid: smallest subnormal "
                     "and max, dashed: smallest normal)")
-    left.set_xlim(lo, hi)
+    if not labelled:
+        axis_marks.place_label(left, "bottom", room)
     left.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, legend_y), ncol=2, fontsize=8,
                 title="representable range", title_fontsize=8, frameon=False)
     image_title(left, f"dynamic range per target ({_count(n, total)})")
@@ -585,14 +594,17 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     im = right.imshow(np.nan_to_num(mat), aspect="auto", cmap="Reds", vmin=0,
                       vmax=max(1.0, np.nanmax(mat, initial=0)))
     if not labelled:
-        fig.colorbar(im, ax=right, shrink=0.6, label="%")
+        axis_marks.mark_scale(fig.colorbar(im, ax=right, shrink=0.6), "%")
     for i in range(mat.shape[0] if labelled else 0):  # past that, the colors alone (the bar gives the scale)
         for j in range(mat.shape[1]):
             v = mat[i, j]
             right.text(j, i, "-" if math.isnan(v) else (f"{v:.3g}" if v else "0"), ha="center", va="center",
                        fontsize=7)
-    right.set_xticks(range(len(cols)), [f"{f}\n{'under' if k == 'underflow' else 'over'}" for f, k in cols],
-                     fontsize=7)
+    col_labels = [f"{f}\n{'under' if k == 'underflow' else 'over'}" for f, k in cols]
+    if labelled:
+        right.set_xticks(range(len(cols)), col_labels, fontsize=7)
+    else:
+        axis_marks.mark(right, "bottom", range(len(cols)), col_labels, fontsize=7)
     right.set_yticks([])  # the left image's rows, its names beside them (a tick object per row drew nothing here)
     image_title(right, "% of values out of range" + (" (fp16 overflow, bf16: at least)" if exact
                                                     else " (overflow and bf16 underflow: at least)"))
