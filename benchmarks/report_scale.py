@@ -188,7 +188,8 @@ def main():
                 results[f"{args.folders} folders" + ("" if name == "this" else f" ({name})")] = {
                     "targets": args.small_targets, "steps": args.steps, "jobs": args.jobs or os.cpu_count(), **row}
     if args.json and not args.profile:
-        results_file.write(args.json, results, results_file.machine(clock="CPU time (user + sys) of the report "
+        results_file.write(args.json, results, results_file.machine(clock="2-core shared CPU (other jobs running), "
+                                                                          "CPU time (user + sys) of the report "
                                                                           "process and its workers, and wall clock",
                                                                     load_start=load) +
                            (", each part's exclusive time inside the report process (report_parts.py)"
