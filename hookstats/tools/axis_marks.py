@@ -3,7 +3,9 @@ of targets: a matplotlib tick is five artists (two marks, a grid line, two label
 measures, about 3 ms a labelled tick, while here a side's marks are one line of markers and each label one text. The
 axis keeps no ticks of its own, so its label is placed at a fixed distance (matplotlib places it from the tick
 labels' extent)."""
-from matplotlib import rcParams, ticker, transforms
+import math
+
+from matplotlib import colors, rcParams, ticker, transforms
 from matplotlib.font_manager import FontProperties
 from matplotlib.markers import TICKDOWN, TICKLEFT, TICKRIGHT
 
@@ -53,7 +55,8 @@ def place_label(ax, side, points):
 
 def label_room(labels, fontsize, side):
     """Points from the axes' edge to past mark()'s labels on `side`: the marks, their pad, the labels' height
-    (bottom: lines of text) or their width (0.6 em a character: a digit is 0.64, a dot 0.32), and the axis label's pad."""
+    (bottom: lines of text) or their width (0.6 em a character: a digit is 0.64, a dot 0.32), the axis label's
+    pad."""
     prefix = "xtick" if side == "bottom" else "ytick"
     near = rcParams[f"{prefix}.major.size"] + rcParams[f"{prefix}.major.pad"] + rcParams["axes.labelpad"]
     size = points(rcParams[f"{prefix}.labelsize"] if fontsize is None else fontsize)
@@ -83,26 +86,27 @@ def mark_span(ax, side, lo, hi, fontsize=None, nbins=8, integer=False):
     return labels
 
 
-def mark_bar(bar, values, labels, label=None, fontsize=None):
-    """A color bar's scale as mark()s at `values` on its right, instead of its own ticks; its label beyond them."""
+def mark_bar(bar, values, labels, label=None, fontsize=None, label_size=None):
+    """A color bar's scale as mark()s at `values` on its right, instead of its own ticks; its label (of font size
+    label_size) beyond them."""
     bar.set_ticks([])
     bar.minorticks_off()
     mark(bar.ax, "right", values, labels, fontsize)
     if label is not None:
-        bar.set_label(label, fontsize=fontsize)
+        bar.set_label(label, fontsize=label_size)
         place_label(bar.ax, "right", label_room(labels, fontsize, "right"))
 
 
-def mark_scale(bar, label=None, fontsize=None):
+def mark_scale(bar, label=None, fontsize=None, label_size=None):
     """mark_bar() at round values of the bar's norm: its decades on a log scale (round numbers where fewer than two
     decades fall within it), else MaxNLocator's numbers; none where the norm has no finite span."""
-    import math
     lo, hi = bar.norm.vmin, bar.norm.vmax
     values = []
     if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi) and lo < hi:
-        if bar.norm.__class__.__name__ == "LogNorm":
-            values = [10.0 ** k for k in range(math.ceil(math.log10(lo) - 1e-9), math.floor(math.log10(hi) + 1e-9) + 1)]
+        if isinstance(bar.norm, colors.LogNorm):
+            decades = range(math.ceil(math.log10(lo) - 1e-9), math.floor(math.log10(hi) + 1e-9) + 1)
+            values = [10.0 ** k for k in decades]
         if len(values) < 2:
             found = ticker.MaxNLocator(6, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi).tolist()
             values = [v for v in found if lo - 1e-9 * (hi - lo) <= v <= hi + 1e-9 * (hi - lo)]
-    mark_bar(bar, values, [f"{v:.3g}".replace("-", "\u2212") for v in values], label, fontsize)
+    mark_bar(bar, values, [f"{v:.3g}".replace("-", "\u2212") for v in values], label, fontsize, label_size)

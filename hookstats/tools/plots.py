@@ -457,7 +457,7 @@ def plot_hist_overview(series, path=None, hist="linear", kind=Kind.OUTPUT.value)
                  f"targets, one row each); color: share of the record's values")
     if n:
         axis_marks.mark_scale(fig.colorbar(image, cax=fig.add_axes((0.935, 0.09, 0.012, 0.79))),
-                              "share of the record's values in the bin (log scale)")
+                              "share of the record's values in the bin (log scale)", label_size=8)
     return save_figure(fig, path)
 
 
@@ -528,6 +528,7 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     ones, and the title says how many of how many) with each format's range marked (solid: smallest
     subnormal and max; dashed: smallest normal). Right: under/overflow % per format. by_target: {target:
     float buckets [4096]} (totals()), or log2 histograms [256] of a run saved without float buckets."""
+    from . import axis_marks
     targets, total = _cap(by_target, max_targets)
     raw = [np.asarray(by_target[t]) for t in targets]
     exact = all(h.shape[-1] == layout.FLOAT_SLOTS for h in raw)
@@ -574,7 +575,6 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
         name_rows(left, targets, -(-n // MAX_NAMED_ROWS), fontsize=7, axis_label=None)
     left.set_xlim(lo, hi)
     if not labelled:
-        from . import axis_marks
         room = axis_marks.label_room(axis_marks.mark_span(left, "bottom", lo, hi, integer=True), None, "bottom")
     left.set_xlabel("log2 |x|   (grey: share of the target's values per power of two; solid: smallest subnormal "
                     "and max, dashed: smallest normal)")
