@@ -51,11 +51,14 @@ def _children_cpu():
 def time_report(folder, profile=None, tree=ROOT, jobs=None):
     """(CPU seconds, wall seconds, charts written) of one report of `folder` in a fresh process, with the hookstats
     of the checkout `tree`."""
-    cmd = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else []), "-m", "hookstats", "report",
-           str(folder), "--no-progress", *([] if jobs is None else ["--jobs", str(jobs)])]
+    cmd = [sys.executable, *(["-m", "cProfile", "-o", str(Path(profile).resolve())] if profile else []), "-m",
+           "hookstats", "report", str(Path(folder).resolve()), "--no-progress",
+           *([] if jobs is None else ["--jobs", str(jobs)])]
     env = {**os.environ, "PYTHONPATH": str(tree), "MPLBACKEND": "Agg"}
     cpu, t = _children_cpu(), time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    # run in the tree: `python -m` puts the working folder first on sys.path, ahead of PYTHONPATH, so a report run
+    # from this checkout would time this checkout's hookstats under the baseline's name
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tree)
     wall, cpu = time.perf_counter() - t, _children_cpu() - cpu
     if r.returncode:
         raise SystemExit(f"report failed: {r.stderr[-2000:]}")
@@ -185,7 +188,8 @@ def main():
                 results[f"{args.folders} folders" + ("" if name == "this" else f" ({name})")] = {
                     "targets": args.small_targets, "steps": args.steps, "jobs": args.jobs or os.cpu_count(), **row}
     if args.json and not args.profile:
-        results_file.write(args.json, results, results_file.machine(clock="CPU time (user + sys) of the report "
+        results_file.write(args.json, results, results_file.machine(clock="2-core shared CPU (other jobs running), "
+                                                                          "CPU time (user + sys) of the report "
                                                                           "process and its workers, and wall clock",
                                                                     load_start=load) +
                            (", each part's exclusive time inside the report process (report_parts.py)"

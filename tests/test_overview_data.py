@@ -28,6 +28,19 @@ def _series(h):
     return plots.collect(items)
 
 
+def named_rows(ax):
+    """(row, name) of each name beside an overview image: its texts at the axes' left (right-aligned to it), each at
+    its row's height."""
+    return [(t.get_position()[1], t.get_text()) for t in ax.texts if t.get_ha() == "right"]
+
+
+def marked(ax, side):
+    """(position, label) of axis_marks.mark()'s labels on the bottom or right of ax."""
+    at = {"bottom": ("center", 0), "right": ("left", 1)}[side]
+    return [(t.get_position()[at[1]], t.get_text()) for t in ax.texts if t.get_ha() == at[0] and
+            t.get_position()[1 - at[1]] == (1.0 if side == "right" else 0.0)]
+
+
 def _shares(rows):
     rows = rows.astype(np.float64)
     return rows / rows.sum(1, keepdims=True)
@@ -43,12 +56,11 @@ def test_histogram_overview_draws_each_targets_first_and_last_record(tmp_path):
         np.testing.assert_allclose(np.asarray(ax.images[0].get_array()), _shares(want))
         x0, x1, _, _ = ax.images[0].get_extent()
         assert (x0, x1) == (nonzero[0] + 2 - 128 - 1, nonzero[-1] + 2 - 127)  # one column more below: ~0
-    rows = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     every = -(-N // plots.MAX_NAMED_ROWS)
-    assert rows == [f"{r}  m{r}:output" for r in range(0, N, every)]
-    cax = fig.axes[-1]
-    bar = [t.get_text() for v, t in zip(cax.get_yticks(), cax.get_yticklabels()) if plots.SHARE_MIN <= v <= 1]
-    assert bar == ["0.0001", "0.001", "0.01", "0.1", "1"]
+    assert named_rows(fig.axes[0]) == [(r, f"{r}  m{r}:output") for r in range(0, N, every)]
+    bar = marked(fig.axes[-1], "right")
+    np.testing.assert_allclose([v for v, _ in bar], [1e-4, 1e-3, 1e-2, 0.1, 1])
+    assert [text for _, text in bar] == ["0.0001", "0.001", "0.01", "0.1", "1"]
 
 
 def test_dynamic_range_of_many_targets_draws_each_targets_distribution_and_shares(tmp_path):
@@ -63,9 +75,36 @@ def test_dynamic_range_of_many_targets_draws_each_targets_distribution_and_share
     over = {"fp16": h[:, 128 + 16:].sum(1), "fp8 e4m3": h[:, 128 + 9:].sum(1)}  # |x| >= 2**16, >= 2**9 (448)
     drawn = np.asarray(right.images[0].get_array())
     cols = [f"{f}\n{k}" for f in plots.FORMATS for k in ("under", "over")]
-    assert [t.get_text() for t in right.get_xticklabels()] == cols
+    assert marked(right, "bottom") == list(enumerate(cols))
     for fmt, count in over.items():
         np.testing.assert_allclose(drawn[:, cols.index(f"{fmt}\nover")], 100 * count / finite)
     assert drawn[5, cols.index("fp16\nover")] > 0
     every = -(-N // plots.MAX_NAMED_ROWS)
-    assert [t.get_text() for t in left.get_yticklabels()] == [f"{r}  m{r}:output" for r in range(0, N, every)]
+    assert named_rows(left) == [(r, f"{r}  m{r}:output") for r in range(0, N, every)]
+
+
+@pytest.mark.parametrize("width", [10, 40, 60])
+def test_overview_names_sit_at_their_rows_with_the_axis_label_beyond_them_inside_the_figure(tmp_path, width):
+    """The names beside an overview image are plain texts (axis_marks), which matplotlib does not place the axis label
+    from: the label is placed beyond the longest name, or 12 points inside the figure's edge where a name of 60
+    characters (names.WIDTH) reaches further; each name on its row, a mark at each."""
+    h = _log2_hists()
+    module = ("encoder.layers.attn.proj." * 3)[: width - 10]  # a module path's letters, dots and digits
+    items = [(s, {"target": f"{module}{t:03d}:output", "kind": "output", "mean": 0.0, "std": 1.0,
+                  "log2_hist": h[t, s]}) for s in range(STEPS) for t in range(N)]
+    series = plots.collect(items)
+    for fig in (plots.plot_hist_overview(series, tmp_path / "o.png", hist="log2"),
+                plots.plot_layer_stats_overview(series, tmp_path / "l.png")):
+        ax = fig.axes[0]
+        every = -(-N // plots.MAX_NAMED_ROWS)
+        targets = list(series)
+        assert named_rows(ax) == [(r, f"{r}  {targets[r]}") for r in range(0, N, every)]
+        marks = [line for line in ax.lines if line.get_marker() == 0]  # TICKLEFT
+        assert len(marks) == 1 and list(marks[0].get_ydata()) == list(range(0, N, every))
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        label = ax.yaxis.label.get_window_extent(renderer)
+        names = [t.get_window_extent(renderer) for t in ax.texts]
+        assert label.x0 >= 0
+        if width <= 40:
+            assert label.x1 <= min(b.x0 for b in names)

@@ -67,18 +67,27 @@ def plot_lowprec_grid(records, path=None):
     top = max([1.0] + [float(np.nanmax(v)) for v in shares.values() if np.isfinite(v).any()])
     fig = new_figure(figsize=(11, min(14.0, 0.22 * len(names) + 2.2)))
     axes = fig.subplots(1, 2, sharey=True)
+    from . import axis_marks
+    labelled = len(names) <= MAX_LABELS
+    col_labels = [f"{fmt} {COLUMN_RECIPES[r]}" for fmt, r in cols]
     for ax, side in zip(axes, whatif.SIDES):
         image = ax.imshow(np.ma.masked_invalid(shares[side]), aspect="auto", cmap="Reds", vmin=0, vmax=top,
                           interpolation="nearest")
         ax.set_facecolor("0.85")
-        ax.set_xticks(range(len(cols)), [f"{fmt} {COLUMN_RECIPES[r]}" for fmt, r in cols], rotation=90, fontsize=7)
+        if labelled:
+            ax.set_xticks(range(len(cols)), col_labels, rotation=90, fontsize=7)
+        else:  # fixed margins past MAX_LABELS: marks without matplotlib's ticks (axis_marks)
+            axis_marks.mark(ax, "bottom", range(len(cols)), col_labels, fontsize=7, rotation=90)
         image_title(ax, f"{side} (% of finite values)", fontsize=9)
-    if len(names) <= MAX_LABELS:
+    if labelled:
         axes[0].set_yticks(range(len(names)), names, fontsize=7)
+        fig.colorbar(image, ax=axes, shrink=0.8, label="%")
     else:
+        axis_marks.mark_span(axes[0], "left", -0.5, len(names) - 0.5, integer=True)
         axes[0].set_ylabel(f"{len(names)} targets")
-    fig.colorbar(image, ax=axes, shrink=0.8, label="%")
-    return save_figure(fig, path, whole_legend=len(names) <= MAX_LABELS)
+        axis_marks.place_label(axes[0], "left", axis_marks.label_room([str(len(names))], None, "left"))
+        axis_marks.mark_scale(fig.colorbar(image, ax=axes, shrink=0.8), "%")
+    return save_figure(fig, path, whole_legend=labelled)
 
 
 def _number(v):

@@ -115,8 +115,9 @@ def _float_views(series):
             lo, hi = (np.where(flat, np.where(finite, lo - w, -1.0), lo), np.where(flat, np.where(finite, lo + w, 1.0), hi))
             k = fh.shape[1]
             view = buckets.linear_view(fh, HEATMAP_BINS, span=(np.repeat(lo[:, None], k, 1), np.repeat(hi[:, None], k, 1)))
-            for r, (s, f) in enumerate(batch):
-                s["float_total"] = f.sum(axis=0)
+            total = fh.sum(axis=1)
+            for r, (s, _) in enumerate(batch):
+                s["float_total"] = total[r]
                 s["float_view"], s["float_view_edges"] = view["counts"][r], view["edges"][r, 0]
 
 
@@ -194,6 +195,20 @@ def plain_log_bar(bar):
     return bar
 
 
+def name_rows(ax, targets, every, fontsize=6, axis_label="target (forward order)"):
+    """Every `every`-th row of an overview image named at ax's left ("<row>  <target>") as plain marks and texts
+    (axis_marks: matplotlib's ticks cost ~3 ms each to draw), and the axis label beyond the names, kept within the
+    figure (12 points from its edge) where the names reach further."""
+    from . import axis_marks
+    rows = np.arange(0, len(targets), every)
+    names = [f"{r}  {short(targets[r])}" for r in rows]
+    axis_marks.mark(ax, "left", rows, names, fontsize=fontsize)
+    if axis_label is not None:
+        ax.set_ylabel(axis_label)
+        margin = ax.get_position().x0 * ax.figure.get_figwidth() * 72  # points left of the axes
+        axis_marks.place_label(ax, "left", min(axis_marks.label_room(names, fontsize, "left"), margin - 12))
+
+
 def image_title(ax, text, **kw):
     """ax.set_title at the axes' top, where matplotlib would place it over an image whose axes have no ticks above
     and no offset text (names or bins on the y axis): saying so skips its search for a higher place, which lays
@@ -256,17 +271,21 @@ def plot_layer_stats_overview(series, path=None, kind=Kind.OUTPUT.value):
     """plot_layer_stats' panels as images, for runs with more targets than lines can tell apart: row = target
     (forward order), column = step, color = value (a log scale where the panel is logarithmic and the values
     positive). One image per panel costs the same for 20 targets as for 20,000."""
+    from . import axis_marks
     targets = [t for t, s in series.items() if kind is None or s["kind"] == kind]
     plotted = _panels(series, targets)
     fig = new_figure(figsize=(15, 7))  # fixed margins: a layout engine would draw every text twice to place it
     fig.subplots_adjust(left=0.17, right=0.97, top=0.9, bottom=0.08, wspace=0.25)
     axes = np.atleast_1d(fig.subplots(1, len(plotted)))
     every = max(1, -(-len(targets) // MAX_NAMED_ROWS))
-    steps = np.unique(np.concatenate([series[t]["steps"] for t in targets])) if targets else np.zeros(0, np.int64)
+    at = [series[t]["steps"] for t in targets]  # each target's cells, found once for every panel
+    steps = np.unique(np.concatenate(at)) if targets else np.zeros(0, np.int64)
+    cells = (np.repeat(np.arange(len(targets)), [len(a) for a in at]),
+             np.searchsorted(steps, np.concatenate(at)) if targets else np.zeros(0, np.int64))
     for ax, st in zip(axes, plotted):
         m = np.full((len(targets), len(steps)), np.nan)
-        for r, t in enumerate(targets):
-            m[r, np.searchsorted(steps, series[t]["steps"])] = series[t][st.name]
+        if targets:
+            m[cells] = np.concatenate([series[t][st.name] for t in targets])
         m = st.plot.scale * np.where(np.isfinite(m), np.clip(m, -PLOT_MAX, PLOT_MAX), np.nan)
         positive = m[m > 0]
         log = st.plot.log and positive.size and not (m <= 0).any()
@@ -274,17 +293,15 @@ def plot_layer_stats_overview(series, path=None, kind=Kind.OUTPUT.value):
             if log else None
         im = ax.imshow(np.ma.masked_invalid(m), aspect="auto", interpolation="nearest", cmap="viridis", norm=norm,
                        extent=(-0.5, len(steps) - 0.5, len(targets) - 0.5, -0.5))
-        bar = fig.colorbar(im, ax=ax, shrink=0.8, pad=0.02)
-        if log:
-            plain_log_bar(bar)
+        axis_marks.mark_scale(fig.colorbar(im, ax=ax, shrink=0.8, pad=0.02))
         image_title(ax, st.plot.label)
         ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 8)).round().astype(int)) if len(steps) else []
-        ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
+        labels = [str(steps[i]) for i in ticks]
+        axis_marks.mark(ax, "bottom", ticks, labels, fontsize=7)
         ax.set_xlabel("step")
+        axis_marks.place_label(ax, "bottom", axis_marks.label_room(labels, 7, "bottom"))
         ax.set_yticks([])
-    rows = np.arange(0, len(targets), every)  # the names once, beside the first panel
-    axes[0].set_yticks(rows, [f"{r}  {short(targets[r])}" for r in rows], fontsize=6)
-    axes[0].set_ylabel("target (forward order)")
+    name_rows(axes[0], targets, every)  # the names once, beside the first panel
     fig.suptitle(f"layer stats over steps ({kind or 'all kinds'}, {len(targets)} targets, one row each)")
     return save_figure(fig, path)
 
@@ -406,6 +423,7 @@ def plot_hist_overview(series, path=None, hist="linear", kind=Kind.OUTPUT.value)
     place within the target's span, not one value. One figure of two images whatever the number of targets."""
     if hist not in ("linear", "log2"):
         raise ValueError(f"hist must be 'linear' or 'log2', got {hist!r}")
+    from . import axis_marks
     targets = [t for t, s in series.items() if (kind is None or s["kind"] == kind) and _hist_key(s, hist) is not None]
     ends = [series[t][_hist_key(series[t], hist)][[0, -1]].astype(np.float64) for t in targets]  # [2, bins] each
     if hist == "log2" and ends:
@@ -430,16 +448,16 @@ def plot_hist_overview(series, path=None, hist="linear", kind=Kind.OUTPUT.value)
         image = ax.imshow(column_shares(both[:, k, :]) if n else np.zeros((0, 1)), aspect="auto", cmap=cmap,
                           norm=norm, interpolation="nearest", extent=(*extent_x, n - 0.5, -0.5))
         image_title(ax, f"each target's {which} histogram record", fontsize=9)
+        labels = axis_marks.mark_span(ax, "bottom", *extent_x, integer=True)
         ax.set_xlabel("log2 |x|  (first column: ~0)" if hist == "log2" else "bin of the target's own span", fontsize=8)
-    rows = np.arange(0, n, max(1, -(-n // MAX_NAMED_ROWS)))
-    axes[0].set_yticks(rows, [f"{r}  {short(targets[r])}" for r in rows], fontsize=6)
+        axis_marks.place_label(ax, "bottom", axis_marks.label_room(labels, None, "bottom"))
+    name_rows(axes[0], targets, max(1, -(-n // MAX_NAMED_ROWS)))
     axes[1].set_yticks([])
-    axes[0].set_ylabel("target (forward order)")
     fig.suptitle(f"{'linear' if hist == 'linear' else 'log2-magnitude'} histograms ({kind or 'all kinds'}, {n} "
                  f"targets, one row each); color: share of the record's values")
     if n:
-        bar = plain_log_bar(fig.colorbar(image, cax=fig.add_axes((0.935, 0.09, 0.012, 0.79))))
-        bar.set_label("share of the record's values in the bin (log scale)", fontsize=8)
+        axis_marks.mark_scale(fig.colorbar(image, cax=fig.add_axes((0.935, 0.09, 0.012, 0.79))),
+                              "share of the record's values in the bin (log scale)", label_size=8)
     return save_figure(fig, path)
 
 
@@ -510,6 +528,7 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     ones, and the title says how many of how many) with each format's range marked (solid: smallest
     subnormal and max; dashed: smallest normal). Right: under/overflow % per format. by_target: {target:
     float buckets [4096]} (totals()), or log2 histograms [256] of a run saved without float buckets."""
+    from . import axis_marks
     targets, total = _cap(by_target, max_targets)
     raw = [np.asarray(by_target[t]) for t in targets]
     exact = all(h.shape[-1] == layout.FLOAT_SLOTS for h in raw)
@@ -550,11 +569,17 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
                 shown = True
         label = f"{name}: {sub:.3g} (2^{math.log2(sub):.0f}) .. {mx:.4g}" + ("" if shown else "  (beyond the axis)")
         handles.append(Line2D([], [], color=c, lw=1.3, label=label))
-    rows = range(0, n, 1 if labelled else -(-n // MAX_NAMED_ROWS))
-    left.set_yticks(rows, [short(targets[r]) if labelled else f"{r}  {short(targets[r])}" for r in rows], fontsize=7)
+    if labelled:
+        left.set_yticks(range(n), [short(t) for t in targets], fontsize=7)
+    else:
+        name_rows(left, targets, -(-n // MAX_NAMED_ROWS), fontsize=7, axis_label=None)
+    left.set_xlim(lo, hi)
+    if not labelled:
+        room = axis_marks.label_room(axis_marks.mark_span(left, "bottom", lo, hi, integer=True), None, "bottom")
     left.set_xlabel("log2 |x|   (grey: share of the target's values per power of two; solid: smallest subnormal "
                     "and max, dashed: smallest normal)")
-    left.set_xlim(lo, hi)
+    if not labelled:
+        axis_marks.place_label(left, "bottom", room)
     left.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, legend_y), ncol=2, fontsize=8,
                 title="representable range", title_fontsize=8, frameon=False)
     image_title(left, f"dynamic range per target ({_count(n, total)})")
@@ -569,14 +594,17 @@ def plot_dynamic_range(by_target, path=None, max_targets=None):
     im = right.imshow(np.nan_to_num(mat), aspect="auto", cmap="Reds", vmin=0,
                       vmax=max(1.0, np.nanmax(mat, initial=0)))
     if not labelled:
-        fig.colorbar(im, ax=right, shrink=0.6, label="%")
+        axis_marks.mark_scale(fig.colorbar(im, ax=right, shrink=0.6), "%")
     for i in range(mat.shape[0] if labelled else 0):  # past that, the colors alone (the bar gives the scale)
         for j in range(mat.shape[1]):
             v = mat[i, j]
             right.text(j, i, "-" if math.isnan(v) else (f"{v:.3g}" if v else "0"), ha="center", va="center",
                        fontsize=7)
-    right.set_xticks(range(len(cols)), [f"{f}\n{'under' if k == 'underflow' else 'over'}" for f, k in cols],
-                     fontsize=7)
+    col_labels = [f"{f}\n{'under' if k == 'underflow' else 'over'}" for f, k in cols]
+    if labelled:
+        right.set_xticks(range(len(cols)), col_labels, fontsize=7)
+    else:
+        axis_marks.mark(right, "bottom", range(len(cols)), col_labels, fontsize=7)
     right.set_yticks([])  # the left image's rows, its names beside them (a tick object per row drew nothing here)
     image_title(right, "% of values out of range" + (" (fp16 overflow, bf16: at least)" if exact
                                                     else " (overflow and bf16 underflow: at least)"))
