@@ -58,8 +58,8 @@ class Monitor:
             ("param_grads", lambda p: trainable(p) and p.is_floating_point(), self._param_grads),
             ("params", lambda p: p.is_floating_point(), self._params)) if hook is not None]
         log_every = options.history["log_every"] if options.history else 10
-        self._structure = StructureCheck(adapter, options, modules, param_hooks, self.tell, log_every)
-        self.step_listeners.append(self._structure.on_step_end)
+        self.structure = StructureCheck(adapter, options, modules, param_hooks, self.tell, log_every)
+        self.step_listeners.append(self.structure.on_step_end)
 
     # ---- steps and phases (hookstats/clock.py) ----
     def step(self):
@@ -131,7 +131,7 @@ class Monitor:
             self._param_grads.tell_if_never_measured()
         if self._params is not None:
             self._params.tell_if_never_measured()
-        self._structure.check()
+        self.structure.check()
         if self.clock.steps_uncounted():
             self.tell("steps", "hookstats: under torch.compile root forwards are not counted as steps, and no "
                                "torch.optim optimizer has stepped: call mon.step() after each step (outside the "
