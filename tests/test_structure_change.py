@@ -21,7 +21,7 @@ def net():
 
 def train(model, forward=None, steps=3, **kwargs):
     """Trains `steps` steps through `forward` (default: the model); the structure warnings said meanwhile."""
-    forward = forward or model
+    forward = model if forward is None else forward
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.01)
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
