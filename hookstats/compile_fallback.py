@@ -15,8 +15,14 @@ def hop_side_effect_breaks():
     counters = getattr(utils, "counters", None)
     if not counters or "graph_break" not in counters:
         return 0
-    return sum(n for reason, n in counters["graph_break"].items()
-               if "HOP" in reason and "side effect" in reason.lower())
+    return sum(n for reason, n in counters["graph_break"].items() if is_hop_side_effect(reason))
+
+
+def is_hop_side_effect(reason):
+    """Dynamo's reason for such a break: torch 2.13 says "HOP: Non-nullified side effect" (an attribute) or "HOP:
+    Unsafe side effect" (a dict), older ones "HigherOrderOperator: Mutating a variable not in the current scope"."""
+    lower = reason.lower()
+    return ("HOP" in reason or "HigherOrderOperator" in reason) and ("side effect" in lower or "mutating" in lower)
 
 
 class CheckpointFallback:
