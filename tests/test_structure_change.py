@@ -67,6 +67,15 @@ def test_replaced_parameter_objects_are_named_with_params(change):
     assert len(said) == 1 and "0.weight" in said[0] and "params=True" in said[0]
 
 
+def test_a_parameter_unfrozen_after_attach_is_named_with_param_grads():
+    model = net()
+    model[2].requires_grad_(False)
+    with hookstats.attach(model, param_grads=True):
+        model[2].requires_grad_(True)  # gradual unfreezing: its gradients get no hook
+        said = train(model)
+    assert len(said) == 1 and "2.weight" in said[0] and "param_grads=True would measure carry no hook" in said[0]
+
+
 def test_said_once_with_the_first_names():
     model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(8)])
     with hookstats.attach(model) as mon:
