@@ -47,6 +47,20 @@ class Adapter:
         """(name, parameter) of the module's own parameters (not its submodules')."""
         raise NotImplementedError
 
+    def submodules(self):
+        """Every module of the model now, for the check that the model did not change after attach (structure.py);
+        None where the framework has no such check."""
+        return None
+
+    def passive(self, module):
+        """Whether a module added after attach adds nothing to measure (structure.py): one that only wraps another
+        (activation checkpointing's wrapper) or holds parameters for another to use."""
+        return False
+
+    def measured_params(self, module):
+        """(name, parameter) of what param_grads/params measure for `module` (structure.py)."""
+        return self.own_params(module)
+
     def trainable(self, param):
         """Whether a gradient flows into the parameter."""
         raise NotImplementedError

@@ -11,6 +11,7 @@ from .host import to_host
 from .phases import PHASES, TRAIN, Phase
 from .records import HISTOGRAM_FIELDS, stats_records
 from .state import StateStore
+from .structure import StructureCheck
 from .targets import KINDS
 from .user_warning import WarnOnce, warn_user
 
@@ -52,6 +53,13 @@ class Monitor:
         self._param_grads, self._params = self.hooks.param_grads, self.hooks.params
         self._hist_steps = HistSteps()
         self.step_listeners.append(self._hist_steps.on_step_end)
+        trainable = adapter.trainable
+        param_hooks = [(what, take, hook) for what, take, hook in (
+            ("param_grads", lambda p: trainable(p) and p.is_floating_point(), self._param_grads),
+            ("params", lambda p: p.is_floating_point(), self._params)) if hook is not None]
+        log_every = options.history["log_every"] if options.history else 10
+        self.structure = StructureCheck(adapter, options, modules, param_hooks, self.tell, log_every)
+        self.step_listeners.append(self.structure.on_step_end)
 
     # ---- steps and phases (hookstats/clock.py) ----
     def step(self):
@@ -123,6 +131,7 @@ class Monitor:
             self._param_grads.tell_if_never_measured()
         if self._params is not None:
             self._params.tell_if_never_measured()
+        self.structure.check()
         if self.clock.steps_uncounted():
             self.tell("steps", "hookstats: under torch.compile root forwards are not counted as steps, and no "
                                "torch.optim optimizer has stepped: call mon.step() after each step (outside the "

@@ -2,6 +2,7 @@
 eager fast path that keeps each output's bound op arguments between calls."""
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
 from .adapter import Adapter
 from .clock import in_recompute
@@ -39,6 +40,20 @@ class TorchAdapter(Adapter):
 
     def trainable(self, param):
         return param.requires_grad
+
+    def submodules(self):
+        return self.model.modules()
+
+    def passive(self, module):
+        if isinstance(module, parametrize.ParametrizationList):  # its parameters are its module's: measured_params
+            return True
+        children = list(module.children())
+        return len(children) == 1 and next(module.parameters(recurse=False), None) is None
+
+    def measured_params(self, module):
+        yield from module.named_parameters(recurse=False)
+        if parametrize.is_parametrized(module):  # weight_norm & co. moved the parameter there
+            yield from (("parametrizations." + n, p) for n, p in module.parametrizations.named_parameters())
 
     def state_device(self, module):
         p = next(module.parameters(recurse=False), None)

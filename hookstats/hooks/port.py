@@ -4,6 +4,7 @@ one-time warnings; and what compiled code leaves to settle at the next eager poi
 import torch
 
 from ..clock import in_recompute
+from ..compile_fallback import CheckpointFallback
 from ..phases import phase_label
 from ..tensors import measured, unread_reason
 from .calls import Calls
@@ -16,6 +17,7 @@ class Port:
         self.calls = Calls(separate_calls)
         self.view_taps = ViewTaps()  # gradient taps on view outputs, checked for in-place ops
         self.untapped = False  # a gradient tap was left out of compiled code (grad_taps.COMPILED_GRAD_TAPS)
+        self.checkpoint_fallback = CheckpointFallback()
 
     def measure_in(self, key, t, phase, keep=False, compiling=None, table=None):
         """Measures t into key's state. keep (eager code only): returns the op's bound arguments (StateStore.bound)
@@ -36,8 +38,9 @@ class Port:
 
     def settle(self):
         """An eager point (StepClock.eager_listeners): allocates what compiled code reached first, says once what
-        torch.compile changes and which view outputs lost their gradient."""
+        torch.compile changes (a checkpointed region it ran eagerly too) and which view outputs lost their gradient."""
         self.view_taps.settle(self.tell)
+        self.checkpoint_fallback.settle(self.clock.compiled, self.tell)
         late = self.store.allocate_late()
         if late:
             ids = list(dict.fromkeys(phase_label(k[1].id, k[0]) for k in late))
