@@ -5,6 +5,7 @@
 // missing does not compile. They agree with accumulator.h's one-value definition (near_zero) on every value.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "counters.h"
@@ -145,7 +146,19 @@ template <typename P>
 struct PairLanes {
   using Acc = P;
   HS_COUNTS_FN static void merge(P& a, const P& b) { a = __hadd2(a, b); }
-  HS_COUNTS_FN static float total(const P& a) { return __low2float(a) + __high2float(a); }
+  HS_COUNTS_FN static float total(const P& a) {
+    if constexpr (std::is_same_v<P, __nv_bfloat162>) {  // float32's top halves: a shift and a mask
+      uint32_t u;
+      memcpy(&u, &a, sizeof(u));
+      float lo, hi;
+      const uint32_t ul = u << 16, uh = u & 0xffff0000u;
+      memcpy(&lo, &ul, sizeof(lo));
+      memcpy(&hi, &uh, sizeof(hi));
+      return lo + hi;
+    } else {
+      return __low2float(a) + __high2float(a);
+    }
+  }
 };
 
 template <typename T, int Slot> struct PredPair;
