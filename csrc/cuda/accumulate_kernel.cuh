@@ -422,12 +422,10 @@ __device__ __forceinline__ void redo_consumed(ThreadStats<A, N>& t, const A (&v)
 template <typename T> struct PairOf;
 template <> struct PairOf<__nv_bfloat16> {
   using type = __nv_bfloat162;
-  static HS_HD __nv_bfloat16 round_down(float x) { return __float2bfloat16_rd(x); }
   static HS_HD type both(float x) { return __float2bfloat162_rn(x); }  // exact for a value of the type, or NaN
 };
 template <> struct PairOf<__half> {
   using type = __half2;
-  static HS_HD __half round_down(float x) { return __float2half_rd(x); }
   static HS_HD type both(float x) { return __float2half2_rn(x); }
 };
 template <typename T> constexpr bool kPaired = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
