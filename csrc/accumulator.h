@@ -147,10 +147,8 @@ HS_HD float bin_value(double v) {
 }
 HS_HD float bin_value(float v) { return v; }
 
-// The near-zero predicate of one value (the CUDA emulation's, and the scalar loop's spelled out in
-// cpu/accumulate_cpu.cpp; each vector width has one of its own: count_near_zero8 in cpu/accumulate_avx2.h,
-// count_near_zero16 in cpu/accumulate_avx512.h, near_zero_one in cuda/accumulate_kernel.cuh): v itself in the
-// signed mode, else |v|, at or below eps. NaN is never near zero.
+// The near-zero predicate of one value: v itself in the signed mode, else |v|, at or below eps. NaN is never near
+// zero. Each loop's width has its own spelling of it in counter_predicates.h (the op counters' predicates).
 HS_HD bool near_zero(float v, float eps, bool signed_mode) { return (signed_mode ? v : (v < 0 ? -v : v)) <= eps; }
 
 // Chan et al.'s pairwise merge of (n, mean, M2); b is merged into a. Callers merge in a fixed order.

@@ -12,7 +12,7 @@ from float_oracle import float_buckets
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import hookstats
-from hookstats import layout
+from hookstats import layout, rawstate
 
 F32_MAX = float(np.finfo(np.float32).max)
 
@@ -29,17 +29,19 @@ def bin_values(v, dtype):
 
 def oracle(x, cfg):
     """Statistics of tensor x computed independently in NumPy float64: returns (fstate, istate) arrays, the istate
-    laid out as README and csrc/accumulator.h say, written out here: count, near_zero, [under, nbins bins, over]
-    with the linear bins, NaN, +Inf, -Inf, [256 log2 slots] where the op keeps its own, [4096 float buckets]."""
+    laid out as README and csrc/accumulator.h say, written out here: the op counters (count, near_zero, ...: one
+    slot each, in the order of their rows, rawstate.COUNTERS), [under, nbins bins, over] with the linear bins, NaN,
+    +Inf, -Inf, [256 log2 slots] where the op keeps its own, [4096 float buckets]."""
     parts = oracle_parts(x, cfg)
     nb = cfg.nbins
     lin = parts["lin"] if cfg.linear_hist else parts["lin"][nb + 2:]
     extra = [parts[k] for k in ("log2", "float") if parts[k] is not None]
-    return parts["fstate"], np.concatenate([[parts["count"], parts["near_zero"]], lin, *extra]).astype(np.int64)
+    counters = [parts[name] for name in rawstate.COUNTERS]
+    return parts["fstate"], np.concatenate([counters, lin, *extra]).astype(np.int64)
 
 
 def oracle_parts(x, cfg):
-    """The oracle's statistics by name: fstate, count, near_zero, lin (the kernels' numbering: under, nbins bins,
+    """The oracle's statistics by name: fstate, each op counter (count, near_zero, ...), lin (the kernels' numbering: under, nbins bins,
     over, NaN, +Inf, -Inf; the bins zero without linear_hist), log2 (256 slots, None where the op keeps none:
     without log_hist, or with the float buckets) and float (4096 buckets, None without them)."""
     dtype = x.dtype
@@ -91,12 +93,13 @@ def cpu_kernels():
 
 
 def without_histograms(istate, cfg):
-    """An oracle istate (oracle()) as a call whose enabled flag has SKIP_HIST leaves it: count, near-zero and the
+    """An oracle istate (oracle()) as a call whose enabled flag has SKIP_HIST leaves it: the op counters and the
     NaN/Inf counts; the linear bins (under, bins, over), log2 slots and float buckets zero. Laid out as oracle()
-    writes it: NaN follows count, near-zero and, with the linear bins, their nbins + 2 slots."""
+    writes it: NaN follows the op counters and, with the linear bins, their nbins + 2 slots."""
     i = np.zeros_like(istate)
-    nan = 2 + (cfg.nbins + 2 if cfg.linear_hist else 0)
-    i[:2] = istate[:2]
+    nc = len(rawstate.COUNTERS)
+    nan = nc + (cfg.nbins + 2 if cfg.linear_hist else 0)
+    i[:nc] = istate[:nc]
     i[nan: nan + 3] = istate[nan: nan + 3]
     return i
 

@@ -299,6 +299,7 @@ def _inference_state():
         return fresh()[1]
 
 
+NC = len(rawstate.COUNTERS)  # istate's op counters (count, near-zero, ...): one slot per csrc/state_layout.def row
 BAD_ARGS = {  # case: (replacements, the error's words)
     "meta x, CPU state": (dict(x=torch.randn(10, device="meta")), "fstate must be on x's device"),
     "CPU x, meta istate": (dict(istate=lambda a: a["istate"].to("meta")), "istate must be on x's device"),
@@ -322,15 +323,16 @@ BAD_ARGS = {  # case: (replacements, the error's words)
     "params of 6 fields": (dict(params=CFG.op_params() + (0.0,)), "params must have 5 fields .*, got 6"),
     "empty params": (dict(params=()), "params must have 5 fields .*, got 0"),
     "negative flags": (dict(flags=-1), "unknown flags -1"),
-    "FLOAT_HIST, istate without its slots": (dict(flags=layout.FLOAT_HIST | 3),
-                                             "istate must have 4399 elements for nbins=40, flags=11, got 303"),
+    "FLOAT_HIST, istate without its slots": (
+        dict(flags=layout.FLOAT_HIST | 3),
+        f"istate must have {NC + 4397} elements for nbins=40, flags=11, got {NC + 301}"),
     "istate with float slots, no FLOAT_HIST": (
-        dict(istate=lambda a: torch.zeros(2 + 40 + 5 + 256 + 4096, dtype=torch.int64)),
-        "istate must have 303 elements for nbins=40, flags=3, got 4399"),
+        dict(istate=lambda a: torch.zeros(NC + 40 + 5 + 256 + 4096, dtype=torch.int64)),
+        f"istate must have {NC + 301} elements for nbins=40, flags=3, got {NC + 4397}"),
     "float32 fstate": (dict(fstate=lambda a: a["fstate"].float()), "fstate must be float64, got"),
     "fstate of 4": (dict(fstate=lambda a: a["fstate"][:4]), "fstate must have 5 elements, got 4"),
     "float64 istate": (dict(istate=lambda a: a["istate"].double()), "istate must be int64, got"),
-    "istate for other nbins": (dict(nbins=10), "istate must have 273 elements for nbins=10, got 303"),
+    "istate for other nbins": (dict(nbins=10), f"istate must have {NC + 271} elements for nbins=10, got {NC + 301}"),
     "strided istate": (dict(istate=lambda a: torch.zeros(2 * CFG.istate_size, dtype=torch.int64)[::2]),
                        "istate must be contiguous"),
     "expanded fstate": (dict(fstate=torch.zeros(1, dtype=torch.float64).expand(5)), "fstate must be contiguous"),
@@ -373,7 +375,7 @@ def test_bad_lists_raise_one_error_and_change_no_state(backend, case):
     xs, fs, is_, ss = _many_args()
     params = list(CFG.op_params())
     words = {"lengths": "xs, fstates, istates and scratches must have equal lengths, got 3, 3, 2, 3",
-             "bad entry": r"target\[2\]: istate must have 303 elements for nbins=40, got 302",
+             "bad entry": rf"target\[2\]: istate must have {NC + 301} elements for nbins=40, got {NC + 300}",
              "shared state": r"fstate of target\[\d\] and fstate of target\[\d\] share memory",
              "x is another state": r"(x of target\[0\] and istate of target\[1\]|istate of target\[1\] and x of "
                                    r"target\[0\]) share memory",

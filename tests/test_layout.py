@@ -1,5 +1,5 @@
 """The state holds only what the flags measure: the istate's size for every flag combination,
-written out by hand; the compiled op's offsets equal hookstats/layout.py's; monitors with the linear bins, with
+written out by hand after the op counters (one slot per counter row); the compiled op's offsets equal hookstats/layout.py's; monitors with the linear bins, with
 the op's log2 slots alone and with the defaults give the statistics of a float64 NumPy oracle; a history ring
 slot holds only the measured fields and stays exact across flushes."""
 import math
@@ -16,14 +16,15 @@ from hookstats import layout, rawstate, reference
 from hookstats.config import StatsConfig
 
 LIN, LOG, SNZ, FLT = 1, 2, 4, 8  # csrc/accumulator.h Flags
+NC = len(rawstate.COUNTERS)  # the op counters (count, near-zero, ...): one slot per csrc/state_layout.def row
 
-# istate sizes by hand for nbins=40: count and near-zero (2), under + 40 bins + over (42) with LIN, NaN/+Inf/-Inf (3)
+# istate sizes by hand for nbins=40 after the NC op counters: under + 40 bins + over (42) with LIN, NaN/+Inf/-Inf (3)
 # always, log2 slots (256) with LOG, float buckets (4096) with FLT; SNZ (near_zero="le") changes no size
-SIZES_40 = {0: 5, LIN: 47, LOG: 261, LIN | LOG: 303, FLT: 4101, FLT | LIN: 4143, FLT | LOG: 4357,
-            FLT | LIN | LOG: 4399}
+SIZES_40 = {flags: NC + size for flags, size in {0: 3, LIN: 45, LOG: 259, LIN | LOG: 301, FLT: 4099, FLT | LIN: 4141,
+                                                 FLT | LOG: 4355, FLT | LIN | LOG: 4397}.items()}
 # the same for nbins=7 (under + 7 bins + over: 9)
-SIZES_7 = {0: 5, LIN: 14, LOG: 261, LIN | LOG: 270, FLT: 4101, FLT | LIN: 4110, FLT | LOG: 4357,
-           FLT | LIN | LOG: 4366}
+SIZES_7 = {flags: NC + size for flags, size in {0: 3, LIN: 12, LOG: 259, LIN | LOG: 268, FLT: 4099, FLT | LIN: 4108,
+                                                FLT | LOG: 4355, FLT | LIN | LOG: 4364}.items()}
 
 
 @pytest.mark.parametrize("nbins,sizes", [(40, SIZES_40), (7, SIZES_7)])
@@ -43,12 +44,12 @@ def test_istate_size_of_every_flag_combination(flags, nbins, sizes):
                    torch.tensor([True]), params)
 
 
-@pytest.mark.parametrize("kwargs,size", [({}, 4101), ({"linear_hist": True}, 4143), ({"float_hist": False}, 261),
-                                         ({"float_hist": False, "linear_hist": True}, 303),
-                                         ({"float_hist": False, "log_hist": False}, 5),
-                                         ({"nbins": 7, "near_zero": "le"}, 4110)])
+@pytest.mark.parametrize("kwargs,size", [({}, 4099), ({"linear_hist": True}, 4141), ({"float_hist": False}, 259),
+                                         ({"float_hist": False, "linear_hist": True}, 301),
+                                         ({"float_hist": False, "log_hist": False}, 3),
+                                         ({"nbins": 7, "near_zero": "le"}, 4108)])
 def test_config_state_size(kwargs, size):
-    assert StatsConfig(**kwargs).istate_size == size
+    assert StatsConfig(**kwargs).istate_size == NC + size
 
 
 def test_python_offsets_mirror_the_header():
@@ -104,9 +105,10 @@ def test_every_field_of_the_table_is_where_the_compiled_op_writes_it(flags, nbin
 
 
 def test_nonfinite_counters_where_the_layout_says():
-    """NaN, +Inf, -Inf follow near-zero, or the linear bins' overflow slot (2 + nbins + 2) when there are bins."""
+    """NaN, +Inf, -Inf follow the op counters, or the linear bins' overflow slot (NC + nbins + 2) when there are
+    bins."""
     x = torch.tensor([math.nan, math.nan, math.inf, -math.inf, -math.inf, -math.inf, 1.0])
-    for flags, at in ((0, 2), (LOG | FLT, 2), (LIN, 2 + 40 + 2), (LIN | LOG | FLT, 2 + 40 + 2)):
+    for flags, at in ((0, NC), (LOG | FLT, NC), (LIN, NC + 40 + 2), (LIN | LOG | FLT, NC + 40 + 2)):
         i = torch.zeros(SIZES_40[flags], dtype=torch.int64)
         f = rawstate.empty()
         torch.ops.hookstats.accumulate_.default(x, f, i, torch.zeros(0, dtype=torch.uint8), torch.tensor([True]),
@@ -192,12 +194,12 @@ def test_running_stats_equal_a_numpy_oracle(config, backend):
 
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_ring_slot_holds_only_the_measured_fields_exact_across_flushes(config, backend):
-    """A ring slot: the 5 moments, count, near-zero, [under, bins, over] with the linear bins, NaN/+Inf/-Inf and
+    """A ring slot: the 5 moments, the op counters, [under, bins, over] with the linear bins, NaN/+Inf/-Inf and
     the op's log2 slots when it keeps them (float buckets off); every step's record equals the oracle of that
     step's values over 3 flushes, the float buckets (and log2 from them) too."""
     cfg = StatsConfig(hist_every=1, **CONFIGS[config])
     # + 1: the step's own largest |x| (the delayed-scaling what-if's amax history)
-    fields = 5 + 2 + (cfg.nbins + 2 if cfg.linear_hist else 0) + 3 + (0 if cfg.float_hist else 256) + 1
+    fields = 5 + NC + (cfg.nbins + 2 if cfg.linear_hist else 0) + 3 + (0 if cfg.float_hist else 256) + 1
 
     class Keep:
         def __init__(self):
@@ -237,8 +239,9 @@ def test_ring_slot_holds_only_the_measured_fields_exact_across_flushes(config, b
 def test_a_state_sized_for_other_flags_is_an_error_naming_the_flags(op):
     f = rawstate.empty()
     args = (torch.zeros(0, dtype=torch.uint8), torch.tensor([True]))
-    with pytest.raises(RuntimeError, match="istate must have 47 elements for nbins=40, flags=1, got 303$"):
+    with pytest.raises(RuntimeError, match=f"istate must have {NC + 45} elements for nbins=40, flags=1, got "
+                                           f"{NC + 301}$"):
         op(torch.ones(3), f, torch.zeros(SIZES_40[LIN | LOG], dtype=torch.int64), *args,
            layout.op_params(-10.0, 2.0, 0.0, 40, LIN))
-    with pytest.raises(RuntimeError, match="istate must have 5 elements for nbins=40, got 6$"):
-        op(torch.ones(3), f, torch.zeros(6, dtype=torch.int64), *args, layout.op_params(-10.0, 2.0, 0.0, 40, 0))
+    with pytest.raises(RuntimeError, match=f"istate must have {NC + 3} elements for nbins=40, got {NC + 4}$"):
+        op(torch.ones(3), f, torch.zeros(NC + 4, dtype=torch.int64), *args, layout.op_params(-10.0, 2.0, 0.0, 40, 0))

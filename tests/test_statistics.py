@@ -7,14 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from hookstats import StatsConfig, layout, statistics
+from hookstats import StatsConfig, layout, rawstate, statistics
 
 CFG = StatsConfig(nbins=4, lo=-1, hi=1, eps=0.05, float_hist=False, log_hist=False)
+# Each op counter of values v, by its name in rawstate.COUNTERS (one per csrc/state_layout.def row), as NumPy counts it.
+COUNTERS = {"count": lambda v, cfg: len(v), "near_zero": lambda v, cfg: (np.abs(v) <= cfg.eps).sum()}
 
 
 def row(values, cfg=CFG):
-    """(fstate, istate) of values, built by hand: moments of the finite ones; count, near-zero, the linear slots
-    (under, bins, over), NaN, +Inf, -Inf."""
+    """(fstate, istate) of values, built by hand: moments of the finite ones; the op counters in their rows' order,
+    the linear slots (under, bins, over), NaN, +Inf, -Inf."""
     v = np.asarray(values, dtype=np.float64)
     fin = v[np.isfinite(v)]
     mean = fin.mean() if len(fin) else 0.0
@@ -22,7 +24,8 @@ def row(values, cfg=CFG):
          fin.max() if len(fin) else math.nan]
     edges = np.linspace(cfg.lo, cfg.hi, cfg.nbins + 1)
     lin = [(fin < cfg.lo).sum(), *np.histogram(fin[(fin >= cfg.lo) & (fin < cfg.hi)], edges)[0], (fin >= cfg.hi).sum()]
-    i = [len(v), (np.abs(v) <= cfg.eps).sum(), *lin, np.isnan(v).sum(), (v == math.inf).sum(), (v == -math.inf).sum()]
+    counters = [COUNTERS[name](v, cfg) for name in rawstate.COUNTERS]
+    i = [*counters, *lin, np.isnan(v).sum(), (v == math.inf).sum(), (v == -math.inf).sum()]
     assert len(i) == cfg.istate_size
     return np.array(f, dtype=np.float64), np.array(i, dtype=np.int64)
 

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "../accumulator.h"
+#include "../counter_predicates.h"
 
 // Everything below, lambdas included, is compiled for AVX2; accumulate_cpu_kernel.h calls it only where the CPU has it.
 #pragma GCC push_options
@@ -42,12 +43,6 @@ inline __m256 load8(const T* x) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
-}
-
-// The near-zero predicate 8 values a vector (accumulator.h near_zero): v & mask (all ones in the signed mode: v
-// itself; else the sign cleared: |v|) at or below eps; the true lanes (-1 each) are subtracted from nz.
-inline __m256i count_near_zero8(__m256i nz, __m256 v, __m256 mask, __m256 eps) {
-  return _mm256_sub_epi32(nz, _mm256_castps_si256(_mm256_cmp_ps(_mm256_and_ps(v, mask), eps, _CMP_LE_OQ)));
 }
 
 inline float hsum(__m256 v) {
@@ -304,17 +299,16 @@ struct OnePass {
 };
 
 template <typename T, bool kFloat, int kSub>
-int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64_t& near_zero, FloatCount* fh,
+int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, CounterTotals& counters, FloatCount* fh,
                      int64_t* nonfin) {
   const __m256 inf = _mm256_set1_ps(__builtin_inff()), ninf = _mm256_set1_ps(-__builtin_inff());
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), eps = _mm256_set1_ps(p.eps);
-  // near-zero compares v & nz_mask: v itself (signed mode) or |v|
-  const __m256 nz_mask = (p.flags & kSignedNearZero) ? _mm256_castsi256_ps(_mm256_set1_epi32(-1)) : abs_mask;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const Predicates<Pred8> preds(p);
   const FloatSlots<kSub> slots;
   constexpr bool kBf16Slots = kFloat && std::is_same_v<T, c10::BFloat16>;
   OnePass<T, kFloat, kSub, std::conditional_t<kBf16Slots, uint16_t, uint32_t>> op(x, n, fh);
   __m256 mn = inf, mx = ninf;
-  __m256i nz = _mm256_setzero_si256();
+  Counts<Lanes8> ctr;
   auto block = [&](int64_t b, auto block_size) {
     constexpr int kB = decltype(block_size)::value, kVecs = kB / kVec;
     auto* fs = op.slots();
@@ -331,7 +325,7 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
       c2 = _mm256_fmadd_ps(d, d, c2);
       bmn = _mm256_min_ps(v, bmn);  // NaN drops out; a block with a NaN or Inf is redone anyway
       bmx = _mm256_max_ps(v, bmx);
-      nz = count_near_zero8(nz, v, nz_mask, eps);
+      ctr.observe(preds, v);
       if constexpr (kFloat && !kBf16Slots) slots.f32(v, _mm256_and_ps(v, abs_mask), fs + j * kVec);
       counter.template count<kVec>(j * kVec);
     };
@@ -356,24 +350,24 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
   for (; b + kBlock <= n; b += kBlock) block(b, std::integral_constant<int, kBlock>());
   for (; b + kSmallBlock <= n; b += kSmallBlock) block(b, std::integral_constant<int, kSmallBlock>());
   op.end(hmin(mn), hmax(mx), res);
-  near_zero += hsum(nz);
+  ctr.add_to(counters.acc);
   return b;
 }
 
-// Consumes full blocks of x into res (moments, min/max, near-zero), the histograms h (sub-histogram
+// Consumes full blocks of x into res (moments, min/max), counters (the op counters), the histograms h (sub-histogram
 // k at h + k * stride), the float buckets fh (copy k of slot s at fh[s * kSub + k], slot kFloatSlots a dummy for
 // non-finite values) and nonfin[3] (NaN, +Inf, -Inf counts, kept apart when the linear histogram is off).
 // Returns the number of values consumed (a multiple of kSmallBlock); the caller handles the tail.
 // Each block is read twice from L1: pass 1 classifies and sums for the shift K, pass 2 sums (v - K)
 // and (v - K)^2. Blocks holding a NaN or Inf (known from pass 1's finite count) take a masked slow path.
 template <typename T, bool kLin, bool kLog, bool kFloat, int kSub>
-int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t& near_zero,
+int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, CounterTotals& counters,
                    uint32_t* h, int stride, FloatCount* fh, int64_t* nonfin) {
-  if constexpr (!kLin && !kLog) return run_one_pass<T, kFloat, kSub>(x, n, p, res, near_zero, fh, nonfin);
+  if constexpr (!kLin && !kLog) return run_one_pass<T, kFloat, kSub>(x, n, p, res, counters, fh, nonfin);
   const int nb = p.nbins;
   const __m256 inf = _mm256_set1_ps(__builtin_inff()), ninf = _mm256_set1_ps(-__builtin_inff());
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256 lo = _mm256_set1_ps(p.lo), inv_w = _mm256_set1_ps(p.inv_w), eps = _mm256_set1_ps(p.eps);
+  const __m256 lo = _mm256_set1_ps(p.lo), inv_w = _mm256_set1_ps(p.inv_w);
   const __m256 m1 = _mm256_set1_ps(-1.0f), nbf = _mm256_set1_ps(static_cast<float>(nb));
   const __m256i zero_i = _mm256_setzero_si256();
   // Slots are stored with their copy's offset added (value i counts into copy i % kSub): one base per increment.
@@ -384,10 +378,9 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
   const __m256i log_off = _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(off)),
                                            _mm256_set1_epi32(static_cast<int>(lin_slots(nb)) + 1));
   const FloatSlots<kSub> slots;
-  // near-zero compares v & nz_mask: v itself (signed mode) or |v|
-  const __m256 nz_mask = (p.flags & kSignedNearZero) ? _mm256_castsi256_ps(_mm256_set1_epi32(-1)) : abs_mask;
+  const Predicates<Pred8> preds(p);
   __m256 mn = inf, mx = ninf;
-  __m256i nz = zero_i;
+  Counts<Lanes8> ctr;
 
   alignas(32) float buf[kBlock];
   alignas(32) uint32_t ls[kBlock], gs[kBlock];
@@ -405,14 +398,14 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
     }
   };
   // Float buckets of float32: pass 1 has the most vector work and pass 2 the most increments, so min, max and
-  // the near-zero count move to pass 2 (measured: 0.40 -> 0.375 ns/value; slower for the other dtypes and paths).
+  // the op counters move to pass 2 (measured: 0.40 -> 0.375 ns/value; slower for the other dtypes and paths).
   constexpr bool kLate = kFloat && std::is_same_v<T, float>;
   auto block = [&](int64_t b, auto block_size) {
     constexpr int kB = decltype(block_size)::value, kVecs = kB / kVec;
     Slot* fs = fsb[cur];
     const Slot* prev = fsb[cur ^ 1];
-    // Pass 1: the sum for the shift K, the finite count, the slots and (unless kLate) min, max and near-zero
-    // count: min_ps(v, m) returns m when v is NaN, so NaNs drop out by themselves; a block with an Inf recomputes
+    // Pass 1: the sum for the shift K, the finite count, the slots and (unless kLate) min, max and the op
+    // counters: min_ps(v, m) returns m when v is NaN, so NaNs drop out by themselves; a block with an Inf recomputes
     // them below. Unrolled by two: two add chains.
     __m256 sum0 = _mm256_setzero_ps(), sum1 = sum0, bmn = inf, bmx = ninf;
     __m256i cnt = zero_i;
@@ -430,7 +423,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
       if constexpr (!kLate) {
         bmn = _mm256_min_ps(v, bmn);
         bmx = _mm256_max_ps(v, bmx);
-        nz = count_near_zero8(nz, v, nz_mask, eps);
+        ctr.observe(preds, v);
       }
       if constexpr (kLin) {
         // accumulator.h lin_slot_finite: t = (v - lo) * inv_w, clamp to [-1, nbins], floor, + 1
@@ -467,8 +460,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
         const __m256 fin = _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), inf, _CMP_LT_OQ);
         bmn = _mm256_min_ps(bmn, _mm256_blendv_ps(inf, v, fin));
         bmx = _mm256_max_ps(bmx, _mm256_blendv_ps(ninf, v, fin));
-        if constexpr (kLate)
-          nz = count_near_zero8(nz, v, nz_mask, eps);
+        if constexpr (kLate) ctr.observe(preds, v);
       }
       for (int i = 0; i < kB; ++i) {
         const float v = vals[i];
@@ -498,14 +490,14 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
     // Pass 2: shifted sums around this block's fp32 mean K; fp32 over 8 values per lane, then fp64.
     if (ct > 0) {
       const float K = hsum(_mm256_add_ps(sum0, sum1)) / static_cast<float>(ct);
-      __m256 pmn = inf, pmx = ninf;  // kLate: min, max and near-zero count of an all-finite block
-      __m256i pnz = zero_i;
+      __m256 pmn = inf, pmx = ninf;  // kLate: min, max and the op counters of an all-finite block
+      Counts<Lanes8> pctr;
       double s1, s2;
       shifted_sums<false>(vals, kVecs, K, all_finite, s1, s2, [&](int j, __m256 v) {
         if (kLate && all_finite) {
           pmn = _mm256_min_ps(v, pmn);
           pmx = _mm256_max_ps(v, pmx);
-          pnz = count_near_zero8(pnz, v, nz_mask, eps);
+          pctr.observe(preds, v);
         }
         count(j);
         if (j % 2 == 0) count_float(fs + j * kVec);
@@ -513,7 +505,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
       if (kLate && all_finite) {
         bmn = pmn;
         bmx = pmx;
-        nz = _mm256_add_epi32(nz, pnz);
+        ctr.merge(pctr);
       }
       const Partial bp = block_partial(vals, kB, static_cast<int>(ct), K, s1, s2, hmax(bmx) > hmin(bmn));
       chan_merge(res.n, res.mean, res.m2, bp.n, bp.mean, bp.m2);
@@ -530,7 +522,7 @@ int64_t run_blocks(const T* x, int64_t n, const Params& p, Partial& res, int64_t
   const float fmn = hmin(mn), fmx = hmax(mx);
   res.mn = fmin_nan(res.mn, fmn == __builtin_inff() ? __builtin_nan("") : fmn);
   res.mx = fmax_nan(res.mx, fmx == -__builtin_inff() ? __builtin_nan("") : fmx);
-  near_zero += hsum(nz);
+  ctr.add_to(counters.acc);
   return b;
 }
 

@@ -1,5 +1,5 @@
 // accumulate_avx512.h -- the AVX-512 kernel of the op without linear and log2 histograms (its defaults): the one
-// pass per block of accumulate_avx2.h's run_one_pass, 16 values a vector, near-zero counts from mask registers and
+// pass per block of accumulate_avx2.h's run_one_pass, 16 values a vector, the op counters from mask registers and
 // 32 vector registers (the AVX2 loop spills); blocks to redo go to the same AVX2 code (OnePass::end_block).
 #pragma once
 #include "accumulate_avx2.h"
@@ -30,13 +30,6 @@ inline __m512 load16(const T* x) {
   }
 }
 
-// The near-zero predicate 16 values a vector (accumulator.h near_zero): bits & mask (v itself in the signed mode,
-// else |v|) at or below eps, in a mask register; nz's true lanes take -all (all = -1: + 1).
-inline __m512i count_near_zero16(__m512i nz, __m512i bits, __m512i mask, __m512 eps, __m512i all) {
-  const __mmask16 z = _mm512_cmp_ps_mask(_mm512_castsi512_ps(_mm512_and_si512(bits, mask)), eps, _CMP_LE_OQ);
-  return _mm512_mask_sub_epi32(nz, z, nz, all);
-}
-
 // s + the 16 fp32 lanes of c in fp64
 inline __m512d add_halves(__m512d s, __m512 c) {
   const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(c));
@@ -45,14 +38,12 @@ inline __m512d add_halves(__m512d s, __m512 c) {
 }
 
 template <typename T, bool kFloat, int kSub>
-int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64_t& near_zero, FloatCount* fh,
+int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, CounterTotals& counters, FloatCount* fh,
                      int64_t* nonfin) {
   static_assert(kSub == 2 || kSub == 4 || kSub == 8, "the copies of a float bucket are side by side");
   const __m512 inf = _mm512_set1_ps(__builtin_inff()), ninf = _mm512_set1_ps(-__builtin_inff());
-  const __m512 eps = _mm512_set1_ps(p.eps);
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), all = _mm512_set1_epi32(-1);
-  // near-zero compares v & nz_mask: v itself (signed mode) or |v|
-  const __m512i nz_mask = (p.flags & kSignedNearZero) ? all : abs_mask;
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const Predicates<Pred16> preds(p);
   // float slots (accumulator.h float_slot) with their copy's offset: value i counts into copy i % kSub
   const __m512i float_zero = _mm512_set1_epi32(kFloatZero), abs16 = _mm512_set1_epi16(0x7fff);
   const __m512i float_zero16 = _mm512_set1_epi16(kFloatZero);
@@ -63,7 +54,7 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
   constexpr bool kBf16Slots = kFloat && std::is_same_v<T, c10::BFloat16>;
   avx2::OnePass<T, kFloat, kSub, uint16_t> op(x, n, fh);
   __m512 mn = inf, mx = ninf;
-  __m512i nz = _mm512_setzero_si512();
+  Counts<Lanes16> ctr;
   auto block = [&](int64_t b, auto block_size) {
     constexpr int kB = decltype(block_size)::value, kVecs = kB / kVec;
     uint16_t* fs = op.slots();
@@ -84,7 +75,7 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
       bmn = _mm512_min_ps(v, bmn);  // NaN drops out; a block with a NaN or Inf is redone anyway
       bmx = _mm512_max_ps(v, bmx);
       const __m512i bits = _mm512_castps_si512(v);
-      nz = count_near_zero16(nz, bits, nz_mask, eps, all);
+      ctr.observe(preds, v);
       if constexpr (kFloat && !kBf16Slots) {  // bits >> 20, zeros of either sign to kFloatZero, in 16 bits
         const __mmask16 zero = _mm512_testn_epi32_mask(bits, abs_mask);
         const __m512i f = _mm512_mask_mov_epi32(_mm512_srli_epi32(bits, kFloatShift), zero, float_zero);
@@ -120,8 +111,7 @@ int64_t run_one_pass(const T* x, int64_t n, const Params& p, Partial& res, int64
   for (; b + avx2::kBlock <= n; b += avx2::kBlock) block(b, std::integral_constant<int, avx2::kBlock>());
   for (; b + avx2::kSmallBlock <= n; b += avx2::kSmallBlock) block(b, std::integral_constant<int, avx2::kSmallBlock>());
   op.end(_mm512_reduce_min_ps(mn), _mm512_reduce_max_ps(mx), res);
-  near_zero += _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(nz)),
-                                                        _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(nz, 1))));
+  ctr.add_to(counters.acc);
   return b;
 }
 

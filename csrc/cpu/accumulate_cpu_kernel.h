@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../accumulator.h"
+#include "../counter_predicates.h"
 #include "accumulate_avx512.h"
 #include "accumulate_cpu_typed.h"
 
@@ -202,12 +203,13 @@ using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 struct ChunkResult {
   Partial moments;
-  int64_t near_zero = 0;
+  CounterTotals counters;
 };
 
 template <typename T, bool kLin, bool kLog, bool kFloat>
 struct ChunkKernel {
   using A = acc_t<T>;
+  using LaneCounts = Counts<Tally<int32_t>>;  // one lane's op counters
   Params p;
   int stride;  // of the sub-histograms in h
 
@@ -215,25 +217,24 @@ struct ChunkKernel {
   // buckets fh (kFloatHistSize: copy k of slot s at s * kSubHists + k).
   void run(const T* x, int64_t n, ChunkResult& res, uint32_t* h, FloatCount* fh) const {
     A mn[kLanes], mx[kLanes];
-    int32_t nz[kLanes] = {};
+    LaneCounts ctr[kLanes];
     for (int j = 0; j < kLanes; ++j) {
       mn[j] = std::numeric_limits<A>::infinity();
       mx[j] = -std::numeric_limits<A>::infinity();
     }
     int64_t i = 0;
-    for (; i + kBlock <= n; i += kBlock) block<true>(x + i, kBlock, res, h, fh, mn, mx, nz);
-    if (i < n) block<false>(x + i, static_cast<int>(n - i), res, h, fh, mn, mx, nz);
-    int64_t z = 0;
+    for (; i + kBlock <= n; i += kBlock) block<true>(x + i, kBlock, res, h, fh, mn, mx, ctr);
+    if (i < n) block<false>(x + i, static_cast<int>(n - i), res, h, fh, mn, mx, ctr);
     for (int j = 0; j < kLanes; ++j) {
       res.moments.mn = fmin_nan(res.moments.mn, mn[j] == std::numeric_limits<A>::infinity() ? NAN : mn[j]);
       res.moments.mx = fmax_nan(res.moments.mx, mx[j] == -std::numeric_limits<A>::infinity() ? NAN : mx[j]);
-      z += nz[j];
+      ctr[j].add_to(res.counters.acc);
     }
-    res.near_zero += z;
   }
 
   template <bool kFull>
-  void block(const T* x, int m_in, ChunkResult& res, uint32_t* h, FloatCount* fh, A* mn, A* mx, int32_t* nz) const {
+  void block(const T* x, int m_in, ChunkResult& res, uint32_t* h, FloatCount* fh, A* mn, A* mx,
+             LaneCounts* ctr) const {
     const int m = kFull ? kBlock : m_in;
     A v[kBlock];
     bool fin[kBlock];
@@ -307,14 +308,9 @@ struct ChunkKernel {
       }
       chan_merge(res.moments.n, res.moments.mean, res.moments.m2, bp.n, bp.mean, bp.m2);
     }
-    const bool signed_nz = p.flags & kSignedNearZero;
+    const Predicates<PredScalar> preds(p);
     for (int b = 0; b < kBlock; b += kLanes)
-      for (int j = 0; j < kLanes; ++j) {
-        // accumulator.h near_zero spelled out: called here it changed this loop's code (float64 ~3% slower)
-        const float f = bin_value(v[b + j]);
-        const float a = signed_nz ? f : (f < 0 ? -f : f);
-        nz[j] += (b + j < m) && (a <= p.eps);
-      }
+      for (int j = 0; j < kLanes; ++j) ctr[j].observe(preds, bin_value(v[b + j]), b + j < m);
     // Slots: computed branch-free for the whole block (vectorisable), then counted.
     int32_t ls[kBlock], gs[kBlock], fsl[kBlock];
     const int nb = p.nbins;
@@ -344,9 +340,9 @@ void run_chunk(const ChunkKernel<T, kLin, kLog, kFloat>& kernel, Kernel vec, con
     if (vec != Kernel::kPortable) {
       int64_t nonfin[3] = {0, 0, 0};  // NaN, +Inf, -Inf: the linear slots count them when kLin is off
       if (!kLin && !kLog && vec == Kernel::kAvx512)
-        done = avx512::run_one_pass<T, kFloat, kSubHists>(x, n, kernel.p, res.moments, res.near_zero, fh, nonfin);
+        done = avx512::run_one_pass<T, kFloat, kSubHists>(x, n, kernel.p, res.moments, res.counters, fh, nonfin);
       else
-        done = avx2::run_blocks<T, kLin, kLog, kFloat, kSubHists>(x, n, kernel.p, res.moments, res.near_zero, h,
+        done = avx2::run_blocks<T, kLin, kLog, kFloat, kSubHists>(x, n, kernel.p, res.moments, res.counters, h,
                                                                    kernel.stride, fh, nonfin);
       const int nb = kernel.p.nbins;
       for (int k = 0; k < 3; ++k) h[nb + 2 + k] += static_cast<uint32_t>(nonfin[k]);
@@ -408,15 +404,15 @@ void accumulate_flat(const T* x, int64_t n, const Params& p, double* fs, int64_t
     flush();
   });
   Partial total;
-  int64_t nz = 0;
+  CounterTotals counters;
   for (int64_t c = 0; c < nchunks; ++c) {  // chunk order: deterministic for any thread count
     const ChunkResult& r = parts[c];
     merge_partial(total, r.moments);
-    nz += r.near_zero;
+    counters.merge(r.counters);
   }
   merge_into_state(fs, total);
   is[kCount] += n;
-  is[kNearZero] += nz;
+  counters.add_to(is + op_slot(0));
 }
 
 template <typename T, bool kFloat>

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "../accumulator.h"
+#include "../counter_predicates.h"
 #include "kernel_plan.h"
 
 #if defined(HS_CPU_EMULATION)
@@ -83,18 +84,6 @@ HS_HD int lin_slot_fast(float v, const Params& p) {
 #endif
 }
 
-// accumulator.h's near_zero as 1.0f or 0.0f (FSET on the GPU: one instruction, summed by one FADD; ThreadStats).
-HS_HD float near_zero_one(float v, float eps, bool signed_mode) {
-#if defined(__CUDA_ARCH__)
-  float m;
-  if (signed_mode) asm("set.le.f32.f32 %0, %1, %2;" : "=f"(m) : "f"(v), "f"(eps));
-  else asm("set.le.f32.f32 %0, %1, %2;" : "=f"(m) : "f"(fabsf(v)), "f"(eps));
-  return m;
-#else
-  return near_zero(v, eps, signed_mode) ? 1.0f : 0.0f;
-#endif
-}
-
 // Shared-memory counter: ATOMS.POPC.INC on the GPU (lanes hitting one slot are combined). shared_dec undoes an
 // increment (u32 wrap-around adds -1).
 __device__ __forceinline__ void shared_inc(unsigned* p) { atomicAdd(p, 1u); }
@@ -126,7 +115,7 @@ struct ThreadStats {
   N n = 0;
   double K = 0, s1 = 0, s2 = 0;
   A mn, mx;
-  float nz = 0;  // near-zero count: exact, as a thread sees < 2^23 values (max_block_elems)
+  Counts<ThreadLanes> ctr;  // the op counters (counter_predicates.h)
   bool huge = false;  // float64 only: K, s1, s2 are of the values times kHugeScale (accumulator.h kHuge)
 };
 
@@ -376,13 +365,13 @@ template <int M, bool kUnderflow, bool kSkippable, typename A, bool kNatural = f
           typename N = double>
 __device__ __forceinline__ bool consume(ThreadStats<A, N>& t, const A (&v)[M], const Params& p, Hists h,
                                        unsigned* warp, bool hists) {
-  const bool signed_nz = p.flags & kSignedNearZero;
+  const Predicates<PredOne> preds(p);
   A cmn = nan_acc(A(0)), cmx = cmn;
 #pragma unroll
   for (int i = 0; i < M; ++i) {
     cmn = min_acc(cmn, v[i]);
     cmx = max_acc(cmx, v[i]);
-    t.nz += near_zero_one(bin_value(v[i]), p.eps, signed_nz);
+    t.ctr.observe(preds, bin_value(v[i]));
     if constexpr (!kSkippable) count_value<kNatural>(v[i], p, h, warp);
   }
   const A Kc = midrange(cmn, cmx);
@@ -433,12 +422,10 @@ __device__ __forceinline__ void redo_consumed(ThreadStats<A, N>& t, const A (&v)
 template <typename T> struct PairOf;
 template <> struct PairOf<__nv_bfloat16> {
   using type = __nv_bfloat162;
-  static HS_HD __nv_bfloat16 round_down(float x) { return __float2bfloat16_rd(x); }
   static HS_HD type both(float x) { return __float2bfloat162_rn(x); }  // exact for a value of the type, or NaN
 };
 template <> struct PairOf<__half> {
   using type = __half2;
-  static HS_HD __half round_down(float x) { return __float2half_rd(x); }
   static HS_HD type both(float x) { return __float2half2_rn(x); }
 };
 template <typename T> constexpr bool kPaired = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
@@ -447,15 +434,10 @@ template <typename T> constexpr bool kPaired = std::is_same_v<T, __nv_bfloat16> 
 template <typename T>
 struct PairStats {
   using P = typename PairOf<T>::type;
-  P mn, mx, eps;  // eps: the threshold rounded down to T, so that v <= eps in T exactly when it holds in fp32
-  bool signed_nz;
+  P mn, mx;
+  Predicates<PairPredicates<T>::template of> preds;  // the op counters' (counter_predicates.h)
   uint32_t tiny = 0xffffffffu;  // kTinyInZeroSlots: the running minimum of add_min_u16x2 over the words counted
-  HS_HD explicit PairStats(const Params& p) {
-    mn = mx = PairOf<T>::both(__builtin_nanf(""));
-    const T e = PairOf<T>::round_down(p.eps);
-    eps = P(e, e);
-    signed_nz = p.flags & kSignedNearZero;
-  }
+  HS_HD explicit PairStats(const Params& p) : preds(p) { mn = mx = PairOf<T>::both(__builtin_nanf("")); }
   // t's min/max (the scalar head's) taken over, so that t's are dead in the main loop (fewer live registers).
   template <typename N>
   HS_HD void take_from(ThreadStats<float, N>& t) {
@@ -483,18 +465,20 @@ __device__ __forceinline__ void consume_pairs(ThreadStats<float, N>& t, PairStat
                                               const float (&v)[M], const Params& p, Hists h, unsigned* warp,
                                               bool hists) {
   using P = typename PairOf<T>::type;
-  P pmn = pair_of<P>(w[0]), pmx = pmn, nz;
+  P pmn = pair_of<P>(w[0]), pmx = pmn;
+  Counts<PairLanes<P>> c;  // the chunk's op counters, per half
 #pragma unroll
   for (int k = 0; k < M / 2; ++k) {
     const P x = pair_of<P>(w[k]);
     if (k > 0) {
       pmn = __hmin2(pmn, x);
       pmx = __hmax2(pmx, x);
+      c.observe(ps.preds, x);
+    } else {
+      c.observe_first(ps.preds, x);
     }
-    const P hit = __hle2(ps.signed_nz ? x : __habs2(x), ps.eps);  // 1 or 0 per half: exact sums below 256
-    nz = k == 0 ? hit : __hadd2(nz, hit);
   }
-  t.nz += __low2float(nz) + __high2float(nz);
+  c.add_to(t.ctr.acc);
   const float cmn = fminf(__low2float(pmn), __high2float(pmn)), cmx = fmaxf(__low2float(pmx), __high2float(pmx));
   const float Kc = midrange(cmn, cmx);
   float c1, c2;
@@ -532,7 +516,10 @@ HS_HD void merge_block_partial(BlockPartial& a, const BlockPartial& b) {
   a.mx = fmax_nan(a.mx, b.mx);
 }
 
-__device__ __forceinline__ void warp_merge(BlockPartial& a, unsigned& nz) {
+// A warp's or block's op counters (counters.h): exact in 32 bits, as a block sees < 2^31 values (max_block_elems).
+using BlockCounts = Counts<Tally<unsigned>>;
+
+__device__ __forceinline__ void warp_merge(BlockPartial& a, BlockCounts& c) {
   const int lane = threadIdx.x % kWarp;
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o >>= 1) {  // tree in lane order: the same result on every run
@@ -546,11 +533,13 @@ __device__ __forceinline__ void warp_merge(BlockPartial& a, unsigned& nz) {
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o >>= 1) {
     const double mn = __shfl_down_sync(0xffffffffu, a.mn, o), mx = __shfl_down_sync(0xffffffffu, a.mx, o);
-    const unsigned z = __shfl_down_sync(0xffffffffu, nz, o);
+    BlockCounts z;
+#pragma unroll
+    for (int k = 0; k < kOpCounters; ++k) z.acc[k] = __shfl_down_sync(0xffffffffu, c.acc[k], o);
     if (lane + o < kWarp) {
       a.mn = fmin_nan(a.mn, mn);
       a.mx = fmax_nan(a.mx, mx);
-      nz += z;
+      c.merge(z);
     }
   }
 }
@@ -662,11 +651,13 @@ __device__ void finish_block(const ThreadStats<A, N>& t, const Target& tg, int b
                              BlockShared& sm) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, nwarps = blockDim.x / kWarp;
   BlockPartial b{Sums{static_cast<double>(t.n), t.K, t.s1, t.s2}, static_cast<double>(t.mn), static_cast<double>(t.mx)};
-  unsigned nz = static_cast<unsigned>(t.nz);
-  warp_merge(b, nz);
+  BlockCounts c;
+  t.ctr.add_to(c.acc);
+  warp_merge(b, c);
   if (lane == 0) {
     sm.part[warp] = b;
-    sm.nz[warp] = nz;
+#pragma unroll
+    for (int k = 0; k < kOpCounters; ++k) sm.counts[k][warp] = c.acc[k];
   }
   if constexpr (std::is_same_v<A, double>) {
     // a thread's huge sums (values times kHugeScale) cannot join the others' shifted sums
@@ -677,14 +668,16 @@ __device__ void finish_block(const ThreadStats<A, N>& t, const Target& tg, int b
   BlockPartial* ws = reinterpret_cast<BlockPartial*>(tg.scratch + kTicketBytes);
   if (warp == 0) {
     b = empty_partial();
-    unsigned bz = 0;
+    c = BlockCounts();
     if (lane < nwarps) {
       b = sm.part[lane];
-      bz = sm.nz[lane];
+#pragma unroll
+      for (int k = 0; k < kOpCounters; ++k) c.acc[k] = sm.counts[k][lane];
     }
-    warp_merge(b, bz);
+    warp_merge(b, c);
     if (lane == 0) {
-      atomicAdd(&tg.is[kNearZero], static_cast<unsigned long long>(bz));
+#pragma unroll
+      for (int k = 0; k < kOpCounters; ++k) atomicAdd(&tg.is[op_slot(k)], static_cast<unsigned long long>(c.acc[k]));
       if (nblk == 1) {
         sm.part[0] = b;  // read back below: b held across the barrier makes ptxas spill
         sm.last = 1;
@@ -712,7 +705,7 @@ __device__ void finish_block(const ThreadStats<A, N>& t, const Target& tg, int b
 #endif
     // The last block: lane l merges blocks l, l+32, ... in order, then the lanes merge in lane order.
     b = merge_blocks(ws, lane, nblk, kWarp);
-    unsigned unused = 0;
+    BlockCounts unused;
     warp_merge(b, unused);
   }
   if (lane == 0) {

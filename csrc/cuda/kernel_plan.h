@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "../accumulator.h"
+#include "../counters.h"
 
 namespace hookstats {
 namespace cuda_kernel {
@@ -50,7 +51,7 @@ struct BlockPartial {
 // arrays: a __shared__ variable cannot have constructors.
 struct BlockShared {
   BlockPartial part[kMaxWarps];
-  unsigned nz[kMaxWarps];
+  unsigned counts[kOpCounters][kMaxWarps];  // each warp's op counters (counters.h)
   unsigned tiny[2];  // bf16 float buckets: the block's nonzero values in slots 0 (+) and 2048 (-) (accumulate_kernel.cuh)
   int last;
 };
