@@ -94,3 +94,13 @@ def backend(request, monkeypatch):
         monkeypatch.setattr(accumulate, "accumulate_", reference.accumulate_)
         monkeypatch.setattr(accumulate, "accumulate_many_", reference.accumulate_many_)
     return request.param
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo's caches and counters (graph breaks, unique graphs) start empty and are reset after the test."""
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()

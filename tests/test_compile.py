@@ -52,13 +52,6 @@ def train(model, mon, xs):
         model.zero_grad()
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
-
 
 # aot_eager runs the traced graphs with eager kernels: statistics must be bit-identical to eager. Inductor
 # fuses the backward (LayerNorm, ReLU), so its gradients differ from eager's in the last bits: a few values

@@ -13,7 +13,7 @@ from torch._dynamo.utils import counters
 from torch.utils.checkpoint import checkpoint
 
 import hookstats
-from zoo_oracle import Oracle, assert_moments_agree
+from zoo_oracle import Oracle, assert_moments_agree, train_steps
 
 SAID = "ran an activation-checkpointed region eagerly"
 
@@ -39,31 +39,11 @@ class Net(nn.Module):
         return self.head(checkpoint(self.block, self.emb(x), use_reentrant=False))
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
-
 
 def train(model, xs, forward=None, oracle=None):
-    forward = model if forward is None else forward
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        for k, x in enumerate(xs):
-            if oracle is not None:
-                oracle.step = k
-            loss = forward(x).square().mean()
-            if oracle is not None:
-                oracle.backward = True
-            loss.backward()
-            if oracle is not None:
-                oracle.backward = False
-                oracle.before_optimizer_step()
-            opt.step()
-            opt.zero_grad()
+        train_steps(model.parameters(), xs, model if forward is None else forward, oracle)
     return [str(w.message) for w in said if SAID in str(w.message)]
 
 

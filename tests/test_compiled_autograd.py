@@ -25,12 +25,6 @@ class Net(nn.Module):
 MODULES = ("fc1", "fc2", "norm")
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
 
 def train(model, xs, *, compiled_backward, forward=None, before_step=lambda: None, step_done=lambda k: None,
           backward=None):

@@ -9,7 +9,7 @@ from torch import nn
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import hookstats
-from zoo_oracle import Oracle, assert_moments_agree
+from zoo_oracle import Oracle, assert_moments_agree, train_steps
 
 LAYERS = 9  # more than Dynamo's recompile limit
 
@@ -40,27 +40,9 @@ class Net(nn.Module):
         return self.head(h)
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
 
 def train(model, xs, oracle=None):
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for k, x in enumerate(xs):
-        if oracle is not None:
-            oracle.step = k
-        loss = model(x).square().mean()
-        if oracle is not None:
-            oracle.backward = True
-        loss.backward()
-        if oracle is not None:
-            oracle.backward = False
-            oracle.before_optimizer_step()
-        opt.step()
-        opt.zero_grad()
+    train_steps(model.parameters(), xs, model, oracle)
 
 
 def compiled_graphs(model, xs):

@@ -165,12 +165,6 @@ def test_wrappers_modes_autocast_and_copies_are_silent():
     assert said == []
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
 
 def test_torch_compile_is_silent(fresh_dynamo):
     model = net()

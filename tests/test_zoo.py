@@ -406,12 +406,6 @@ def test_activation_checkpointing(name, reentrant, tmp_path):
         assert_no_problems(check_stats(mon, orc, caught) + check_history(mon, orc, memory, csv_path, caught), name)
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
 
 # (model, what ends a step, whether one eager step runs first, param_grads): every combination on the CNN;
 # a transformer whose tuple outputs and parameterless modules are first reached inside compiled code, with

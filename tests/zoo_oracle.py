@@ -204,3 +204,21 @@ def summarize(parts, cfg):
     else:
         rec.update(near_zero_count=0, underflow=0, overflow=0, hist=None, log2_hist=None)
     return rec
+
+
+def train_steps(params, xs, forward, oracle=None):
+    """SGD steps of forward(x).square().mean() over xs, telling the oracle (if any) each step and when backward
+    runs, its parameters' gradients taken before each optimizer step."""
+    opt = torch.optim.SGD(params, lr=0.01)
+    for k, x in enumerate(xs):
+        if oracle is not None:
+            oracle.step = k
+        loss = forward(x).square().mean()
+        if oracle is not None:
+            oracle.backward = True
+        loss.backward()
+        if oracle is not None:
+            oracle.backward = False
+            oracle.before_optimizer_step()
+        opt.step()
+        opt.zero_grad()
