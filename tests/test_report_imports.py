@@ -58,6 +58,14 @@ def report_modules(*argv):
     return set(got["modules"])
 
 
+def run_code(code):
+    """`python -c code` in a fresh interpreter that imports this checkout; it must succeed."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
 @pytest.mark.filterwarnings("ignore::hookstats.alerts.AlertWarning")
 @pytest.mark.parametrize("history", [None, "history.csv"])
 def test_report_does_not_import_torch(run_folder, tmp_path, history):
@@ -75,9 +83,7 @@ def test_every_public_name_is_there_on_first_use():
             "assert attach is names['attach'] and Monitor is names['Monitor'] and 'torch' in sys.modules; "
             "assert callable(hookstats.plots.save_all) and sorted(dir(hookstats)) == dir(hookstats); "
             "print(sorted(names))")
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = run_code(code)
     assert r.stdout.split() and set(hookstats.__all__) <= set(dir(hookstats))
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         hookstats.no_such_name
@@ -101,7 +107,4 @@ def test_the_op_is_registered_by_backend_not_by_import():
             "cfg = StatsConfig(); st = TargetState(None, None, 'cpu', cfg); on = torch.ones(1, dtype=torch.int32); "
             "torch.ops.hookstats.accumulate_(x, st.fstate, st.istate, st.scratch, on, cfg.op_params()); "
             "print(int(st.istate[0]))")
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.split()[-1] == "3"
+    assert run_code(code).stdout.split()[-1] == "3"
