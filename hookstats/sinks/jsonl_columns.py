@@ -1,16 +1,22 @@
-"""The plain records of a JSONL history (scalars only: the most of its lines) read as columns: each line's values
-kept as they came from json.loads, grouped by the line's field names, then each field checked over all of a group's
-lines at once with jsonl._record()'s rules (a step in 0..2^63-1, names and the kind/phase vocabulary once per
-distinct value, floats or null, counts within 2^53 or null). A line that any check flags is read by _record()
-itself, so it is kept or skipped, with the same note, exactly as a line read alone."""
+"""The records of a JSONL history (scalars, log2 histograms and float buckets: every line but a fixed-range
+histogram's) read as columns: each line's values kept as they came from json.loads, grouped by the line's field
+names, then each field checked over all of a group's lines at once with jsonl._record()'s rules (a step in
+0..2^63-1, names and the kind/phase vocabulary once per distinct value, floats or null, counts within 2^53 or null,
+histogram slots {slot: count} with slots in range and counts within int64, made dense in one array per group). A
+line that any check flags is read by _record() itself, so it is kept or skipped, with the same note, exactly as a
+line read alone."""
+import itertools
+
 import numpy as np
 
+from .. import layout
 from ..phases import Phase, phase_label
 from . import fields
 from .columns import HISTOGRAMS, NUMERIC, Columns
 
 _KEYS = ("target", "module", "kind", "leaf", "phase")
-_NOT_PLAIN = frozenset(HISTOGRAMS) | {"hist_range"}
+_NOT_PLAIN = frozenset({"hist", "hist_range"})  # a fixed-range histogram: read one line at a time
+_SLOTS = {"log2_hist": layout.LOG_SLOTS, "float_hist": layout.FLOAT_SLOTS}
 _NONE = type(None)
 
 
@@ -21,10 +27,15 @@ class _Group:
         self.keys, self.checks = keys, checks
         self.rows, self.lines, self.places, self.built, self.dropped, self.numeric = [], [], [], {}, set(), {}
         self.ok = self.step = self.target = self.phase = self.kind = None
+        self.slots = {}  # histogram field -> ([lines, slots] int64 counts, [lines] whether the line holds a dict)
+
+    def slots_of(self, r):
+        """{histogram field: line r's dense counts} of the fields line r holds as slots (not null)."""
+        return {k: dense[r] for k, (dense, has) in self.slots.items() if has[r]}
 
 
 def _checks(keys, plan):
-    """{field: "float" | "count"} of a plain group's statistics, or None where the lines are not plain (no step or
+    """{field: "float" | "count" | "scalar" (a count kept as a float)} of a plain group's statistics, or None where the lines are not plain (no step or
     target, a histogram, a field _record() reads another way)."""
     if "step" not in keys or "target" not in keys or _NOT_PLAIN.intersection(keys):
         return None
@@ -32,7 +43,7 @@ def _checks(keys, plan):
     for k, how in plan(keys):
         if k in _KEYS:
             continue
-        if how not in ("float", "count"):
+        if how not in ("float", "count", "scalar"):
             return None
         out[k] = how
     return out
@@ -72,8 +83,12 @@ class PlainLines:
                     ok &= _steps_ok(col)
                 elif k in _KEYS:
                     ok &= _names_ok(k, col, lines, names)
+                elif k in _SLOTS:
+                    good, dense, has = _slots(col, _SLOTS[k], none_ok=k == "log2_hist")
+                    ok &= good
+                    g.slots[k] = dense, has
                 elif k in g.checks:
-                    ok &= _floats_ok(col) if g.checks[k] == "float" else _counts_ok(col)
+                    ok &= _CHECK[g.checks[k]](col)
             for r in np.flatnonzero(~ok).tolist():
                 try:
                     g.built[r] = read_one(dict(zip(g.keys, g.rows[r])))
@@ -100,7 +115,7 @@ class PlainLines:
 
     def columns(self, build):
         """The history's Columns: the records the ledger holds and the checked plain lines, resolved (runs.Ledger);
-        build(obj) -> the record of a plain line's values."""
+        build(obj, slots) -> the record of a plain line's values, its histograms' dense counts given."""
         ledger, keys = self.ledger, {}
         # the records read one each first (the ledger's, then the flagged plain lines), then each group's plain lines
         entries = [(r, st, tp, rec, p) for r, st, tp, rec, p in ledger.entries]
@@ -138,7 +153,7 @@ class PlainLines:
             label[i] = code
             kind[i] = kinds.setdefault(kind_of[e], len(kinds))
         numeric = {k: np.full(n, np.nan) for k in NUMERIC}
-        has_hist = np.zeros(n, dtype=bool)
+        has_hist = np.zeros(n, dtype=bool)  # the plain lines': set below for a group with histograms
         built = {}
         gw = group_of[won]
         for i in np.flatnonzero(gw < 0).tolist():
@@ -153,11 +168,13 @@ class PlainLines:
             src = at[won[dst]]
             for k, v in g.numeric.items():
                 numeric[k][dst] = v[src]
+            if g.slots:
+                has_hist[dst] = True
         rows_of = row_of[won]
 
         def record(i):
-            g = plain[gw[i]]
-            return build(dict(zip(g.keys, g.rows[rows_of[i]])))
+            g, r = plain[gw[i]], rows_of[i]
+            return build(dict(zip(g.keys, g.rows[r])), g.slots_of(r))
         return Columns(steps, label, list(labels), kind, list(kinds), numeric, record, built, has_hist)
 
 
@@ -203,6 +220,44 @@ def _floats_ok(col):
     return np.fromiter((type(v) is float or v is None for v in col), bool, len(col))
 
 
+def _slots(col, size, none_ok):
+    """Each line's {slot: count} (jsonl._dense's rules: slots "0".."size-1", counts in 0..2^63-1) checked at once
+    over all the lines: (ok [n], counts [n, size] of the ok lines, has [n] whether the line holds a dict); null is ok
+    where none_ok (log2 histograms written with log_hist=False)."""
+    n = len(col)
+    has = np.fromiter((type(v) is dict for v in col), bool, n)
+    ok = has | np.fromiter((v is None for v in col), bool, n) if none_ok else has.copy()
+    dense = np.zeros((n, size), dtype=np.int64)
+    rows = np.flatnonzero(has)
+    if not len(rows):
+        return ok, dense, has
+    dicts = [col[r] for r in rows.tolist()]
+    lens = np.fromiter(map(len, dicts), np.int64, len(dicts))
+    keys = list(itertools.chain.from_iterable(dicts))
+    counts = list(itertools.chain.from_iterable(d.values() for d in dicts))
+    m = len(keys)
+    key_ok = np.fromiter((k.isascii() and k.isdigit() and len(k) < 6 for k in keys), bool, m)
+    slot = np.fromiter(map(int, keys), np.int64, m) if key_ok.all() else \
+        np.fromiter((int(k) if good else size for k, good in zip(keys, key_ok.tolist())), np.int64, m)
+    cnt = None
+    if set(map(type, counts)) <= {int}:
+        try:
+            cnt = np.array(counts, dtype=np.int64)
+            cnt_ok = cnt >= 0
+        except OverflowError:
+            cnt = None
+    if cnt is None:
+        cnt_ok = np.fromiter((type(c) is int and 0 <= c <= fields.INT64_MAX for c in counts), bool, m)
+        cnt = np.fromiter((c if good else 0 for c, good in zip(counts, cnt_ok.tolist())), np.int64, m)
+    line = np.repeat(np.arange(len(rows)), lens)
+    fine = key_ok & (slot < size) & cnt_ok
+    line_ok = np.bincount(line[~fine], minlength=len(rows)) == 0
+    ok[rows[~line_ok]] = False
+    keep = line_ok[line]
+    dense[rows[line[keep]], slot[keep]] = cnt[keep]
+    return ok, dense, has
+
+
 def _counts_ok(col):
     if _types(col) == {int}:
         try:
@@ -211,3 +266,17 @@ def _counts_ok(col):
         except OverflowError:
             pass
     return np.fromiter((v is None or type(v) is int and 0 <= v <= fields.EXACT for v in col), bool, len(col))
+
+
+def _float_counts_ok(col):
+    """fields.scalar()'s rule for a count kept as a float (hist_count): null, NaN, or an integral value in
+    0..2^63-1 (an int within 2^53)."""
+    if _types(col) <= {float, _NONE}:
+        a = np.array(col, dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            return np.isnan(a) | ((a >= 0) & (a <= fields.INT64_MAX) & (a == np.floor(a)))
+    return np.fromiter((v is None or type(v) is int and 0 <= v <= fields.EXACT or type(v) is float and
+                        (v != v or 0 <= v <= fields.INT64_MAX and v == int(v)) for v in col), bool, len(col))
+
+
+_CHECK = {"float": _floats_ok, "count": _counts_ok, "scalar": _float_counts_ok}
