@@ -236,6 +236,8 @@ def test_histogram_lines_read_as_written(tmp_path):
     assert len(bad) == 7 and any("not whole records" in m for m in said)  # the torn line
     assert "../../etc/passwd" not in cols.kinds and not any("../x" in t for t in cols.labels)
     assert len(cols.built) == 1  # only the fixed-range histogram's line was read as one record
+    hists = [cols.histograms(i) for i in range(len(cols))]  # before any record is made
+    assert len(cols.built) == 1
 
     got = {}
     for label, rows in zip(cols.labels, cols.rows_by_label()):
@@ -254,6 +256,12 @@ def test_histogram_lines_read_as_written(tmp_path):
         if "log2_hist" not in want:
             assert rec["log2_hist"] is None  # log_hist=False: not summed from anything
         assert type(rec["count"]) is int and rec["hist_count"] == 8.0
+    for i, h in enumerate(hists):  # the histograms without the record are the record's
+        rec = cols.record(i)
+        for k in ("hist", "log2_hist", "float_hist"):
+            assert (h[k] is None) == (rec.get(k) is None), (i, k)
+            if h[k] is not None:
+                np.testing.assert_array_equal(h[k], rec[k])
     linear = got[("b:output", 3)]
     np.testing.assert_array_equal(linear["hist"], [1, 2, 3, 4])
     np.testing.assert_array_equal(linear["hist_edges"], np.linspace(-1, 1, 5))

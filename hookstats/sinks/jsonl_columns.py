@@ -175,7 +175,13 @@ class PlainLines:
         def record(i):
             g, r = plain[gw[i]], rows_of[i]
             return build(dict(zip(g.keys, g.rows[r])), g.slots_of(r))
-        return Columns(steps, label, list(labels), kind, list(kinds), numeric, record, built, has_hist)
+
+        def histograms(i):
+            g = plain[gw[i]] if gw[i] >= 0 else None
+            if g is None or "float_hist" in g.slots and "log2_hist" not in g.slots:
+                return None  # a record read alone; log2 slots summed from the float buckets (record_reading.record)
+            return {**dict.fromkeys(HISTOGRAMS), **g.slots_of(rows_of[i])}
+        return Columns(steps, label, list(labels), kind, list(kinds), numeric, record, built, has_hist, histograms)
 
 
 def _types(col):
