@@ -27,11 +27,11 @@ class _Group:
         self.keys, self.checks = keys, checks
         self.rows, self.lines, self.places, self.built, self.dropped, self.numeric = [], [], [], {}, set(), {}
         self.ok = self.step = self.target = self.phase = self.kind = None
-        self.slots = {}  # histogram field -> ([lines, slots] int64 counts, [lines] whether the line holds a dict)
+        self.slots = {}  # histogram field -> _Slots
 
     def slots_of(self, r):
         """{histogram field: line r's dense counts} of the fields line r holds as slots (not null)."""
-        return {k: dense[r] for k, (dense, has) in self.slots.items() if has[r]}
+        return {k: sl.dense(r) for k, sl in self.slots.items() if sl.has[r]}
 
 
 def _checks(keys, plan):
@@ -84,9 +84,8 @@ class PlainLines:
                 elif k in _KEYS:
                     ok &= _names_ok(k, col, lines, names)
                 elif k in _SLOTS:
-                    good, dense, has = _slots(col, _SLOTS[k], none_ok=k == "log2_hist")
-                    ok &= good
-                    g.slots[k] = dense, has
+                    g.slots[k] = _slots(col, _SLOTS[k], none_ok=k == "log2_hist")
+                    ok &= g.slots[k].ok
                 elif k in g.checks:
                     ok &= _CHECK[g.checks[k]](col)
             for r in np.flatnonzero(~ok).tolist():
@@ -226,19 +225,33 @@ def _floats_ok(col):
     return np.fromiter((type(v) is float or v is None for v in col), bool, len(col))
 
 
+class _Slots:
+    """A group's histogram field checked: ok [n] lines, has [n] whether a line holds a dict, and the slots and counts
+    of all the dicts, in line order (`at` [lines with a dict + 1]: where each line's begin); dense(r) makes line r's
+    counts dense when asked (one array a line: a block of all of them would be faulted in page by page twice)."""
+
+    def __init__(self, size, ok, has, at, slot, count):
+        self.size, self.ok, self.has, self.at, self.slot, self.count = size, ok, has, at, slot, count
+        self._index = np.cumsum(has) - 1  # line -> its place among the lines with a dict
+
+    def dense(self, r):
+        j = self._index[r]
+        a, b = self.at[j], self.at[j + 1]
+        out = np.zeros(self.size, dtype=np.int64)
+        out[self.slot[a:b]] = self.count[a:b]
+        return out
+
+
 def _slots(col, size, none_ok):
     """Each line's {slot: count} (jsonl._dense's rules: slots "0".."size-1", counts in 0..2^63-1) checked at once
-    over all the lines: (ok [n], counts [n, size] of the ok lines, has [n] whether the line holds a dict); null is ok
-    where none_ok (log2 histograms written with log_hist=False)."""
+    over all the lines, a _Slots; null is ok where none_ok (log2 histograms written with log_hist=False)."""
     n = len(col)
     has = np.fromiter((type(v) is dict for v in col), bool, n)
     ok = has | np.fromiter((v is None for v in col), bool, n) if none_ok else has.copy()
-    dense = np.zeros((n, size), dtype=np.int64)
     rows = np.flatnonzero(has)
-    if not len(rows):
-        return ok, dense, has
     dicts = [col[r] for r in rows.tolist()]
     lens = np.fromiter(map(len, dicts), np.int64, len(dicts))
+    at = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     keys = list(itertools.chain.from_iterable(dicts))
     counts = list(itertools.chain.from_iterable(d.values() for d in dicts))
     m = len(keys)
@@ -257,11 +270,8 @@ def _slots(col, size, none_ok):
         cnt = np.fromiter((c if good else 0 for c, good in zip(counts, cnt_ok.tolist())), np.int64, m)
     line = np.repeat(np.arange(len(rows)), lens)
     fine = key_ok & (slot < size) & cnt_ok
-    line_ok = np.bincount(line[~fine], minlength=len(rows)) == 0
-    ok[rows[~line_ok]] = False
-    keep = line_ok[line]
-    dense[rows[line[keep]], slot[keep]] = cnt[keep]
-    return ok, dense, has
+    ok[rows[np.bincount(line[~fine], minlength=len(rows)) > 0]] = False
+    return _Slots(size, ok, has, at, slot, cnt)
 
 
 def _counts_ok(col):
