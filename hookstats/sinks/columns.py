@@ -19,11 +19,13 @@ class Columns:
     """steps [N] int64; label [N] (codes into labels: each target by phase), kind [N] (codes into kinds);
     numeric {statistic: [N] float64, NaN where a record has none}; build(i) -> row i's record, built[i] its
     record where it is made already (rows with histograms or odd fields, rows asked for), has_hist [N] whether row i's
-    record may hold a histogram."""
+    record may hold a histogram; histograms(i) -> row i's {histogram: counts or None} without its record, or None
+    where the reader cannot tell them apart from the record (then its record is built)."""
 
-    def __init__(self, steps, label, labels, kind, kinds, numeric, build, built, has_hist):
+    def __init__(self, steps, label, labels, kind, kinds, numeric, build, built, has_hist, histograms=None):
         self.steps, self.label, self.labels, self.kind, self.kinds = steps, label, labels, kind, kinds
         self.numeric, self._build, self.built, self.has_hist = numeric, build, built, has_hist
+        self._histograms = histograms
         self._by_label = None
 
     def __len__(self):
@@ -35,6 +37,16 @@ class Columns:
         if rec is None:
             rec = self.built[i] = self._build(i)
         return rec
+
+    def histograms(self, i):
+        """{"hist", "log2_hist", "float_hist": row i's counts or None}, as its record holds them: what the charts
+        read of every row with histograms, so a row whose record is not made yet is not made for them."""
+        if i not in self.built and self._histograms is not None:
+            got = self._histograms(i)
+            if got is not None:
+                return got
+        rec = self.record(i)
+        return {h: rec.get(h) for h in HISTOGRAMS}
 
     def items(self):
         """(step, record) pairs of every row: what read_jsonl() returns."""

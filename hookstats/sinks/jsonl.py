@@ -130,9 +130,9 @@ def read_jsonl(path):
 
 
 def read_jsonl_columns(path, progress=None):
-    """read_jsonl() as (columns.Columns, alerts), with the same checks and warnings: the lines of plain records
-    (scalars only, the most of a history) are kept as their values and checked a field at a time over all of them
-    (jsonl_columns.py); a line that fails a check, and each line with histograms, is read as one record.
+    """read_jsonl() as (columns.Columns, alerts), with the same checks and warnings: the lines of records (scalars,
+    log2 histograms and float buckets: all but a fixed-range histogram's) are kept as their values and checked a
+    field at a time over all of them (jsonl_columns.py); a line that fails a check is read as one record.
     progress(n): n more characters of the file read (base.file_lines)."""
     path = Path(path)
     ledger, lines = Ledger(path), fields.BadLines(path)
@@ -191,7 +191,7 @@ def read_jsonl_columns(path, progress=None):
         warnings.warn(f"{path}: run {run}: {why}: its log2 histograms and float buckets are left out, its other "
                       f"statistics read", LayoutWarning, stacklevel=2)
     lines.finish()
-    return plain.columns(lambda obj: _record(obj, lines, names)[1]), alerts
+    return plain.columns(lambda obj, slots=None: _record(obj, lines, names, slots)[1]), alerts
 
 
 KEYS = ("target", "module", "kind", "leaf")
@@ -225,8 +225,10 @@ def _alert(obj):
     return out
 
 
-def _record(obj, lines, names=None):
-    """names: {(field, value): checked value} shared by a file's records (a target's name recurs every step)."""
+def _record(obj, lines, names=None, slots=None):
+    """names: {(field, value): checked value} shared by a file's records (a target's name recurs every step);
+    slots: {"log2_hist" / "float_hist": the line's counts, already checked and made dense} (jsonl_columns.py), in
+    place of reading those fields of obj."""
     out = {}
     step = fields.step(obj.get("step"))
     names = {} if names is None else names
@@ -266,10 +268,15 @@ def _record(obj, lines, names=None):
         if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
             raise fields.BadField("hist_range", f"must be finite with lo < hi, got {rng}")
         out["hist_edges"] = np.linspace(lo, hi, len(h) + 1)
+    slots = {} if slots is None else slots
     if log2_off:
         out["log2_hist"] = None
     elif "log2_hist" in obj:
-        out["log2_hist"] = _dense(obj["log2_hist"], layout.LOG_SLOTS, "log2_hist")
+        out["log2_hist"] = slots.get("log2_hist")
+        if out["log2_hist"] is None:
+            out["log2_hist"] = _dense(obj["log2_hist"], layout.LOG_SLOTS, "log2_hist")
     if "float_hist" in obj:
-        out["float_hist"] = _dense(obj["float_hist"], layout.FLOAT_SLOTS, "float_hist")
+        out["float_hist"] = slots.get("float_hist")
+        if out["float_hist"] is None:
+            out["float_hist"] = _dense(obj["float_hist"], layout.FLOAT_SLOTS, "float_hist")
     return step, records.record(out)

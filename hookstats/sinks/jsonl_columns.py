@@ -1,16 +1,22 @@
-"""The plain records of a JSONL history (scalars only: the most of its lines) read as columns: each line's values
-kept as they came from json.loads, grouped by the line's field names, then each field checked over all of a group's
-lines at once with jsonl._record()'s rules (a step in 0..2^63-1, names and the kind/phase vocabulary once per
-distinct value, floats or null, counts within 2^53 or null). A line that any check flags is read by _record()
-itself, so it is kept or skipped, with the same note, exactly as a line read alone."""
+"""The records of a JSONL history (scalars, log2 histograms and float buckets: every line but a fixed-range
+histogram's) read as columns: each line's values kept as they came from json.loads, grouped by the line's field
+names, then each field checked over all of a group's lines at once with jsonl._record()'s rules (a step in
+0..2^63-1, names and the kind/phase vocabulary once per distinct value, floats or null, counts within 2^53 or null,
+histogram slots {slot: count} with slots in range and counts within int64, made dense in one array per group). A
+line that any check flags is read by _record() itself, so it is kept or skipped, with the same note, exactly as a
+line read alone."""
+import itertools
+
 import numpy as np
 
+from .. import layout
 from ..phases import Phase, phase_label
 from . import fields
 from .columns import HISTOGRAMS, NUMERIC, Columns
 
 _KEYS = ("target", "module", "kind", "leaf", "phase")
-_NOT_PLAIN = frozenset(HISTOGRAMS) | {"hist_range"}
+_NOT_PLAIN = frozenset({"hist", "hist_range"})  # a fixed-range histogram: read one line at a time
+_SLOTS = {"log2_hist": layout.LOG_SLOTS, "float_hist": layout.FLOAT_SLOTS}
 _NONE = type(None)
 
 
@@ -21,10 +27,15 @@ class _Group:
         self.keys, self.checks = keys, checks
         self.rows, self.lines, self.places, self.built, self.dropped, self.numeric = [], [], [], {}, set(), {}
         self.ok = self.step = self.target = self.phase = self.kind = None
+        self.slots = {}  # histogram field -> _Slots
+
+    def slots_of(self, r):
+        """{histogram field: line r's dense counts} of the fields line r holds as slots (not null)."""
+        return {k: sl.dense(r) for k, sl in self.slots.items() if sl.has[r]}
 
 
 def _checks(keys, plan):
-    """{field: "float" | "count"} of a plain group's statistics, or None where the lines are not plain (no step or
+    """{field: "float" | "count" | "scalar" (a count kept as a float)} of a plain group's statistics, or None where the lines are not plain (no step or
     target, a histogram, a field _record() reads another way)."""
     if "step" not in keys or "target" not in keys or _NOT_PLAIN.intersection(keys):
         return None
@@ -32,7 +43,7 @@ def _checks(keys, plan):
     for k, how in plan(keys):
         if k in _KEYS:
             continue
-        if how not in ("float", "count"):
+        if how not in ("float", "count", "scalar"):
             return None
         out[k] = how
     return out
@@ -72,8 +83,11 @@ class PlainLines:
                     ok &= _steps_ok(col)
                 elif k in _KEYS:
                     ok &= _names_ok(k, col, lines, names)
+                elif k in _SLOTS:
+                    g.slots[k] = _slots(col, _SLOTS[k], none_ok=k == "log2_hist")
+                    ok &= g.slots[k].ok
                 elif k in g.checks:
-                    ok &= _floats_ok(col) if g.checks[k] == "float" else _counts_ok(col)
+                    ok &= _CHECK[g.checks[k]](col)
             for r in np.flatnonzero(~ok).tolist():
                 try:
                     g.built[r] = read_one(dict(zip(g.keys, g.rows[r])))
@@ -100,7 +114,7 @@ class PlainLines:
 
     def columns(self, build):
         """The history's Columns: the records the ledger holds and the checked plain lines, resolved (runs.Ledger);
-        build(obj) -> the record of a plain line's values."""
+        build(obj, slots) -> the record of a plain line's values, its histograms' dense counts given."""
         ledger, keys = self.ledger, {}
         # the records read one each first (the ledger's, then the flagged plain lines), then each group's plain lines
         entries = [(r, st, tp, rec, p) for r, st, tp, rec, p in ledger.entries]
@@ -138,7 +152,7 @@ class PlainLines:
             label[i] = code
             kind[i] = kinds.setdefault(kind_of[e], len(kinds))
         numeric = {k: np.full(n, np.nan) for k in NUMERIC}
-        has_hist = np.zeros(n, dtype=bool)
+        has_hist = np.zeros(n, dtype=bool)  # the plain lines': set below for a group with histograms
         built = {}
         gw = group_of[won]
         for i in np.flatnonzero(gw < 0).tolist():
@@ -153,12 +167,20 @@ class PlainLines:
             src = at[won[dst]]
             for k, v in g.numeric.items():
                 numeric[k][dst] = v[src]
+            if g.slots:
+                has_hist[dst] = True
         rows_of = row_of[won]
 
         def record(i):
-            g = plain[gw[i]]
-            return build(dict(zip(g.keys, g.rows[rows_of[i]])))
-        return Columns(steps, label, list(labels), kind, list(kinds), numeric, record, built, has_hist)
+            g, r = plain[gw[i]], rows_of[i]
+            return build(dict(zip(g.keys, g.rows[r])), g.slots_of(r))
+
+        def histograms(i):
+            g = plain[gw[i]] if gw[i] >= 0 else None
+            if g is None or "float_hist" in g.slots and "log2_hist" not in g.slots:
+                return None  # a record read alone; log2 slots summed from the float buckets (record_reading.record)
+            return {**dict.fromkeys(HISTOGRAMS), **g.slots_of(rows_of[i])}
+        return Columns(steps, label, list(labels), kind, list(kinds), numeric, record, built, has_hist, histograms)
 
 
 def _types(col):
@@ -203,6 +225,55 @@ def _floats_ok(col):
     return np.fromiter((type(v) is float or v is None for v in col), bool, len(col))
 
 
+class _Slots:
+    """A group's histogram field checked: ok [n] lines, has [n] whether a line holds a dict, and the slots and counts
+    of all the dicts, in line order (`at` [lines with a dict + 1]: where each line's begin); dense(r) makes line r's
+    counts dense when asked (one array a line: a block of all of them would be faulted in page by page twice)."""
+
+    def __init__(self, size, ok, has, at, slot, count):
+        self.size, self.ok, self.has, self.at, self.slot, self.count = size, ok, has, at, slot, count
+        self._index = np.cumsum(has) - 1  # line -> its place among the lines with a dict
+
+    def dense(self, r):
+        j = self._index[r]
+        a, b = self.at[j], self.at[j + 1]
+        out = np.zeros(self.size, dtype=np.int64)
+        out[self.slot[a:b]] = self.count[a:b]
+        return out
+
+
+def _slots(col, size, none_ok):
+    """Each line's {slot: count} (jsonl._dense's rules: slots "0".."size-1", counts in 0..2^63-1) checked at once
+    over all the lines, a _Slots; null is ok where none_ok (log2 histograms written with log_hist=False)."""
+    n = len(col)
+    has = np.fromiter((type(v) is dict for v in col), bool, n)
+    ok = has | np.fromiter((v is None for v in col), bool, n) if none_ok else has.copy()
+    rows = np.flatnonzero(has)
+    dicts = [col[r] for r in rows.tolist()]
+    lens = np.fromiter(map(len, dicts), np.int64, len(dicts))
+    at = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    keys = list(itertools.chain.from_iterable(dicts))
+    counts = list(itertools.chain.from_iterable(d.values() for d in dicts))
+    m = len(keys)
+    key_ok = np.fromiter((k.isascii() and k.isdigit() and len(k) < 6 for k in keys), bool, m)
+    slot = np.fromiter(map(int, keys), np.int64, m) if key_ok.all() else \
+        np.fromiter((int(k) if good else size for k, good in zip(keys, key_ok.tolist())), np.int64, m)
+    cnt = None
+    if set(map(type, counts)) <= {int}:
+        try:
+            cnt = np.array(counts, dtype=np.int64)
+            cnt_ok = cnt >= 0
+        except OverflowError:
+            cnt = None
+    if cnt is None:
+        cnt_ok = np.fromiter((type(c) is int and 0 <= c <= fields.INT64_MAX for c in counts), bool, m)
+        cnt = np.fromiter((c if good else 0 for c, good in zip(counts, cnt_ok.tolist())), np.int64, m)
+    line = np.repeat(np.arange(len(rows)), lens)
+    fine = key_ok & (slot < size) & cnt_ok
+    ok[rows[np.bincount(line[~fine], minlength=len(rows)) > 0]] = False
+    return _Slots(size, ok, has, at, slot, cnt)
+
+
 def _counts_ok(col):
     if _types(col) == {int}:
         try:
@@ -211,3 +282,17 @@ def _counts_ok(col):
         except OverflowError:
             pass
     return np.fromiter((v is None or type(v) is int and 0 <= v <= fields.EXACT for v in col), bool, len(col))
+
+
+def _float_counts_ok(col):
+    """fields.scalar()'s rule for a count kept as a float (hist_count): null, NaN, or an integral value in
+    0..2^63-1 (an int within 2^53)."""
+    if _types(col) <= {float, _NONE}:
+        a = np.array(col, dtype=np.float64)
+        with np.errstate(invalid="ignore"):
+            return np.isnan(a) | ((a >= 0) & (a <= fields.INT64_MAX) & (a == np.floor(a)))
+    return np.fromiter((v is None or type(v) is int and 0 <= v <= fields.EXACT or type(v) is float and
+                        (v != v or 0 <= v <= fields.INT64_MAX and v == int(v)) for v in col), bool, len(col))
+
+
+_CHECK = {"float": _floats_ok, "count": _counts_ok, "scalar": _float_counts_ok}

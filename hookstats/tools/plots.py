@@ -78,7 +78,7 @@ def series_of(columns):
         s = {"target": target, "kind": columns.kinds[columns.kind[rows[0]]], "steps": columns.steps[rows]}
         for stat in (st.name for st in statistics.PLOTTED):
             s[stat] = columns.numeric[stat][rows]
-        with_hist = [(int(columns.steps[i]), columns.record(i)) for i in rows[columns.has_hist[rows]].tolist()]
+        with_hist = [(int(columns.steps[i]), columns.histograms(i)) for i in rows[columns.has_hist[rows]].tolist()]
         for h in ("hist", "log2_hist", "float_hist"):
             have = [(step, r[h]) for step, r in with_hist if r.get(h) is not None]
             s[h + "_steps"] = np.array([step for step, _ in have], dtype=np.int64)
