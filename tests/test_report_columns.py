@@ -71,13 +71,18 @@ def expected_series(stands):
     return out
 
 
-def test_jsonl_columns_match_what_stands(tmp_path):
-    stands = written(tmp_path / "history.jsonl")
+def read_saying(path):
+    """The history's columns, every warning the reading said, and the notes of the lines it skipped."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cols, _ = read_history_columns(tmp_path / "history.jsonl")
+        cols, _ = read_history_columns(path)
     said = [str(w.message) for w in caught]
-    bad = [m for m in said if "line skipped" in m]
+    return cols, said, [m for m in said if "line skipped" in m]
+
+
+def test_jsonl_columns_match_what_stands(tmp_path):
+    stands = written(tmp_path / "history.jsonl")
+    cols, said, bad = read_saying(tmp_path / "history.jsonl")
     assert [m.split(":")[1] for m in bad] == sorted((m.split(":")[1] for m in bad), key=int)  # in line order
     assert any("field 'kind'" in m for m in bad) and any("field 'phase'" in m for m in bad)
     assert any("field 'mean'" in m for m in bad)
@@ -226,11 +231,7 @@ def hist_written(path):
 
 def test_histogram_lines_read_as_written(tmp_path):
     stands = hist_written(tmp_path / "history.jsonl")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        cols, _ = read_history_columns(tmp_path / "history.jsonl")
-    said = [str(w.message) for w in caught]
-    bad = [m for m in said if "line skipped" in m]
+    cols, said, bad = read_saying(tmp_path / "history.jsonl")
     for field in ("'kind'", "'float_hist'", "'log2_hist'", "'phase'", "'hist_count'"):
         assert any(f"field {field}" in m for m in bad), field
     assert len(bad) == 7 and any("not whole records" in m for m in said)  # the torn line
