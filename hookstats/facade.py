@@ -53,10 +53,8 @@ class Monitor:
         self._param_grads, self._params = self.hooks.param_grads, self.hooks.params
         self._hist_steps = HistSteps()
         self.step_listeners.append(self._hist_steps.on_step_end)
-        trainable = adapter.trainable
-        param_hooks = [(what, take, hook) for what, take, hook in (
-            ("param_grads", lambda p: trainable(p) and p.is_floating_point(), self._param_grads),
-            ("params", lambda p: p.is_floating_point(), self._params)) if hook is not None]
+        param_hooks = [(what, hook) for what, hook in (("param_grads", self._param_grads), ("params", self._params))
+                       if hook is not None]
         log_every = options.history["log_every"] if options.history else 10
         self.structure = StructureCheck(adapter, options, modules, param_hooks, self.tell, log_every)
         self.step_listeners.append(self.structure.on_step_end)

@@ -16,7 +16,7 @@ class StructureCheck:
         self.modules = {id(m): name for name, m in modules.items()}
         # (what the hook measures, which parameters it takes, the ids it holds)
         checked = adapter.submodules() is not None  # a framework without the check holds its parameters otherwise
-        self.param_hooks = [(what, take, set(hook.params)) for what, take, hook in param_hooks] if checked else []
+        self.param_hooks = [(what, hook.takes, set(hook.params)) for what, hook in param_hooks] if checked else []
         self.steps = 0
         self.told = False
         self.seen = self.fingerprint()

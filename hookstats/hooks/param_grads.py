@@ -33,7 +33,7 @@ class ParamGrads:
                              "LazyLinear), and a gradient hook needs the parameter: run one forward (a dummy batch) "
                              "before attach")
         for name, p in named_params:
-            if p.requires_grad and p.is_floating_point() and id(p) not in self.params:
+            if self.takes(p) and id(p) not in self.params:
                 self.params[id(p)] = (TargetKey(name, Kind.PARAM_GRAD, "", None), p)
         self.fresh = {}  # id(param) -> (param, its gradient when accumulated, the gradient's version then)
         self.unsampled = 0  # optimizer steps with fresh gradients in unsampled steps, while none was measured
@@ -41,6 +41,11 @@ class ParamGrads:
         self.clock.before_optimizer.append(self.before_optimizer)
         for key, p in self.params.values():
             self.store.resolve(key, p.device, Phase.TRAIN, reach=False)
+
+    @staticmethod
+    def takes(p):
+        """Whether a parameter gets a gradient hook and a state (also the structure check's rule)."""
+        return p.requires_grad and p.is_floating_point()
 
     def _mark(self, p):
         g = p.grad

@@ -18,6 +18,11 @@ class ParamValues:
     Cadence: the steps every=N samples, histograms on the histogram steps (clock.is_hist_step), as every other target.
     """
 
+    @staticmethod
+    def takes(p):
+        """Whether a parameter is measured (also the structure check's rule)."""
+        return p.is_floating_point()
+
     def __init__(self, port, named_params):
         self.store, self.clock, self.tell = port.store, port.clock, port.tell
         self.params = {}  # id(param) -> (key, param)
@@ -26,7 +31,7 @@ class ParamValues:
             raise ValueError(f"params=True: parameters {meta[:4]} are on the meta device; materializing them "
                              "(to_empty) makes new parameter objects, which would never be measured: attach after it")
         for name, p in named_params:
-            if p.is_floating_point() and id(p) not in self.params:
+            if self.takes(p) and id(p) not in self.params:
                 self.params[id(p)] = (TargetKey(name, Kind.PARAM, "", None), p)
         self.measured_in = {}  # id(param) -> the step it was last measured in
         self.measured_any = False

@@ -76,11 +76,17 @@ def plain(value):
     return f"{value:g}".replace("-", "\u2212")
 
 
+def within(values, lo, hi):
+    """The values in [lo, hi], up to rounding (a locator's positions may lie a hair outside its span)."""
+    slack = 1e-9 * abs(hi - lo)
+    return [v for v in values if lo - slack <= v <= hi + slack]
+
+
 def mark_span(ax, side, lo, hi, fontsize=None, nbins=8, integer=False):
     """mark() at round numbers from lo to hi (matplotlib's default choice of positions: MaxNLocator), labelled
     plain(); returns the labels."""
     found = ticker.MaxNLocator(nbins, steps=[1, 2, 2.5, 5, 10], integer=integer).tick_values(lo, hi)
-    at = [v for v in found.tolist() if lo - 1e-9 * abs(hi - lo) <= v <= hi + 1e-9 * abs(hi - lo)]
+    at = within(found.tolist(), lo, hi)
     labels = [plain(v) for v in at]
     mark(ax, side, at, labels, fontsize)
     return labels
@@ -108,5 +114,5 @@ def mark_scale(bar, label=None, fontsize=None, label_size=None):
             values = [10.0 ** k for k in decades]
         if len(values) < 2:
             found = ticker.MaxNLocator(6, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi).tolist()
-            values = [v for v in found if lo - 1e-9 * (hi - lo) <= v <= hi + 1e-9 * (hi - lo)]
+            values = within(found, lo, hi)
     mark_bar(bar, values, [f"{v:.3g}".replace("-", "\u2212") for v in values], label, fontsize, label_size)
