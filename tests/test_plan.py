@@ -428,3 +428,4 @@ def test_h200_figures_at_measured_points_and_over_the_histogram_cadence():
     skip = 11.03e-6 + (256 * MB - MB) / (row["skip_step_gbps"] * 1e9)
     assert math.isclose(ten.seconds(torch.bfloat16, n), (t + 9 * skip) / 10)
     assert isinstance(op_speed.speed_for("cuda", hookstats.StatsConfig()), op_speed.H200Speed)
+    assert f"the kernel at {res['commit']}," in op_speed.H200Speed.source  # the plan names the kernel it speaks for

@@ -1,5 +1,5 @@
-"""How long the fused op takes per call, for plan(): on CUDA from the current kernel's figures measured on an H200
-(benchmarks/results/gpu_h200.json; the H100 table of the kernel before the float buckets is kept beside it), on CPU
+"""How long the fused op takes per call, for plan(): on CUDA from the figures an H200 measured for the kernel
+at fb1651a (benchmarks/results/gpu_h200.json; the kernel's changes since are not measured on a GPU yet; the H100 table of the kernel before the float buckets is kept beside it), on CPU
 from the op timed on the spot (a few sizes per dtype, this machine, this torch thread count)."""
 import bisect
 import math
@@ -29,7 +29,7 @@ H100_SOURCE = ("H100 80GB HBM3, benchmarks/results/gpu_bandwidth_h100.json (eage
                "fp64 estimated from fp32; under CUDA graphs the per-call floor is ~5.7 us instead of ~10 us)")
 
 
-# H200, the current kernel, calls in CUDA graphs (benchmarks/results/gpu_h200.json, N(0,1)): tensor MB -> op GB/s
+# H200, the kernel at fb1651a, calls in CUDA graphs (benchmarks/results/gpu_h200.json, N(0,1)): tensor MB -> op GB/s
 # on a step that counts the float buckets, on one that skips them (hist_every), and with every histogram (64 linear
 # bins, log2 slots, float buckets); the per-call floor from the 4 KB and 1 MB calls.
 H200_GBPS = {
@@ -39,7 +39,7 @@ H200_GBPS = {
                     "all": {256: 2708.6, 1024: 3111.7}},
 }
 H200_CALL_S = {4096: 7.30e-6, MB: 11.03e-6}  # a 4 KB and a 1 MB bf16 call in a CUDA graph
-H200_SOURCE = ("H200, benchmarks/results/gpu_h200.json (calls in CUDA graphs; histogram steps averaged with the "
+H200_SOURCE = ("H200, the kernel at fb1651a, benchmarks/results/gpu_h200.json (calls in CUDA graphs; histogram steps averaged with the "
                "skip steps of hist_every; fp16 as bf16, fp64 estimated from fp32)")
 
 
