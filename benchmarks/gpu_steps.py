@@ -85,6 +85,11 @@ class Step:
 
 
 # ---------------------------------------------------------------- state and the float64 oracle on the device
+# The CUDA kernel's scratch for a grid of one block: the ticket's 64 bytes and one block's partial (kernel_plan.h
+# BlockPartial: the shifted sums' n, K, s1, s2, then min and max, all float64).
+ONE_BLOCK_SCRATCH = 64 + 6 * 8
+
+
 def new_state(cfg, device, scratch=None):
     f = rawstate.empty(device=device)
     i = torch.zeros(cfg.istate_size, dtype=torch.int64, device=device)
@@ -289,16 +294,30 @@ def correctness(step, device, dry):
     compare(step, st, want, 2, "bf16 n=2^31+7 N(0,1) with NaNs, 2 calls", cfg)
     del x
     torch.cuda.empty_cache()
+    # A scratch too small for one block is refused before any launch (the block would write past its end), and the
+    # state is left as it was; one block's scratch is accepted.
+    small = torch.zeros(4099, device=device, dtype=torch.bfloat16)
+    for short in (0, ONE_BLOCK_SCRATCH - 1):
+        st = new_state(cfg, device, scratch=short)
+        before = [t.clone() for t in st[:2]]
+        try:
+            call(small, cfg, st)
+            refused = ""
+        except RuntimeError as e:
+            refused = str(e)
+        torch.cuda.synchronize()
+        said = refused.splitlines()[0][:90] if refused else "accepted"
+        step.check("scratch" in refused and all(torch.equal(a, b) for a, b in zip(before, st[:2])),
+                   f"a {short}-byte scratch is refused, the state unchanged ({said})")
     # The one-block scratch on a small tensor first: the launcher's "scratch too small" warning runs here too, so a
     # crash in the large case below that this one does not share is the size's, not the warning's.
-    small = torch.zeros(4099, device=device, dtype=torch.bfloat16)
-    st = new_state(cfg, device, scratch=64 + 40)
+    st = new_state(cfg, device, scratch=ONE_BLOCK_SCRATCH)
     call(small, cfg, st)
     torch.cuda.synchronize()
     compare(step, st, oracle(small, cfg), 1, "bf16 4099 zeros in one block (the scratch warning's path)", cfg)
     print("one-block scratch, small tensor: ok; now 2^31-1 values in one block", file=sys.stderr, flush=True)
     x = torch.zeros(2 ** 31 - 1, device=device, dtype=torch.bfloat16)
-    st = new_state(cfg, device, scratch=64 + 40)  # room for one block's partial: one block takes it all
+    st = new_state(cfg, device, scratch=ONE_BLOCK_SCRATCH)  # one block takes it all
     call(x, cfg, st)
     compare(step, st, oracle(x, cfg), 1, "bf16 2^31-1 zeros in one block", cfg)
 

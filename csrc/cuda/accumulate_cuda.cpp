@@ -108,11 +108,15 @@ void check_scratch_alignment(Op op, const at::Tensor& scratch) {
 int plan_blocks(const at::Tensor& x, const at::Tensor& scratch, const Params& p) {
   const int64_t n = x.numel();
   int cap = device_max_blocks(x.get_device());
-  const int64_t fits = (scratch.numel() - kTicketBytes) / static_cast<int64_t>(sizeof(BlockPartial));
+  const int64_t fits = blocks_scratch_holds(scratch.numel());
+  // a smaller scratch would have the block write its ticket or partial past the tensor's end, into other memory
+  TORCH_CHECK(fits >= 1, "hookstats.accumulate_: the scratch tensor holds ", scratch.numel(), " bytes, fewer than "
+              "one block needs on the GPU (", scratch_bytes_for(1), "); give the state hookstats.state.scratch_bytes("
+              "device) bytes (", scratch_bytes_for(cap), " here)");
   if (fits < cap) {
     TORCH_WARN_ONCE("hookstats.accumulate_: the scratch tensor holds ", scratch.numel(), " bytes, the GPU wants ",
                     scratch_bytes_for(cap), " (hookstats.state.scratch_bytes): fewer blocks, lower bandwidth");
-    cap = fits > 1 ? static_cast<int>(fits) : 1;
+    cap = static_cast<int>(fits);
   }
   const int blocks = blocks_for(n, static_cast<int>(x.element_size()), kThreads, cap);
   // shared-memory histograms count in 32 bits (per warp; the float buckets per block)

@@ -59,6 +59,10 @@ constexpr int64_t kTicketBytes = 64;
 HS_HD int64_t scratch_bytes_for(int max_blocks) {
   return kTicketBytes + static_cast<int64_t>(max_blocks) * static_cast<int64_t>(sizeof(BlockPartial));
 }
+// Blocks whose partials a scratch of `bytes` holds beside the ticket (0: not even one block's, nor maybe the ticket).
+HS_HD int64_t blocks_scratch_holds(int64_t bytes) {
+  return bytes < kTicketBytes ? 0 : (bytes - kTicketBytes) / static_cast<int64_t>(sizeof(BlockPartial));
+}
 
 // One tensor of a launch: head scalars up to 16-byte alignment, nvec 16-byte vectors, then a scalar tail.
 struct Target {
