@@ -268,6 +268,70 @@ def test_plans_in_two_threads_each_see_their_own_calls():
     assert got == [alone, alone]
 
 
+def mixtral_tiny(dtype):
+    """A mixture of experts from transformers (no download): its experts run aten._grouped_mm."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+    torch.manual_seed(0)
+    cfg = MixtralConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+                        max_position_embeddings=16)
+    ids = torch.randint(0, 64, (2, 8))
+    return MixtralForCausalLM(cfg).to(dtype), (ids,), {"labels": ids}
+
+
+def test_a_mixture_of_experts_plans_like_a_real_attach():
+    """bfloat16: the targets and values of a real step. float32: where the fake kernel of an op refuses what the real
+    op runs (aten._grouped_mm's takes only bfloat16 in some torch versions), one error naming the op and the way out;
+    where it does not, the real step's targets."""
+    pytest.importorskip("transformers")
+    for dtype in (torch.bfloat16, torch.float32):
+        model, args, kw = mixtral_tiny(dtype)
+        stats, _ = real_step(model, args, kw, param_grads=True)
+        try:
+            p = plan(model, *args, example_kwargs=kw, speed=False, param_grads=True)
+        except ValueError as e:
+            assert dtype == torch.float32 and "_grouped_mm" in str(e) and "model.to(torch.bfloat16)" in str(e), e
+            continue
+        assert any("experts" in t.id for t in p.targets)
+        assert {t.id: t.values for t in p.targets} == {k: r["count"] for k, r in stats.items()}
+
+
+def test_an_op_whose_fake_kernel_refuses_is_named():
+    """A custom op whose fake kernel refuses float32 while the real one runs it: plan() names the op; a model error
+    that is not an op's (raised in Python) is the model's own and goes through unchanged."""
+    @torch.library.custom_op("hookstats_test::bf16_only", mutates_args=())
+    def bf16_only(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @bf16_only.register_fake
+    def _(x):
+        torch._check(x.dtype == torch.bfloat16, lambda: "bf16_only: expected bfloat16")
+        return torch.empty_like(x)
+
+    class UsesIt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return bf16_only(self.fc(x))
+
+    model = UsesIt()
+    assert model(torch.ones(2, 4)).shape == (2, 4)  # the real op runs float32
+    with pytest.raises(ValueError, match=r"hookstats_test.bf16_only.*refused.*expected bfloat16"):
+        plan(model, torch.ones(2, 4), speed=False)
+
+    class Broken(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            raise RuntimeError("the model's own error")
+    with pytest.raises(RuntimeError, match="the model's own error"):
+        plan(Broken(), torch.ones(2, 4), speed=False)
+
+
 def test_plan_is_exported():
     assert hookstats.plan is plan and plan_cli.plan is plan
 

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException, FakeTensor,
                                           FakeTensorMode, UnsupportedOperatorException)
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -209,6 +210,21 @@ class _Recorder:
                 accumulate.accumulate_, accumulate.accumulate_many_ = real_one, real_many
 
 
+class _FailedOp(TorchDispatchMode):
+    """Remembers the op whose fake kernel raised, so plan() can name it: a fake (meta) kernel may refuse what the
+    real op runs (transformers' MoE experts call aten._grouped_mm, whose meta kernel takes only bfloat16)."""
+
+    failed = None  # (op, the error it raised)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        try:
+            return func(*args, **(kwargs or {}))
+        except Exception as e:
+            if self.failed is None or self.failed[1] is not e:
+                self.failed = (func, e)
+            raise
+
+
 def default_loss(out):
     """The loss plan() backpropagates: a Hugging Face output's .loss when it has one (pass labels), else the
     sum of every floating output that requires grad."""
@@ -269,9 +285,9 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
         args, kwargs = tree_map(to_fake, example_inputs), tree_map(to_fake, dict(example_kwargs or {}))
         fmodel.train()
         mon = attach(fmodel, **attach_kwargs)
-        recorder = _Recorder(fake_mode)
+        recorder, failed = _Recorder(fake_mode), _FailedOp()
         try:
-            with recorder.installed(), FlopCounterMode(display=False) as flops:
+            with recorder.installed(), FlopCounterMode(display=False) as flops, failed:
                 out = fmodel(*args, **kwargs)
                 loss = (loss_fn or default_loss)(out)
                 if isinstance(loss, torch.Tensor) and loss.requires_grad:
@@ -283,6 +299,13 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
         except UnsupportedOperatorException as e:
             raise ValueError(f"plan(): the model's forward calls {e}, an op PyTorch cannot run on fake "
                              "tensors") from None
+        except RuntimeError as e:
+            if failed.failed is None or failed.failed[1] is not e:
+                raise
+            raise ValueError(f"plan(): {failed.failed[0]} refused the model's fake tensors ({str(e).splitlines()[0]}). "
+                             "plan() runs each op's fake (meta) kernel, which may take less than the real op does: "
+                             "plan with the dtype and device the model trains with (e.g. model.to(torch.bfloat16) "
+                             "or device='cuda')") from e
         listed = _listed(mon, recorder.calls)
         memory = mon.memory()
     keep = attach_kwargs.get("keep", inspect.signature(attach).parameters["keep"].default)
