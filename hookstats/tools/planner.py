@@ -304,8 +304,8 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
                 raise
             raise ValueError(f"plan(): {failed.failed[0]} refused the model's fake tensors ({str(e).splitlines()[0]}). "
                              "plan() runs each op's fake (meta) kernel, which may take less than the real op does: "
-                             "plan with the dtype and device the model trains with (model.to(torch.bfloat16), --dtype bf16 in "
-                             "the command line)") from e
+                             "plan with the dtype and device the model trains with (model.to(torch.bfloat16), "
+                             "--dtype bf16 on the command line)") from e
         listed = _listed(mon, recorder.calls)
         memory = mon.memory()
     keep = attach_kwargs.get("keep", inspect.signature(attach).parameters["keep"].default)
