@@ -103,6 +103,14 @@ def mark_bar(bar, values, labels, label=None, fontsize=None, label_size=None):
         place_label(bar.ax, "right", label_room(labels, fontsize, "right"))
 
 
+def bar_place(fig, labels, label_size, bar_inches=0.17):
+    """(left, width) in figure fractions of a color bar at the figure's right edge whose marks (the longest of
+    `labels`) and rotated label (of font size label_size) end within the figure, 4 points from its edge."""
+    room = label_room(labels, None, "right") + 1.3 * points(label_size) + 4
+    width = fig.get_figwidth()
+    return 1 - (room / 72 + bar_inches) / width, bar_inches / width
+
+
 def mark_scale(bar, label=None, fontsize=None, label_size=None):
     """mark_bar() at round values of the bar's norm: its decades on a log scale (round numbers where fewer than two
     decades fall within it), else MaxNLocator's numbers; none where the norm has no finite span."""

@@ -185,16 +185,6 @@ def save_figure(fig, path, whole_legend=False):
 PLOT_MAX = 1e300
 
 
-def plain_log_bar(bar):
-    """A log-scaled color bar with plain numbers at its decades and no ticks between them: a log axis' default labels
-    are mathtext, which names drawn literally turn off (they would read `$\\mathdefault{10^{-4}}$`), and its ~50
-    minor ticks, each a tick object of its own, mark no value a reader reads off."""
-    ticker = _matplotlib("ticker")
-    bar.ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
-    bar.ax.yaxis.set_minor_locator(ticker.NullLocator())
-    return bar
-
-
 def name_rows(ax, targets, every, fontsize=6, axis_label="target (forward order)"):
     """Every `every`-th row of an overview image named at ax's left ("<row>  <target>") as plain marks and texts
     (axis_marks: matplotlib's ticks cost ~3 ms each to draw), and the axis label beyond the names, kept within the
@@ -354,6 +344,7 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
     span for the steps shown); hist="log2": log2 `|x|` (zeros and values below 2**-126 in the bottom row).
     One column per record that has the histogram, its step under it: each step that counted the histograms, with
     its own values (steps between histogram steps, hist_every, have none)."""
+    from . import axis_marks
     if hist not in ("linear", "log2"):
         raise ValueError(f"hist must be 'linear' or 'log2', got {hist!r}")
     if targets is None:
@@ -365,7 +356,9 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
     height = head + 2.6 * nrows
     fig = new_figure(figsize=(4.6 * ncols, height))
     top, bottom = 1 - head / height, 0.6 / height
-    fig.subplots_adjust(left=0.06, right=0.93, top=top, bottom=bottom, hspace=0.45, wspace=0.25)
+    bar_x, bar_w = axis_marks.bar_place(fig, SHARE_MARKS, 8)
+    fig.subplots_adjust(left=0.06, right=bar_x - 0.3 / fig.get_figwidth(), top=top, bottom=bottom, hspace=0.45,
+                        wspace=0.25)
     grid = fig.add_gridspec(nrows, ncols)  # a panel per target, none in the last row's empty places
     axes = [fig.add_subplot(grid[k // ncols, k % ncols]) for k in range(len(targets))]
     cmap = _cmap("viridis").with_extremes(bad=_cmap("viridis")(0.0), under=_cmap("viridis")(0.0))
@@ -406,12 +399,13 @@ def plot_hist_heatmap(series, path=None, targets=None, hist="linear", kind=Kind.
         title += f"\nno histogram: {', '.join(map(short, without[:5]))}{more}"
     fig.suptitle(title, y=1 - 0.15 / height, va="top")
     if targets:
-        bar = plain_log_bar(fig.colorbar(image, cax=fig.add_axes((0.945, bottom, 0.012, top - bottom))))
-        bar.set_label("share of the column's values in the bin (log scale)", fontsize=8)
+        axis_marks.mark_scale(fig.colorbar(image, cax=fig.add_axes((bar_x, bottom, bar_w, top - bottom))),
+                              "share of the column's values in the bin (log scale)", label_size=8)
     return save_figure(fig, path)
 
 
 SHARE_MIN = 1e-4  # the heatmaps' color scale starts here: a bin holding 1 value in 10,000
+SHARE_MARKS = [f"{SHARE_MIN:.3g}"]  # the longest mark of that scale (axis_marks.mark_scale's decades)
 
 
 @literal_text
@@ -439,7 +433,8 @@ def plot_hist_overview(series, path=None, hist="linear", kind=Kind.OUTPUT.value)
             both[r, :, : e.shape[1]] = e
         extent_x = (-0.5, width - 0.5)
     fig = new_figure(figsize=(15, 7))  # fixed margins: a layout engine would draw every text twice to place it
-    fig.subplots_adjust(left=0.17, right=0.92, top=0.88, bottom=0.09, wspace=0.08)
+    bar_x, bar_w = axis_marks.bar_place(fig, SHARE_MARKS, 8)
+    fig.subplots_adjust(left=0.17, right=bar_x - 0.3 / 15, top=0.88, bottom=0.09, wspace=0.08)
     axes = fig.subplots(1, 2)  # the same rows on both: the names once, no ticks on the second (a tick object per row)
     cmap = _cmap("viridis").with_extremes(bad=_cmap("viridis")(0.0), under=_cmap("viridis")(0.0))
     norm = _matplotlib("colors").LogNorm(vmin=SHARE_MIN, vmax=1.0)
@@ -456,7 +451,7 @@ def plot_hist_overview(series, path=None, hist="linear", kind=Kind.OUTPUT.value)
     fig.suptitle(f"{'linear' if hist == 'linear' else 'log2-magnitude'} histograms ({kind or 'all kinds'}, {n} "
                  f"targets, one row each); color: share of the record's values")
     if n:
-        axis_marks.mark_scale(fig.colorbar(image, cax=fig.add_axes((0.935, 0.09, 0.012, 0.79))),
+        axis_marks.mark_scale(fig.colorbar(image, cax=fig.add_axes((bar_x, 0.09, bar_w, 0.79))),
                               "share of the record's values in the bin (log scale)", label_size=8)
     return save_figure(fig, path)
 
