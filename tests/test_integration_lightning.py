@@ -289,3 +289,50 @@ def test_lightning_manual_optimization_windows_follow_the_trainers_rows(tmp_path
     for w, r in enumerate(hs_rows):  # a window: 2 batches, 4 forwards
         want = window_record(seen[4 * w: 4 * (w + 1)], StatsConfig())
         assert float(r["hookstats/net.0/output/mean"]) == pytest.approx(want["mean"], rel=1e-5, abs=1e-7)
+
+
+class Stepped(torch.optim.SGD):
+    """SGD that keeps, per step, the float64 gradients it steps with (after Lightning's accumulation and clipping,
+    which run inside step(closure))."""
+
+    def __init__(self, params, lr):
+        super().__init__(params, lr=lr)
+        self.seen = []
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        self.seen.append([p.grad.detach().double().clone() for p in self.param_groups[0]["params"]])
+        super().step()
+        return loss
+
+
+class Clipped(Tiny):
+    def configure_optimizers(self):
+        self.opt = Stepped(self.parameters(), lr=0.1)
+        return self.opt
+
+
+def test_lightning_param_grads_are_what_each_optimizer_step_used_with_accumulation_and_clipping():
+    import warnings
+    logger, cb = MemoryLogger(), HookStatsCallback(param_grads=True, stats=("mean", "max", "count"))
+    model = Clipped()
+    trainer = L.Trainer(max_epochs=2, limit_train_batches=TRAIN_BATCHES, limit_val_batches=1, log_every_n_steps=1,
+                        accelerator="cpu", devices=1, logger=logger, callbacks=[cb], enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accumulate_grad_batches=2,
+                        gradient_clip_val=0.05)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(model, loader(20, 0), loader(10, 1))
+    assert not [str(w.message) for w in caught if "hookstats" in str(w.message)]
+    steps = EPOCHS * TRAIN_BATCHES // 2
+    assert len(model.opt.seen) == steps and cb.monitor.step_count == steps  # a step is an optimizer step
+    rows = [(s, {k: v for k, v in m.items() if "/param_grad/" in k}) for s, m in logger.rows]
+    rows = [(s, m) for s, m in rows if m]
+    assert [s for s, _ in rows] == list(range(steps))
+    for s, m in rows:
+        for name, g in zip(("net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"), model.opt.seen[s]):
+            base = f"hookstats/{name}/param_grad/"
+            assert m[base + "count"] == g.numel()
+            np.testing.assert_allclose([m[base + "mean"], m[base + "max"]], [g.mean().item(), g.max().item()],
+                                       rtol=1e-5)
+

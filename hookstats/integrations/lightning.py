@@ -22,7 +22,9 @@ from .metrics import (DEFAULT_STATS, attach_for_windows, flat_metrics, measured,
 
 
 class HookStatsCallback(Callback):
-    """A window ends on each batch where the trainer logs (every log_every_n_steps batches that stepped
+    """A step is one optimizer step with its gradient-accumulation batches (with manual optimization, one
+    training batch); param_grads=True measures the gradients each optimizer step used, after Lightning's
+    accumulation and clipping. A window ends on each batch where the trainer logs (every log_every_n_steps batches that stepped
     the optimizer; with manual optimization every batch counts, from the fit's first): its statistics go
     through pl_module.log_dict, so they land in the trainer's own rows (same step, epoch column, one
     CSVLogger row), and its histograms (linear and log2 `|x|`, with histograms=True) go to each
@@ -38,7 +40,8 @@ class HookStatsCallback(Callback):
         self.fields, self.prefix, self.histograms = tuple(stats), prefix, bool(histograms)
         self.attach_kwargs = attach_kwargs
         if "steps" in attach_kwargs:
-            raise ValueError("steps is set by the callback: one training batch is one step")
+            raise ValueError("steps is set by the callback: one optimizer step (with its gradient-accumulation "
+                             "batches) is one step, or one batch with manual optimization")
         self.monitor = None
 
     def on_fit_start(self, trainer, pl_module):
@@ -56,16 +59,17 @@ class HookStatsCallback(Callback):
         mon = self.monitor
         if mon is None or not mon.attached:
             return
-        mon.step()
         # the trainer logs when the batches that stepped the optimizer reach a multiple of log_every_n_steps:
         # with automatic optimization those are counted by global_step (not by a gradient-accumulation
-        # batch), with manual optimization every batch is one (global_step counts each optimizer's steps)
+        # batch), with manual optimization every batch is one (global_step counts each optimizer's steps).
+        # A step ends with them: one ended by a gradient-accumulation batch would measure its partial gradients
         if pl_module.automatic_optimization:
             if trainer.global_step == self._stepped:
                 return
             self._stepped = trainer.global_step
         else:
             self._stepped += 1
+        mon.step()
         if self._every and self._stepped % self._every == 0:
             self._log(trainer, pl_module)
 
