@@ -336,3 +336,37 @@ def test_lightning_param_grads_are_what_each_optimizer_step_used_with_accumulati
             np.testing.assert_allclose([m[base + "mean"], m[base + "max"]], [g.mean().item(), g.max().item()],
                                        rtol=1e-5)
 
+
+class Seen(Tiny):
+    """Tiny keeping each training batch's net.0 output with the optimizer steps taken before it."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+        self.net[0].register_forward_hook(
+            lambda m, a, o: self.seen.append((self.trainer.global_step, o.detach().double().clone()))
+            if m.training else None)
+
+
+def test_lightning_resume_from_a_checkpoint_keeps_the_open_window(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    def run(epochs, model, ckpt_path=None):
+        logger = MemoryLogger()
+        trainer = L.Trainer(max_epochs=epochs, limit_train_batches=TRAIN_BATCHES, limit_val_batches=1,
+                            log_every_n_steps=3, accelerator="cpu", devices=1, logger=logger,
+                            callbacks=[HookStatsCallback(stats=("mean", "count")),
+                                       ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, save_top_k=-1,
+                                                       filename="{step}")],
+                            enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+        trainer.fit(model, loader(20, 0), loader(10, 1), ckpt_path=ckpt_path)
+        return {s: m for s, m in logger.rows if "hookstats/net.0/output/count" in m}
+
+    first, again = Seen(), Seen()
+    run(2, first)  # saved at 5 optimizer steps, inside the window that ends at step 5
+    logged = run(3, again, ckpt_path=tmp_path / "step=5.ckpt")
+    assert sorted(logged) == [5, 8, 11]
+    window = torch.cat([o.reshape(-1) for s, o in first.seen if s in (3, 4)] +
+                       [o.reshape(-1) for s, o in again.seen if s == 5])
+    assert logged[5]["hookstats/net.0/output/count"] == window.numel()  # batches 3 and 4 were before the save
+    np.testing.assert_allclose(logged[5]["hookstats/net.0/output/mean"], window.mean().item(), rtol=1e-6)

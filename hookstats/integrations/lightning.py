@@ -43,6 +43,16 @@ class HookStatsCallback(Callback):
             raise ValueError("steps is set by the callback: one optimizer step (with its gradient-accumulation "
                              "batches) is one step, or one batch with manual optimization")
         self.monitor = None
+        self._resumed = None  # the monitor's state from the checkpoint fit(ckpt_path=) restores
+
+    def state_dict(self):
+        """The monitor's step and open window: Lightning keeps it in each checkpoint, and fit(ckpt_path=)
+        resumes the window the checkpoint was saved in."""
+        mon = self.monitor
+        return {"monitor": mon.state_dict()} if mon is not None and mon.attached else {}
+
+    def load_state_dict(self, state_dict):
+        self._resumed = state_dict.get("monitor")
 
     def on_fit_start(self, trainer, pl_module):
         n = trainer.log_every_n_steps
@@ -52,6 +62,9 @@ class HookStatsCallback(Callback):
                              "Trainer(log_every_n_steps=...) instead")
         # the strategy has moved (and wrapped) the model by now: states are allocated on its device
         self.monitor = attach_for_windows(pl_module, n, self.attach_kwargs)
+        if self._resumed is not None:  # restored before fit starts
+            self.monitor.load_state_dict(self._resumed)
+            self._resumed = None
         self._every = n
         self._stepped = trainer.global_step if pl_module.automatic_optimization else 0
 
