@@ -4,7 +4,11 @@ TensorBoard and W&B writers, removes the hooks at train end."""
 from ..extras import require
 
 require("transformers", "hookstats.integrations.hf")
+import os  # noqa: E402
+
+import torch  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR  # noqa: E402
 from transformers.integrations import INTEGRATION_TO_CALLBACK, TensorBoardCallback, WandbCallback  # noqa: E402
 
 import hookstats  # noqa: E402
@@ -43,6 +47,14 @@ class HookStatsCallback(TrainerCallback):
             raise ValueError("HookStatsCallback needs the model: the Trainer passes it to on_train_begin")
         window = getattr(state, "logging_steps", None) or args.logging_steps
         self.monitor = attach_for_windows(model, window if window >= 1 else 1, self.attach_kwargs)
+        saved = state_file(args, state)
+        if state.global_step > 0 and os.path.isfile(saved):  # resumed from the checkpoint of that step
+            self.monitor.load_state_dict(torch.load(saved, map_location="cpu", weights_only=True))
+
+    def on_save(self, args, state, control, **kwargs):
+        """The monitor's step and open window, beside the checkpoint the Trainer has just saved."""
+        if self.monitor is not None and self.monitor.attached:
+            torch.save(self.monitor.state_dict(), state_file(args, state))
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.monitor is not None and self.monitor.attached:
@@ -65,6 +77,13 @@ class HookStatsCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.monitor is not None:
             self.monitor.remove()
+
+
+def state_file(args, state):
+    """This rank's monitor state in the checkpoint of state.global_step, where the Trainer saves it (output_dir)
+    and where resume_from_checkpoint=True finds it."""
+    folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+    return os.path.join(folder, f"hookstats_monitor_rank{args.process_index}.pt")
 
 
 def add_to(trainer, **kwargs):
