@@ -54,7 +54,9 @@ class HookStatsCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         """The monitor's step and open window, beside the checkpoint the Trainer has just saved."""
         if self.monitor is not None and self.monitor.attached:
-            torch.save(self.monitor.state_dict(), state_file(args, state))
+            path = state_file(args, state)
+            os.makedirs(os.path.dirname(path), exist_ok=True)  # a rank on a node where the Trainer saved nothing
+            torch.save(self.monitor.state_dict(), path)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.monitor is not None and self.monitor.attached:
