@@ -4,7 +4,8 @@ with param_grads of every parameter and whether it stops gradients) and of the c
 adds, on a Paddle TransformerEncoder (6 layers) and an MLP of N Linear layers, with attach's defaults and with
 param_grads=True. Medians of repeated checks, with min and max. The torch figures: benchmarks/structure_check.py.
 
-  PYTHONPATH=. python benchmarks/paddle_structure_check.py [--repeats 200] [--out benchmarks/results/paddle_structure_check.json]
+  PYTHONPATH=. python benchmarks/paddle_structure_check.py [--repeats 200]
+      [--out benchmarks/results/paddle_structure_check.json]
 """
 import argparse
 import json

@@ -370,3 +370,38 @@ def test_lightning_resume_from_a_checkpoint_keeps_the_open_window(tmp_path):
                        [o.reshape(-1) for s, o in again.seen if s == 5])
     assert logged[5]["hookstats/net.0/output/count"] == window.numel()  # batches 3 and 4 were before the save
     np.testing.assert_allclose(logged[5]["hookstats/net.0/output/mean"], window.mean().item(), rtol=1e-6)
+
+
+class ManualAccumulation(Tiny):
+    """Manual optimization that steps its optimizer every second batch (gradient accumulation by hand)."""
+
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.manual_backward(F.mse_loss(self.net(x), y) / 2)
+        if batch_idx % 2 == 1:
+            opt = self.optimizers()
+            opt.step()
+            opt.zero_grad()
+
+    def configure_optimizers(self):
+        self.opt = Stepped(self.parameters(), lr=0.1)
+        return self.opt
+
+
+def test_lightning_manual_accumulation_measures_the_gradients_each_optimizer_step_used():
+    logger, cb = MemoryLogger(), HookStatsCallback(param_grads=True, stats=("mean", "count"), modules=["net.0"])
+    model = ManualAccumulation()
+    trainer = L.Trainer(max_epochs=EPOCHS, limit_train_batches=TRAIN_BATCHES, limit_val_batches=0,
+                        log_every_n_steps=2, accelerator="cpu", devices=1, logger=logger, callbacks=[cb],
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, loader(20, 0))
+    rows = [m for s, m in logger.rows if "hookstats/net.0.weight/param_grad/count" in m]
+    assert len(rows) == len(model.opt.seen) == EPOCHS * TRAIN_BATCHES // 2  # a window: two batches, one step
+    for m, (weight, *_) in zip(rows, model.opt.seen):
+        assert m["hookstats/net.0.weight/param_grad/count"] == weight.numel()
+        x = weight.numpy()
+        assert abs(m["hookstats/net.0.weight/param_grad/mean"] - x.mean()) <= 1e-6 * (abs(x.mean()) + x.std())
