@@ -405,3 +405,33 @@ def test_lightning_manual_accumulation_measures_the_gradients_each_optimizer_ste
         assert m["hookstats/net.0.weight/param_grad/count"] == weight.numel()
         x = weight.numpy()
         assert abs(m["hookstats/net.0.weight/param_grad/mean"] - x.mean()) <= 1e-6 * (abs(x.mean()) + x.std())
+
+
+def test_lightning_manual_optimization_resumed_windows_follow_the_trainers_rows(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import CSVLogger
+
+    def run(epochs, version, ckpt_path=None):
+        logger = CSVLogger(tmp_path, name="manual", version=version)
+        trainer = L.Trainer(max_epochs=epochs, limit_train_batches=TRAIN_BATCHES, limit_val_batches=0,
+                            log_every_n_steps=2, accelerator="cpu", devices=1, logger=logger,
+                            callbacks=[HookStatsCallback(stats=("mean",), modules=["net.0"]),
+                                       ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=6, save_top_k=-1,
+                                                       filename="{step}")],
+                            enable_progress_bar=False, enable_model_summary=False)
+        model = TwoOptimizers()
+        seen = []  # net.0's outputs: two forwards per batch
+        model.net[0].register_forward_hook(lambda m, a, o: seen.append(o.detach().double().clone()))
+        trainer.fit(model, loader(20, 0), ckpt_path=ckpt_path)
+        return read_metrics_csv(logger), seen
+
+    run(1, 0)  # saved after 3 batches (6 optimizer steps)
+    rows, seen = run(EPOCHS, 1, ckpt_path=tmp_path / "step=6.ckpt")
+    train_rows = [r for r in rows if r.get("train_loss")]
+    hs_rows = [r for r in rows if r.get("hookstats/net.0/output/mean")]
+    assert [int(r["step"]) for r in train_rows] == [3, 5, 7]
+    assert hs_rows == train_rows
+    # batch 3 (the first after the resume) ends the window of batches 2 and 3; batch 2 ran before the save
+    for w, r in enumerate(hs_rows[1:]):  # batches 4-5 and 6-7: 4 forwards each, after batch 3's 2
+        want = window_record(seen[2 + 4 * w: 2 + 4 * (w + 1)], StatsConfig())
+        assert float(r["hookstats/net.0/output/mean"]) == pytest.approx(want["mean"], rel=1e-5, abs=1e-7)
