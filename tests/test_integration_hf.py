@@ -184,5 +184,9 @@ def test_hf_resume_from_checkpoint_keeps_the_open_window_and_the_step(tmp_path):
     window = torch.cat([first[3].reshape(-1), again[4].reshape(-1)])
     base = f"hookstats/{weight}/param_grad/"
     assert logged[4][base + "count"] == window.numel()
+    os.remove(tmp_path / "out" / "checkpoint-3" / "hookstats_monitor_rank0.pt")  # a checkpoint without it
+    with pytest.warns(RuntimeWarning, match="resumed at step 3 without the monitor's state") as said:
+        run(str(tmp_path / "out" / "checkpoint-3"))
+    assert sum("without the monitor's state" in str(w.message) for w in said) == 1
     x = window.numpy()  # the op's float32 accumulation: mean within 1e-6 of (|mean| + std)
     assert abs(logged[4][base + "mean"] - x.mean()) <= 1e-6 * (abs(x.mean()) + x.std())

@@ -1,11 +1,11 @@
 """HookStatsCallback for the Hugging Face Trainer: attaches hookstats at train begin, adds each logging
 window's statistics (merged over ranks) to the Trainer's logs and its histograms to the Trainer's
 TensorBoard and W&B writers, removes the hooks at train end."""
+import os
+
 from ..extras import require
 
 require("transformers", "hookstats.integrations.hf")
-import os  # noqa: E402
-
 import torch  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR  # noqa: E402
@@ -14,6 +14,7 @@ from transformers.integrations import INTEGRATION_TO_CALLBACK, TensorBoardCallba
 import hookstats  # noqa: E402
 
 from ..sinks.names import PREFIX  # noqa: E402
+from ..user_warning import warn_user  # noqa: E402
 from .metrics import (DEFAULT_STATS, attach_for_windows, flat_metrics, measured, sent, tensorboard_histograms, wandb_histograms,
                       window_stats)
 
@@ -47,9 +48,14 @@ class HookStatsCallback(TrainerCallback):
             raise ValueError("HookStatsCallback needs the model: the Trainer passes it to on_train_begin")
         window = getattr(state, "logging_steps", None) or args.logging_steps
         self.monitor = attach_for_windows(model, window if window >= 1 else 1, self.attach_kwargs)
-        saved = state_file(args, state)
-        if state.global_step > 0 and os.path.isfile(saved):  # resumed from the checkpoint of that step
-            self.monitor.load_state_dict(torch.load(saved, map_location="cpu", weights_only=True))
+        if state.global_step > 0:  # resumed from the checkpoint of that step
+            saved = state_file(args, state)
+            if os.path.isfile(saved):
+                self.monitor.load_state_dict(torch.load(saved, map_location="cpu", weights_only=True))
+            else:
+                warn_user(f"hookstats: resumed at step {state.global_step} without the monitor's state ({saved} "
+                          "is missing: a checkpoint outside output_dir, or saved without this callback): steps "
+                          "are counted from 0 again, and the first window holds only the steps after the resume")
 
     def on_save(self, args, state, control, **kwargs):
         """The monitor's step and open window, beside the checkpoint the Trainer has just saved."""
