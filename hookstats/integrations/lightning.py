@@ -26,11 +26,10 @@ class HookStatsCallback(Callback):
     optimizer stepped, with manual optimization too); param_grads=True measures the gradients each optimizer
     step used, after Lightning's accumulation and clipping. A window ends on each batch where the trainer logs
     (every log_every_n_steps batches that stepped the optimizer; with manual optimization every batch counts,
-    from the fit's first): its statistics go
-    through pl_module.log_dict, so they land in the trainer's own rows (same step, epoch column, one
-    CSVLogger row), and its histograms (linear and log2 `|x|`, with histograms=True) go to each
-    TensorBoardLogger (add_histogram_raw on its SummaryWriter) and WandbLogger (wandb.Histogram) at the same
-    step; the monitor is reset after each window. The windows cannot be longer than the trainer's logging
+    from the fit's first): its statistics go through pl_module.log_dict, so they land in the trainer's own rows
+    (same step, epoch column, one CSVLogger row), and its histograms (linear and log2 `|x|`, with
+    histograms=True) go to each TensorBoardLogger (add_histogram_raw on its SummaryWriter) and WandbLogger
+    (wandb.Histogram) at the same step; the monitor is reset after each window. The windows cannot be longer than the trainer's logging
     interval: Lightning repeats a value logged at one step in the rows of its later steps. log_every: None,
     or the trainer's log_every_n_steps (checked). stats: the record fields logged; prefix: of every metric
     name. Other keywords go to hookstats.attach (modules=, every=, param_grads=, nbins=, ...). After fit,
@@ -49,9 +48,12 @@ class HookStatsCallback(Callback):
 
     def state_dict(self):
         """The monitor's step and open window: Lightning keeps it in each checkpoint, and fit(ckpt_path=)
-        resumes the window the checkpoint was saved in."""
+        resumes the window the checkpoint was saved in. Not with several ranks: Lightning keeps rank 0's state
+        only, which every rank would load, each rank's own part of the window lost and rank 0's counted again."""
         mon = self.monitor
-        return {"monitor": mon.state_dict(), "batches": self._stepped} if mon is not None and mon.attached else {}
+        if mon is None or not mon.attached:
+            return {}
+        return {"batches": self._stepped, **({"monitor": mon.state_dict()} if self._ranks == 1 else {})}
 
     def load_state_dict(self, state_dict):
         self._resumed, self._resumed_batches = state_dict.get("monitor"), state_dict.get("batches")
@@ -68,7 +70,7 @@ class HookStatsCallback(Callback):
         self._resumed = self._resumed_batches = None
         if resumed is not None:
             self.monitor.load_state_dict(resumed)
-        self._every, self._global_step = n, trainer.global_step
+        self._every, self._global_step, self._ranks = n, trainer.global_step, trainer.world_size
         if batches is None:
             batches = trainer.global_step if pl_module.automatic_optimization else 0
         self._stepped = batches
