@@ -29,11 +29,11 @@ class HookStatsCallback(Callback):
     from the fit's first): its statistics go through pl_module.log_dict, so they land in the trainer's own rows
     (same step, epoch column, one CSVLogger row), and its histograms (linear and log2 `|x|`, with
     histograms=True) go to each TensorBoardLogger (add_histogram_raw on its SummaryWriter) and WandbLogger
-    (wandb.Histogram) at the same step; the monitor is reset after each window. The windows cannot be longer than the trainer's logging
-    interval: Lightning repeats a value logged at one step in the rows of its later steps. log_every: None,
-    or the trainer's log_every_n_steps (checked). stats: the record fields logged; prefix: of every metric
-    name. Other keywords go to hookstats.attach (modules=, every=, param_grads=, nbins=, ...). After fit,
-    `callback.monitor` holds the last window's statistics."""
+    (wandb.Histogram) at the same step; the monitor is reset after each window. The windows cannot be longer
+    than the trainer's logging interval: Lightning repeats a value logged at one step in the rows of its later
+    steps. log_every: None, or the trainer's log_every_n_steps (checked). stats: the record fields logged;
+    prefix: of every metric name. Other keywords go to hookstats.attach (modules=, every=, param_grads=,
+    nbins=, ...). After fit, `callback.monitor` holds the last window's statistics."""
 
     def __init__(self, log_every=None, stats=DEFAULT_STATS, prefix=PREFIX, histograms=True, **attach_kwargs):
         self.log_every = check_count("log_every", log_every, optional=True)
