@@ -163,12 +163,16 @@ class StepClock:
             self.update_active()
 
     def on_optimizer_pre_step(self, optimizer, args, kwargs):
-        """Before a torch.optim optimizer steps: an eager point, then before_optimizer (parameter gradients)."""
-        if self.before_optimizer:
-            self.eager_point()
-            ids = optimizer_param_ids(optimizer)
-            for f in self.before_optimizer:
-                f(optimizer, ids)
+        """Before a torch.optim optimizer steps: an eager point, then before_optimizer (parameter gradients). Given a
+        closure (LBFGS, Lightning), step() runs the backward itself: its gradients exist only after it steps."""
+        if self.before_optimizer and not has_closure(args, kwargs):
+            self._before_optimizer(optimizer)
+
+    def _before_optimizer(self, optimizer):
+        self.eager_point()
+        ids = optimizer_param_ids(optimizer)
+        for f in self.before_optimizer:
+            f(optimizer, ids)
 
     def on_optimizer_step(self, optimizer, args, kwargs):
         """After a torch.optim optimizer step: after_optimizer (parameter values) in the step it belongs to, then
@@ -177,6 +181,8 @@ class StepClock:
         it; if that next forward is the first compiled one, the compile's start ends it (compile_started).
         Any optimizer step is also an eager point of a compiled loop: the next compiled call measures what
         the last one reached first (tuple outputs, watch...), with no stats() or step() call."""
+        if self.before_optimizer and has_closure(args, kwargs):  # the gradients the closure made and it stepped with
+            self._before_optimizer(optimizer)
         if self.after_optimizer:
             ids = optimizer_param_ids(optimizer)
             for f in self.after_optimizer:
@@ -290,3 +296,8 @@ class StepClock:
     def steps_uncounted(self):
         """Compiled code ran, and neither step() nor a torch.optim optimizer step has ended a step."""
         return self.compiled and not self.manual and not self.optimizer_steps
+
+
+def has_closure(args, kwargs):
+    """Whether optimizer.step(closure) was called with a closure (args: the step's, the optimizer first)."""
+    return (args[1] if len(args) > 1 else kwargs.get("closure")) is not None

@@ -152,3 +152,41 @@ def test_hf_callback_rejects_steps():
         HookStatsCallback(steps="forward")
     with pytest.raises(ValueError, match="prefix"):
         HookStatsCallback(prefix="")
+
+
+def test_hf_resume_from_checkpoint_keeps_the_open_window_and_the_step(tmp_path):
+    """Saved at step 3, inside the window that the log at step 4 ends: the resumed run logs it whole, with the
+    gradients of step 3 (before the save) and step 4 (after), as the optimizer stepped with them (clipped)."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+    weight = f"{HOOKED[0]}.weight"
+
+    def run(resume=None):
+        model = tiny_gpt2()
+        args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=STEPS, per_device_train_batch_size=4,
+                                 gradient_accumulation_steps=ACCUM, logging_steps=LOG_EVERY, report_to=[],
+                                 save_strategy="steps", save_steps=3, use_cpu=True, disable_tqdm=True,
+                                 max_grad_norm=0.05, seed=0)
+        cb = HookStatsCallback(modules=HOOKED[:1], param_grads=True, stats=("mean", "count"))
+        trainer = Trainer(model=model, args=args, train_dataset=dataset(), callbacks=[cb])
+        stepped = {}  # optimizer step (from 1) -> the float64 gradient it steps with
+
+        def keep(opt, a, k):
+            stepped[trainer.state.global_step + 1] = model.get_parameter(weight).grad.detach().double().clone()
+        handle = register_optimizer_step_pre_hook(keep)
+        trainer.train(resume_from_checkpoint=resume)
+        handle.remove()
+        logged = {h["step"]: h for h in trainer.state.log_history if f"hookstats/{weight}/param_grad/count" in h}
+        return logged, stepped, cb
+
+    _, first, _ = run()
+    logged, again, cb = run(str(tmp_path / "out" / "checkpoint-3"))
+    assert sorted(again) == [4, 5, 6] and cb.monitor.step_count == STEPS  # the step goes on from the checkpoint's
+    window = torch.cat([first[3].reshape(-1), again[4].reshape(-1)])
+    base = f"hookstats/{weight}/param_grad/"
+    assert logged[4][base + "count"] == window.numel()
+    os.remove(tmp_path / "out" / "checkpoint-3" / "hookstats_monitor_rank0.pt")  # a checkpoint without it
+    with pytest.warns(RuntimeWarning, match="resumed at step 3 without the monitor's state") as said:
+        run(str(tmp_path / "out" / "checkpoint-3"))
+    assert sum("without the monitor's state" in str(w.message) for w in said) == 1
+    x = window.numpy()  # the op's float32 accumulation: mean within 1e-6 of (|mean| + std)
+    assert abs(logged[4][base + "mean"] - x.mean()) <= 1e-6 * (abs(x.mean()) + x.std())

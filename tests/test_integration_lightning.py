@@ -289,3 +289,149 @@ def test_lightning_manual_optimization_windows_follow_the_trainers_rows(tmp_path
     for w, r in enumerate(hs_rows):  # a window: 2 batches, 4 forwards
         want = window_record(seen[4 * w: 4 * (w + 1)], StatsConfig())
         assert float(r["hookstats/net.0/output/mean"]) == pytest.approx(want["mean"], rel=1e-5, abs=1e-7)
+
+
+class Stepped(torch.optim.SGD):
+    """SGD that keeps, per step, the float64 gradients it steps with (after Lightning's accumulation and clipping,
+    which run inside step(closure))."""
+
+    def __init__(self, params, lr):
+        super().__init__(params, lr=lr)
+        self.seen = []
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        self.seen.append([p.grad.detach().double().clone() for p in self.param_groups[0]["params"]])
+        super().step()
+        return loss
+
+
+class Clipped(Tiny):
+    def configure_optimizers(self):
+        self.opt = Stepped(self.parameters(), lr=0.1)
+        return self.opt
+
+
+def test_lightning_param_grads_are_what_each_optimizer_step_used_with_accumulation_and_clipping():
+    import warnings
+    logger, cb = MemoryLogger(), HookStatsCallback(param_grads=True, stats=("mean", "max", "count"))
+    model = Clipped()
+    trainer = L.Trainer(max_epochs=2, limit_train_batches=TRAIN_BATCHES, limit_val_batches=1, log_every_n_steps=1,
+                        accelerator="cpu", devices=1, logger=logger, callbacks=[cb], enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accumulate_grad_batches=2,
+                        gradient_clip_val=0.05)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(model, loader(20, 0), loader(10, 1))
+    assert not [str(w.message) for w in caught if "hookstats" in str(w.message)]
+    steps = EPOCHS * TRAIN_BATCHES // 2
+    assert len(model.opt.seen) == steps and cb.monitor.step_count == steps  # a step is an optimizer step
+    rows = [(s, {k: v for k, v in m.items() if "/param_grad/" in k}) for s, m in logger.rows]
+    rows = [(s, m) for s, m in rows if m]
+    assert [s for s, _ in rows] == list(range(steps))
+    for s, m in rows:
+        for name, g in zip(("net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"), model.opt.seen[s]):
+            base = f"hookstats/{name}/param_grad/"
+            assert m[base + "count"] == g.numel()
+            np.testing.assert_allclose([m[base + "mean"], m[base + "max"]], [g.mean().item(), g.max().item()],
+                                       rtol=1e-5)
+
+
+class Seen(Tiny):
+    """Tiny keeping each training batch's net.0 output with the optimizer steps taken before it."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+        self.net[0].register_forward_hook(
+            lambda m, a, o: self.seen.append((self.trainer.global_step, o.detach().double().clone()))
+            if m.training else None)
+
+
+def test_lightning_resume_from_a_checkpoint_keeps_the_open_window(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    def run(epochs, model, ckpt_path=None):
+        logger = MemoryLogger()
+        trainer = L.Trainer(max_epochs=epochs, limit_train_batches=TRAIN_BATCHES, limit_val_batches=1,
+                            log_every_n_steps=3, accelerator="cpu", devices=1, logger=logger,
+                            callbacks=[HookStatsCallback(stats=("mean", "count")),
+                                       ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=5, save_top_k=-1,
+                                                       filename="{step}")],
+                            enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+        trainer.fit(model, loader(20, 0), loader(10, 1), ckpt_path=ckpt_path)
+        return {s: m for s, m in logger.rows if "hookstats/net.0/output/count" in m}
+
+    first, again = Seen(), Seen()
+    run(2, first)  # saved at 5 optimizer steps, inside the window that ends at step 5
+    logged = run(3, again, ckpt_path=tmp_path / "step=5.ckpt")
+    assert sorted(logged) == [5, 8, 11]
+    window = torch.cat([o.reshape(-1) for s, o in first.seen if s in (3, 4)] +
+                       [o.reshape(-1) for s, o in again.seen if s == 5])
+    assert logged[5]["hookstats/net.0/output/count"] == window.numel()  # batches 3 and 4 were before the save
+    np.testing.assert_allclose(logged[5]["hookstats/net.0/output/mean"], window.mean().item(), rtol=1e-6)
+
+
+class ManualAccumulation(Tiny):
+    """Manual optimization that steps its optimizer every second batch (gradient accumulation by hand)."""
+
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.manual_backward(F.mse_loss(self.net(x), y) / 2)
+        if batch_idx % 2 == 1:
+            opt = self.optimizers()
+            opt.step()
+            opt.zero_grad()
+
+    def configure_optimizers(self):
+        self.opt = Stepped(self.parameters(), lr=0.1)
+        return self.opt
+
+
+def test_lightning_manual_accumulation_measures_the_gradients_each_optimizer_step_used():
+    logger, cb = MemoryLogger(), HookStatsCallback(param_grads=True, stats=("mean", "count"), modules=["net.0"])
+    model = ManualAccumulation()
+    trainer = L.Trainer(max_epochs=EPOCHS, limit_train_batches=TRAIN_BATCHES, limit_val_batches=0,
+                        log_every_n_steps=2, accelerator="cpu", devices=1, logger=logger, callbacks=[cb],
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, loader(20, 0))
+    rows = [m for s, m in logger.rows if "hookstats/net.0.weight/param_grad/count" in m]
+    assert len(rows) == len(model.opt.seen) == EPOCHS * TRAIN_BATCHES // 2  # a window: two batches, one step
+    for m, (weight, *_) in zip(rows, model.opt.seen):
+        assert m["hookstats/net.0.weight/param_grad/count"] == weight.numel()
+        x = weight.numpy()
+        assert abs(m["hookstats/net.0.weight/param_grad/mean"] - x.mean()) <= 1e-6 * (abs(x.mean()) + x.std())
+
+
+def test_lightning_manual_optimization_resumed_windows_follow_the_trainers_rows(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import CSVLogger
+
+    def run(epochs, version, ckpt_path=None):
+        logger = CSVLogger(tmp_path, name="manual", version=version)
+        trainer = L.Trainer(max_epochs=epochs, limit_train_batches=TRAIN_BATCHES, limit_val_batches=0,
+                            log_every_n_steps=2, accelerator="cpu", devices=1, logger=logger,
+                            callbacks=[HookStatsCallback(stats=("mean",), modules=["net.0"]),
+                                       ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=6, save_top_k=-1,
+                                                       filename="{step}")],
+                            enable_progress_bar=False, enable_model_summary=False)
+        model = TwoOptimizers()
+        seen = []  # net.0's outputs: two forwards per batch
+        model.net[0].register_forward_hook(lambda m, a, o: seen.append(o.detach().double().clone()))
+        trainer.fit(model, loader(20, 0), ckpt_path=ckpt_path)
+        return read_metrics_csv(logger), seen
+
+    run(1, 0)  # saved after 3 batches (6 optimizer steps)
+    rows, seen = run(EPOCHS, 1, ckpt_path=tmp_path / "step=6.ckpt")
+    train_rows = [r for r in rows if r.get("train_loss")]
+    hs_rows = [r for r in rows if r.get("hookstats/net.0/output/mean")]
+    assert [int(r["step"]) for r in train_rows] == [3, 5, 7]
+    assert hs_rows == train_rows
+    # batch 3 (the first after the resume) ends the window of batches 2 and 3; batch 2 ran before the save
+    for w, r in enumerate(hs_rows[1:]):  # batches 4-5 and 6-7: 4 forwards each, after batch 3's 2
+        want = window_record(seen[2 + 4 * w: 2 + 4 * (w + 1)], StatsConfig())
+        assert float(r["hookstats/net.0/output/mean"]) == pytest.approx(want["mean"], rel=1e-5, abs=1e-7)

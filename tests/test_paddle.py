@@ -393,3 +393,19 @@ def test_a_history_gives_each_logging_window_a_histogram_step_as_for_torch(log_e
             assert mon.cfg.hist_every == want, type(model)
     with hookstats.attach(layer, history=True, log_every=4, hist_every=7) as mon:
         assert mon.cfg.hist_every == 7  # given: kept
+
+
+def test_a_tied_parameter_gradient_is_measured_once_under_its_first_name():
+    paddle.seed(3)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
+    model[2].weight = model[0].weight  # tied: one parameter, one gradient, as torch names it
+    opt = paddle.optimizer.SGD(0.01, parameters=model.parameters())
+    mon = hookstats.attach(model, param_grads=True, optimizer=opt)
+    x = paddle.to_tensor(np.random.default_rng(0).standard_normal((3, 4)).astype("float32"))
+    model(x).square().mean().backward()
+    want = model[0].weight.grad.numpy().astype(np.float64)
+    opt.step()
+    grads = mon.stats(kind="param_grad")
+    mon.remove()
+    assert "2.weight:param_grad" not in grads and grads["0.weight:param_grad"]["count"] == want.size
+    assert np.isclose(grads["0.weight:param_grad"]["mean"], want.mean(), rtol=1e-5)

@@ -1,15 +1,20 @@
 """HookStatsCallback for the Hugging Face Trainer: attaches hookstats at train begin, adds each logging
 window's statistics (merged over ranks) to the Trainer's logs and its histograms to the Trainer's
 TensorBoard and W&B writers, removes the hooks at train end."""
+import os
+
 from ..extras import require
 
 require("transformers", "hookstats.integrations.hf")
+import torch  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR  # noqa: E402
 from transformers.integrations import INTEGRATION_TO_CALLBACK, TensorBoardCallback, WandbCallback  # noqa: E402
 
 import hookstats  # noqa: E402
 
 from ..sinks.names import PREFIX  # noqa: E402
+from ..user_warning import warn_user  # noqa: E402
 from .metrics import (DEFAULT_STATS, attach_for_windows, flat_metrics, measured, sent, tensorboard_histograms, wandb_histograms,
                       window_stats)
 
@@ -43,6 +48,21 @@ class HookStatsCallback(TrainerCallback):
             raise ValueError("HookStatsCallback needs the model: the Trainer passes it to on_train_begin")
         window = getattr(state, "logging_steps", None) or args.logging_steps
         self.monitor = attach_for_windows(model, window if window >= 1 else 1, self.attach_kwargs)
+        if state.global_step > 0:  # resumed from the checkpoint of that step
+            saved = state_file(args, state)
+            if os.path.isfile(saved):
+                self.monitor.load_state_dict(torch.load(saved, map_location="cpu", weights_only=True))
+            else:
+                warn_user(f"hookstats: resumed at step {state.global_step} without the monitor's state ({saved} "
+                          "is missing: a checkpoint outside output_dir, or saved without this callback): steps "
+                          "are counted from 0 again, and the first window holds only the steps after the resume")
+
+    def on_save(self, args, state, control, **kwargs):
+        """The monitor's step and open window, beside the checkpoint the Trainer has just saved."""
+        if self.monitor is not None and self.monitor.attached:
+            path = state_file(args, state)
+            os.makedirs(os.path.dirname(path), exist_ok=True)  # a rank on a node where the Trainer saved nothing
+            torch.save(self.monitor.state_dict(), path)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.monitor is not None and self.monitor.attached:
@@ -65,6 +85,13 @@ class HookStatsCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.monitor is not None:
             self.monitor.remove()
+
+
+def state_file(args, state):
+    """This rank's monitor state in the checkpoint of state.global_step, where the Trainer saves it (output_dir)
+    and where resume_from_checkpoint=True finds it."""
+    folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+    return os.path.join(folder, f"hookstats_monitor_rank{args.process_index}.pt")
 
 
 def add_to(trainer, **kwargs):

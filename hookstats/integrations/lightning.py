@@ -22,24 +22,41 @@ from .metrics import (DEFAULT_STATS, attach_for_windows, flat_metrics, measured,
 
 
 class HookStatsCallback(Callback):
-    """A window ends on each batch where the trainer logs (every log_every_n_steps batches that stepped
-    the optimizer; with manual optimization every batch counts, from the fit's first): its statistics go
-    through pl_module.log_dict, so they land in the trainer's own rows (same step, epoch column, one
-    CSVLogger row), and its histograms (linear and log2 `|x|`, with histograms=True) go to each
-    TensorBoardLogger (add_histogram_raw on its SummaryWriter) and WandbLogger (wandb.Histogram) at the same
-    step; the monitor is reset after each window. The windows cannot be longer than the trainer's logging
-    interval: Lightning repeats a value logged at one step in the rows of its later steps. log_every: None,
-    or the trainer's log_every_n_steps (checked). stats: the record fields logged; prefix: of every metric
-    name. Other keywords go to hookstats.attach (modules=, every=, param_grads=, nbins=, ...). After fit,
-    `callback.monitor` holds the last window's statistics."""
+    """A step is one optimizer step with its gradient-accumulation batches (the batches up to one where an
+    optimizer stepped, with manual optimization too); param_grads=True measures the gradients each optimizer
+    step used, after Lightning's accumulation and clipping. A window ends on each batch where the trainer logs
+    (every log_every_n_steps batches that stepped the optimizer; with manual optimization every batch counts,
+    from the fit's first): its statistics go through pl_module.log_dict, so they land in the trainer's own rows
+    (same step, epoch column, one CSVLogger row), and its histograms (linear and log2 `|x|`, with
+    histograms=True) go to each TensorBoardLogger (add_histogram_raw on its SummaryWriter) and WandbLogger
+    (wandb.Histogram) at the same step; the monitor is reset after each window. The windows cannot be longer
+    than the trainer's logging interval: Lightning repeats a value logged at one step in the rows of its later
+    steps. log_every: None, or the trainer's log_every_n_steps (checked). stats: the record fields logged;
+    prefix: of every metric name. Other keywords go to hookstats.attach (modules=, every=, param_grads=,
+    nbins=, ...). After fit, `callback.monitor` holds the last window's statistics."""
 
     def __init__(self, log_every=None, stats=DEFAULT_STATS, prefix=PREFIX, histograms=True, **attach_kwargs):
         self.log_every = check_count("log_every", log_every, optional=True)
         self.fields, self.prefix, self.histograms = tuple(stats), prefix, bool(histograms)
         self.attach_kwargs = attach_kwargs
         if "steps" in attach_kwargs:
-            raise ValueError("steps is set by the callback: one training batch is one step")
+            raise ValueError("steps is set by the callback: one optimizer step (with its gradient-accumulation "
+                             "batches) is one step")
         self.monitor = None
+        self._resumed = None  # the monitor's state from the checkpoint fit(ckpt_path=) restores
+        self._resumed_batches = None  # and the batches that stepped the optimizer, as the trainer counts them
+
+    def state_dict(self):
+        """The monitor's step and open window: Lightning keeps it in each checkpoint, and fit(ckpt_path=)
+        resumes the window the checkpoint was saved in. Not with several ranks: Lightning keeps rank 0's state
+        only, which every rank would load, each rank's own part of the window lost and rank 0's counted again."""
+        mon = self.monitor
+        if mon is None or not mon.attached:
+            return {}
+        return {"batches": self._stepped, **({"monitor": mon.state_dict()} if self._ranks == 1 else {})}
+
+    def load_state_dict(self, state_dict):
+        self._resumed, self._resumed_batches = state_dict.get("monitor"), state_dict.get("batches")
 
     def on_fit_start(self, trainer, pl_module):
         n = trainer.log_every_n_steps
@@ -49,23 +66,33 @@ class HookStatsCallback(Callback):
                              "Trainer(log_every_n_steps=...) instead")
         # the strategy has moved (and wrapped) the model by now: states are allocated on its device
         self.monitor = attach_for_windows(pl_module, n, self.attach_kwargs)
-        self._every = n
-        self._stepped = trainer.global_step if pl_module.automatic_optimization else 0
+        resumed, batches = self._resumed, self._resumed_batches  # restored before fit starts
+        self._resumed = self._resumed_batches = None
+        if resumed is not None:
+            self.monitor.load_state_dict(resumed)
+        self._every, self._global_step, self._ranks = n, trainer.global_step, trainer.world_size
+        if batches is None:
+            batches = trainer.global_step if pl_module.automatic_optimization else 0
+        self._stepped = batches
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         mon = self.monitor
         if mon is None or not mon.attached:
             return
-        mon.step()
+        # A step ends at a batch where an optimizer stepped (global_step counts each optimizer's steps): one ended
+        # by a gradient-accumulation batch would measure its partial gradients
+        stepped, self._global_step = trainer.global_step != self._global_step, trainer.global_step
         # the trainer logs when the batches that stepped the optimizer reach a multiple of log_every_n_steps:
         # with automatic optimization those are counted by global_step (not by a gradient-accumulation
-        # batch), with manual optimization every batch is one (global_step counts each optimizer's steps)
+        # batch), with manual optimization every batch is one
         if pl_module.automatic_optimization:
-            if trainer.global_step == self._stepped:
+            if not stepped:
                 return
             self._stepped = trainer.global_step
         else:
             self._stepped += 1
+        if stepped:
+            mon.step()
         if self._every and self._stepped % self._every == 0:
             self._log(trainer, pl_module)
 

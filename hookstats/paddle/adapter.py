@@ -91,6 +91,13 @@ class PaddleAdapter(Adapter):
     def trainable(self, param):
         return not param.stop_gradient
 
+    def submodules(self):
+        return self.model.sublayers(include_self=True)
+
+    def passive(self, module):
+        """A layer added after attach with one sublayer and no parameters of its own only wraps that sublayer."""
+        return len(list(module.children())) == 1 and not own_params(module)
+
     def state_device(self, module):
         p = next((p for p in module.parameters(include_sublayers=False) if p.dtype in bridge.MEASURED_DTYPES), None)
         return bridge.torch_device(p.place) if p is not None else None

@@ -19,9 +19,11 @@ class OptimizerGrads:
                              f"{type(optimizer).__name__}")
         self.store, self.clock = port.store, port.clock
         self.order = bridge.StreamOrder()
-        self.params = [(TargetKey(name, Kind.PARAM_GRAD, "", None), p) for name, p in named_params
-                       if not p.stop_gradient and p.dtype in bridge.MEASURED_DTYPES]
-        for key, p in self.params:
+        self.params = {}  # id(param) -> (key, param); the structure check reads the ids
+        for name, p in named_params:
+            if self.takes(p) and id(p) not in self.params:
+                self.params[id(p)] = (TargetKey(name, Kind.PARAM_GRAD, "", None), p)
+        for key, p in self.params.values():
             self.store.resolve(key, bridge.torch_device(p.place), Phase.TRAIN, reach=False)
         self.optimizer, own_step = optimizer, optimizer.step
 
@@ -31,13 +33,18 @@ class OptimizerGrads:
         self.step = step
         optimizer.step = step
 
+    @staticmethod
+    def takes(p):
+        """Whether a parameter's gradient is measured (also the structure check's rule)."""
+        return not p.stop_gradient and p.dtype in bridge.MEASURED_DTYPES
+
     def measure(self):
         """One multi-tensor op per device over the gradients there."""
         if not self.clock.sampling:
             return
         self.clock.eager_point()
         by_place = {}
-        for key, p in self.params:
+        for key, p in self.params.values():
             g = p.grad
             if g is not None:
                 by_place.setdefault(str(g.place), []).append((key, g))

@@ -1,0 +1,62 @@
+"""param_grads=True when the optimizer is given a closure (LBFGS, Lightning's automatic optimization): the
+forward and backward run inside step(), after torch's step pre-hooks, so each step's gradients are measured
+after the step, as the optimizer stepped with them (clipped inside the closure), in their own step, in silence."""
+import warnings
+
+import numpy as np
+import torch
+from torch import nn
+
+import hookstats
+
+
+def net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2))
+
+
+def closure_loop(model, opt, steps, clip):
+    """Trains with opt.step(closure); the float64 gradients each step stepped with."""
+    stepped = []
+    for i in range(steps):
+        x = torch.randn(5, 6, generator=torch.Generator().manual_seed(i))
+
+        def closure():
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            if clip:
+                nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+            return loss
+        opt.step(closure)
+        stepped.append({n: p.grad.detach().double().clone() for n, p in model.named_parameters()})
+    return stepped
+
+
+def test_each_step_measures_the_gradients_its_closure_made_clipped_and_silent():
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mon = hookstats.attach(model, param_grads=True, history=True, log_every=1)
+        stepped = closure_loop(model, opt, 3, clip=True)
+        mon.remove()
+    h = mon.history()
+    for name in ("0.weight", "2.bias"):
+        rows = h[(h["target"] == f"{name}:param_grad") & (h["stat"] == "l2")].sort_values("step")
+        np.testing.assert_allclose(rows["value"].to_numpy(), [g[name].norm().item() for g in stepped], rtol=1e-6)
+        rows = h[(h["target"] == f"{name}:param_grad") & (h["stat"] == "count")].sort_values("step")
+        assert rows["value"].tolist() == [stepped[0][name].numel()] * 3
+    total = mon.stats(kind="param_grad")["0.weight:param_grad"]
+    assert np.isclose(total["mean"], np.mean([g["0.weight"].mean().item() for g in stepped]), rtol=1e-6)
+
+
+def test_lbfgs_measures_its_last_closure_once_per_step():
+    model = net()
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3)
+    mon = hookstats.attach(model, param_grads=True, history=True, log_every=1)
+    stepped = closure_loop(model, opt, 2, clip=False)
+    mon.remove()
+    h = mon.history()
+    rows = h[(h["target"] == "2.weight:param_grad") & (h["stat"] == "count")]
+    assert rows["value"].sum() == 2 * stepped[0]["2.weight"].numel()
