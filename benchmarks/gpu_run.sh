@@ -16,7 +16,8 @@
 #                                                              ... and the build for sm_90, in a copy of the tree
 # Options: --out DIR (default $OUT, else benchmarks/results/gpu_run), --budget SECONDS (480), --arch X.Y (default:
 # nvidia-smi's compute_cap), --skip-build (use the op already built here), --python PY (default $PYTHON or python3),
-# --only STEP,STEP (these steps alone, e.g. --only 0-env,5-bandwidth), --build-timeout SECONDS (120: 16 cores).
+# --only STEP,STEP (these steps alone, e.g. --only 0-env,5-bandwidth), --build-timeout SECONDS (120: 16 cores),
+# --cap-scale K (every step's cap but the build's times K: a rehearsal on a shared CPU, whose steps run the CPU op).
 set -uo pipefail
 self=$(readlink -f "$0")
 repo=$(dirname "$(dirname "$self")")
@@ -158,7 +159,7 @@ print('build: CPU+CUDA kernels registered; torch', torch.__version__)" || exit 1
 fi
 
 # ---------------------------------------------------------------- the run
-only="" build_cap=120 out=${OUT:-$repo/benchmarks/results/gpu_run} budget=480 arch="" dry="" build="" skip_build="" py=${PYTHON:-python3}
+only="" build_cap=120 cap_scale=1 out=${OUT:-$repo/benchmarks/results/gpu_run} budget=480 arch="" dry="" build="" skip_build="" py=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift ;;
@@ -170,6 +171,7 @@ while [ $# -gt 0 ]; do
     --skip-build) skip_build=1 ;;
     --only) only=",$2,"; shift ;;
     --build-timeout) build_cap=$2; shift ;;
+    --cap-scale) cap_scale=$2; shift ;;
     -h|--help) sed -n '2,20p' "$self"; exit 0 ;;
     *) echo "gpu_run.sh: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
@@ -177,6 +179,8 @@ while [ $# -gt 0 ]; do
 done
 [[ "$budget" =~ ^[0-9]+$ ]] || { echo "gpu_run.sh: --budget takes seconds, got $budget" >&2; exit 2; }
 [[ "$build_cap" =~ ^[0-9]+$ ]] || { echo "gpu_run.sh: --build-timeout takes seconds, got $build_cap" >&2; exit 2; }
+[[ "$cap_scale" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_run.sh: --cap-scale takes a whole number >= 1, got $cap_scale" >&2
+  exit 2; }
 mkdir -p "$out" && out=$(readlink -f "$out") && rm -rf "$out/steps" && mkdir -p "$out/steps"
 log=$out/gpu_run.log
 : > "$log"
@@ -203,6 +207,7 @@ run_step() {  # NAME CAP: the step under its own timeout (CAP, or what the budge
   local name=$1 cap=$2 left t s0 rc pid dog
   if [ -n "$only" ] && [[ "$only" != *",$name,"* ]]; then return; fi
   left=$(( deadline - $(date +%s) ))
+  [ "$name" = 1-build ] || cap=$(( cap * cap_scale ))
   t=$(( cap < left ? cap : left ))
   if (( t < 5 )); then
     python3 "$repo/benchmarks/gpu_report.py" record "$out" "$name" --status skipped --reason "time budget spent" | tee -a "$log"

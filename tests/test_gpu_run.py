@@ -23,7 +23,7 @@ def dry_run(out, *args, timeout=600):
 
 @pytest.mark.slow  # six steps of the GPU machine's script, each a new process (the correctness checks on CPU): minutes
 def test_dry_run_runs_the_cpu_part_and_writes_the_report(tmp_path):
-    r = dry_run(tmp_path, "--only", "0-env,1-build,2-correctness,3-graphs,4-memcheck,6-ncu")
+    r = dry_run(tmp_path, "--only", "0-env,1-build,2-correctness,3-graphs,4-memcheck,6-ncu", "--cap-scale", "4")
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads((tmp_path / "report.json").read_text())
     steps = {s["step"]: s for s in rep["steps"]}
@@ -50,7 +50,15 @@ def test_a_step_past_the_budget_is_skipped_and_the_run_exits_0(tmp_path):
     assert steps["5-bandwidth"]["status"] == "skipped" and steps["5-bandwidth"]["reason"] == "time budget spent"
 
 
+def test_cap_scale_multiplies_each_step_cap_but_the_builds(tmp_path):
+    r = dry_run(tmp_path, "--only", "0-env,1-build", "--cap-scale", "3", "--build-timeout", "40")
+    assert r.returncode == 0, r.stderr[-3000:]
+    log = (tmp_path / "gpu_run.log").read_text()
+    assert "== 0-env (timeout 75 s" in log and "== 1-build (timeout 40 s" in log, log[:600]
+
+
 @pytest.mark.parametrize("args,words", [(["--budget", "8m"], "--budget takes seconds"),
+                                        (["--cap-scale", "0"], "--cap-scale takes a whole number"),
                                         (["--frobnicate"], "unknown argument --frobnicate")])
 def test_bad_arguments_are_refused(tmp_path, args, words):
     r = subprocess.run(["bash", RUN, *args], capture_output=True, text=True, timeout=60)
