@@ -1,7 +1,8 @@
 """Merges a Monitor's running state across torch.distributed ranks: Monitor.reduce() calls reduce() here.
 
-Per call: one all_gather of every fstate packed in one buffer (exact Chan merge in rank order, min/max) and
-one all_reduce SUM of every istate packed in one buffer. Ranks may hold different targets, so the row
+Per call: one all_gather of every fstate packed in one buffer (exact Chan merge in rank order, min/max; with two
+sums of each istate beside it, which tell a parameter copied on every rank: hookstats.param_copies) and one
+all_reduce SUM of every istate packed in one buffer. Ranks may hold different targets, so the row
 layout is the union of their target names, agreed through all_gather_object on the first call and kept;
 each rank adds a flag "my targets fit the layout" to the istate buffer, and only when some rank's do not
 (a target first reached since) are the names exchanged again and the two collectives repeated. Reading
@@ -12,7 +13,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from . import rawstate, replicas
+from . import param_copies, rawstate, replicas
 from .phases import Phase, check_phase, phase_label
 from .ranks import is_initialized, rank, world_size  # noqa: F401 (hookstats.distributed.rank() and the others)
 from .records import stats_records
@@ -124,20 +125,25 @@ def reduce(monitor, group=None, mesh=None, tp="tp", sharded=(), replicated=()):
             same, how = replicas.decide(f, i, tp_group, torch.tensor(placed), torch.tensor(codes or [0] * len(keys)))
             constant = replicas.constant(f)
             f, i = replicas.keep_one_copy(f, i, same, first=dist.get_rank(tp_group) == 0)
+        if keys:  # the fstates, and what tells a parameter's copies on every rank (param_copies)
+            pieces = [param_copies.piece(monitor.store, k, tp if mesh is not None else None) for _, k in keys]
+            rows = param_copies.packed(f, i, torch.tensor(pieces))
         i = torch.cat([i.reshape(-1), torch.tensor([int(fits)], dtype=torch.int64, device=device)])
         dist.all_reduce(i, op=dist.ReduceOp.SUM, group=group)
         if keys:
-            gathered = torch.empty(world * f.numel(), dtype=f.dtype, device=device)  # flat: gloo takes no stack form
-            all_gather_single(gathered, f.reshape(-1), group=group)
+            gathered = torch.empty(world * rows.numel(), dtype=rows.dtype, device=device)  # flat: gloo takes no stack
+            all_gather_single(gathered, rows.reshape(-1), group=group)
         if int(i[-1]) == world:  # the host read: every rank's targets fit the agreed layout
             break
         layout = None  # a target first reached since the names were agreed: agree again, once
     i = i[:-1].view(len(keys), monitor.cfg.istate_size)
     if keys:
-        gathered = gathered.view((world,) + f.shape)
-        f = gathered[0]
+        gathered = gathered.view((world,) + rows.shape)
+        f = gathered[0, :, : rawstate.FSTATE_SIZE]
         for r in range(1, world):
-            f = rawstate.combine(f, gathered[r])
+            f = rawstate.combine(f, gathered[r, :, : rawstate.FSTATE_SIZE])
+        cls, firsts = param_copies.classes(world, mesh, tp)
+        f, i = param_copies.once(f, i, gathered, param_copies.copied(keys, gathered, cls), firsts, world // len(firsts))
     reduced = Reduced(monitor.cfg, keys, f, i, world)
     if tp_group is not None:
         if declare_error:  # raised by every rank alike, after the collectives every rank made
