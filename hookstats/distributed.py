@@ -3,9 +3,9 @@
 Per call: one all_gather of every fstate packed in one buffer (exact Chan merge in rank order, min/max; with two
 sums of each istate beside it, which tell a parameter copied on every rank: hookstats.param_copies) and one
 all_reduce SUM of every istate packed in one buffer. Ranks may hold different targets, so the row
-layout is the union of their target names, agreed through all_gather_object on the first call and kept;
-each rank adds a flag "my targets fit the layout" to the istate buffer, and only when some rank's do not
-(a target first reached since) are the names exchanged again and the two collectives repeated. Reading
+layout is the union of their target names, agreed through all_gather_object on the first call over a group and
+kept for that group; each rank adds a flag "my targets fit the layout" to the istate buffer, and only when some
+rank's do not (a target first reached since) are the names exchanged again and the two collectives repeated. Reading
 that flag is the one host read beyond the collectives. The monitor's own running state is left as it is.
 """
 import weakref
@@ -21,7 +21,10 @@ from .buffers import order
 from .user_warning import warn_user
 
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_layouts = weakref.WeakKeyDictionary()  # monitor -> (group, world size, [(phase, TargetKey)]) agreed at its last reduce()
+# monitor -> {(group, world size): [(phase, TargetKey)]}, the layout agreed at its last reduce() over each group: kept
+# per group, since only a group's own ranks take part in its reduce() (one layout for all would be dropped by the
+# ranks of a subgroup alone, and they would then exchange names where the others do not: mismatched collectives)
+_layouts = weakref.WeakKeyDictionary()
 
 
 class Reduced:
@@ -110,12 +113,11 @@ def reduce(monitor, group=None, mesh=None, tp="tp", sharded=(), replicated=()):
     tp_group = replicas.tp_group_of(mesh, tp) if mesh is not None else None
     device, world = _comm_device(group), dist.get_world_size(group)
     local = _local_rows(monitor, device)
-    layout = _layouts.get(monitor)
-    for _ in range(2):
-        if layout is None or layout[0] is not group or layout[1] != world:
-            layout = (group, world, _agree_on_keys(monitor.cfg, local, group, world))
-            _layouts[monitor] = layout
-        keys = layout[2]
+    agreed = _layouts.setdefault(monitor, {})
+    keys = agreed.get((group, world))
+    for attempt in range(2):
+        if keys is None:
+            keys = agreed[(group, world)] = _agree_on_keys(monitor.cfg, local, group, world)
         fits = set(local) <= set(keys)
         f, i = _pack(monitor.cfg, local, keys, device)
         if tp_group is not None:
@@ -133,9 +135,9 @@ def reduce(monitor, group=None, mesh=None, tp="tp", sharded=(), replicated=()):
         if keys:
             gathered = torch.empty(world * rows.numel(), dtype=rows.dtype, device=device)  # flat: gloo takes no stack
             all_gather_single(gathered, rows.reshape(-1), group=group)
-        if int(i[-1]) == world:  # the host read: every rank's targets fit the agreed layout
+        if int(i[-1]) == world or attempt:  # the host read: every rank's targets fit the agreed layout
             break
-        layout = None  # a target first reached since the names were agreed: agree again, once
+        keys = None  # a target first reached since the names were agreed: agree again, once
     i = i[:-1].view(len(keys), monitor.cfg.istate_size)
     if keys:
         gathered = gathered.view((world,) + rows.shape)
