@@ -1,6 +1,7 @@
 """reduce() counts a parameter copied on every rank once: DDP's weights and all-reduced gradients (params=True,
 param_grads=True) merge to the statistics of one copy, while weights that differ between ranks, and FSDP2 shards that
-hold equal values, are merged over the ranks. 2 gloo processes; the oracle is each rank's float64 record of the
+hold equal values, are merged over the ranks; under HSDP, reduce(mesh=..., tp="shard") counts them once. 2 and 4
+gloo processes; the oracle is each rank's float64 record of the
 tensors it held at each optimizer step (torch's own DDP gradients and FSDP2 full_tensor())."""
 import numpy as np
 import pytest
@@ -21,9 +22,10 @@ def net(seed=0):
     return nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 2))
 
 
-def train(model, params_of, rank, steps=3):
+def train(model, params_of, rank, steps=3, **reduce_args):
     """Steps of SGD on a batch of this rank's; {target: float64 values} of each parameter's gradient before and its
-    weights after every optimizer step, as params_of(model) gives them (name, weights, gradient)."""
+    weights after every optimizer step, as params_of(model) gives them (name, weights, gradient), and the stats of
+    mon.reduce(**reduce_args)."""
     mon = hookstats.attach(model, outputs=False, grads=False, params=True, param_grads=True, **CFG)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     seen = {}
@@ -37,7 +39,7 @@ def train(model, params_of, rank, steps=3):
         opt.zero_grad()
         for name, weights, _ in params_of(model):
             seen.setdefault(f"{name}:param", []).append(weights.double().reshape(-1))
-    stats = mon.reduce().stats()
+    stats = mon.reduce(**reduce_args).stats()
     mon.remove()
     return {"seen": {k: torch.cat(v) for k, v in seen.items()}, "stats": stats}
 
@@ -102,3 +104,27 @@ def test_fsdp_shards_are_merged_even_when_equal(ranks):
     assert torch.equal(seen["2.bias:param"], torch.zeros(6, dtype=torch.float64))  # [0., 0.] over 3 steps
     for target, x in seen.items():  # full_tensor(): the whole parameter, once
         assert_is(ranks[0]["fsdp"]["stats"][target], x, target)
+
+
+def hsdp_worker(rank, world):
+    """HSDP: fully_shard on a 2 x 2 mesh of replicate by shard ranks, each replica its own batches."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
+    model = net()
+    for part in (model[0], model[2], model):
+        fully_shard(part, mesh=mesh)
+    return train(model, whole, rank, mesh=mesh, tp="shard")
+
+
+@pytest.fixture(scope="module")
+def hsdp_ranks(tmp_path_factory):
+    return spawn_ranks.run(hsdp_worker, 4, tmp_path_factory.mktemp("hsdp"))
+
+
+def test_hsdp_parameters_are_counted_once_over_the_mesh_naming_the_shard_dimension(hsdp_ranks):
+    seen = hsdp_ranks[0]["seen"]
+    for r in hsdp_ranks:
+        for target, x in seen.items():
+            torch.testing.assert_close(r["seen"][target], x, rtol=0, atol=0)  # every replica holds the same
+            assert_is(r["stats"][target], x, target)
