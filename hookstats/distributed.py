@@ -140,12 +140,9 @@ def reduce(monitor, group=None, mesh=None, tp="tp", sharded=(), replicated=()):
         keys = None  # a target first reached since the names were agreed: agree again, once
     i = i[:-1].view(len(keys), monitor.cfg.istate_size)
     if keys:
-        gathered = gathered.view((world,) + rows.shape)
-        f = gathered[0, :, : rawstate.FSTATE_SIZE]
-        for r in range(1, world):
-            f = rawstate.combine(f, gathered[r, :, : rawstate.FSTATE_SIZE])
-        cls, firsts = param_copies.classes(world, mesh, tp)
-        f, i = param_copies.once(f, i, gathered, param_copies.copied(keys, gathered, cls), firsts, world // len(firsts))
+        cls = param_copies.classes(world, mesh, tp)
+        f, copies = param_copies.merge(keys, gathered.view((world,) + rows.shape), cls, monitor.cfg.istate_size)
+        i = i // copies[:, None]
     reduced = Reduced(monitor.cfg, keys, f, i, world)
     if tp_group is not None:
         if declare_error:  # raised by every rank alike, after the collectives every rank made

@@ -106,25 +106,50 @@ def test_fsdp_shards_are_merged_even_when_equal(ranks):
         assert_is(ranks[0]["fsdp"]["stats"][target], x, target)
 
 
-def hsdp_worker(rank, world):
-    """HSDP: fully_shard on a 2 x 2 mesh of replicate by shard ranks, each replica its own batches."""
+class Stage(nn.Module):
+    """One pipeline stage's layer under its name in the whole model (ranks of the other stage hold the other)."""
+
+    def __init__(self, name):
+        super().__init__()
+        self.name = name
+        self.add_module(name, net().get_submodule(name))
+
+    def forward(self, x):
+        layer = self.get_submodule(self.name)
+        return layer(x[:, : layer.in_features])
+
+
+def four_rank_worker(rank, world):
+    """HSDP: fully_shard on a 2 x 2 mesh of replicate by shard ranks, each replica its own batches; and two pipeline
+    stages of DDP over 2 ranks each (ranks 0 and 2 hold layer 0, ranks 1 and 3 layer 2)."""
+    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
     model = net()
     for part in (model[0], model[2], model):
         fully_shard(part, mesh=mesh)
-    return train(model, whole, rank, mesh=mesh, tp="shard")
+    stage_groups = [dist.new_group([0, 2]), dist.new_group([1, 3])]
+    stage = nn.parallel.DistributedDataParallel(Stage("0" if rank % 2 == 0 else "2"), process_group=stage_groups[rank % 2])
+    return {"hsdp": train(model, whole, rank, mesh=mesh, tp="shard"), "stages": train(stage, plain, rank)}
 
 
 @pytest.fixture(scope="module")
-def hsdp_ranks(tmp_path_factory):
-    return spawn_ranks.run(hsdp_worker, 4, tmp_path_factory.mktemp("hsdp"))
+def four_ranks(tmp_path_factory):
+    return spawn_ranks.run(four_rank_worker, 4, tmp_path_factory.mktemp("four"))
 
 
-def test_hsdp_parameters_are_counted_once_over_the_mesh_naming_the_shard_dimension(hsdp_ranks):
-    seen = hsdp_ranks[0]["seen"]
-    for r in hsdp_ranks:
+def test_hsdp_parameters_are_counted_once_over_the_mesh_naming_the_shard_dimension(four_ranks):
+    seen = four_ranks[0]["hsdp"]["seen"]
+    for r in four_ranks:
         for target, x in seen.items():
-            torch.testing.assert_close(r["seen"][target], x, rtol=0, atol=0)  # every replica holds the same
-            assert_is(r["stats"][target], x, target)
+            torch.testing.assert_close(r["hsdp"]["seen"][target], x, rtol=0, atol=0)  # every replica holds the same
+            assert_is(r["hsdp"]["stats"][target], x, target)
+
+
+def test_each_pipeline_stage_s_ddp_copies_are_counted_once(four_ranks):
+    stats = four_ranks[0]["stages"]["stats"]
+    assert len(stats) == 8  # both stages' weights and gradients
+    for first in four_ranks[:2]:  # ranks 0 and 1: the first of each stage's data-parallel pair
+        for target, x in first["stages"]["seen"].items():
+            assert_is(stats[target], x, target)
