@@ -1,12 +1,15 @@
 """A monitor's state through a checkpoint, as optimizers and LR schedulers keep theirs: Monitor.state_dict() holds
 the step clock and every target's running totals (device tensors, torch.save-able), load_state_dict() puts
 them into a monitor attached with the same targets and configuration, on the model's device. The state dict names
-the state layout its istates are in (rawstate.LAYOUT): one of another layout is refused, saying which."""
+the state layout its istates are in (rawstate.LAYOUT): one of another layout is refused, saying which. Under
+torch.distributed each rank's totals are its own: they are held under the rank's name, so that
+torch.distributed.checkpoint, which keeps one copy of a key that every rank saves, keeps each rank's, and a rank
+loads only its own."""
 import dataclasses
 
 import torch
 
-from . import layout, rawstate
+from . import layout, ranks, rawstate
 from .phases import CHOICES, PHASES, Phase
 from .buffers import order
 from .targets import KINDS, Kind, TargetKey
@@ -28,8 +31,38 @@ def state_dict(mon):
         states = [{"phase": str(st.phase), "module": key.module, "kind": str(key.kind), "leaf": key.leaf,
                    "call": key.call, "fstate": st.total_fstate().detach().clone(), "istate": st.istate.detach().clone()}
                   for key, _, st in mon.states()]
+    world = ranks.world_size()
     return {"format": FORMAT, "layout": rawstate.LAYOUT, "step": mon.step_count, "manual": mon.clock.manual,
-            **identity(mon), "states": states}
+            **identity(mon), "world_size": world, "states": states if world == 1 else {_rank_key(ranks.rank()): states}}
+
+
+def _rank_key(rank):
+    return f"rank{rank}"
+
+
+def _own_states(sd):
+    """The target states of `sd` that are this process's: the list itself, or with several ranks, the list held
+    under this rank's name. A state dict of another number of ranks, or of another rank, is a ValueError: each
+    rank's totals are its own, and loading another's would count its values twice in reduce() (a state dict
+    without world_size, of an earlier version, is taken as it is)."""
+    world, rank, held = ranks.world_size(), ranks.rank(), sd["states"]
+    saved = sd.get("world_size", world if isinstance(held, (list, tuple)) else None)
+    if isinstance(saved, bool) or not isinstance(saved, int) or saved < 1:
+        raise ValueError(f"load_state_dict: field 'world_size' must be an int of at least 1, got {saved!r:.40}")
+    if saved != world:
+        raise ValueError(f"load_state_dict: the state dict holds the totals of a run of {saved} rank(s) and this "
+                         f"run has {world}: each rank's totals are its own, so resume with {saved} rank(s), or attach "
+                         "a fresh monitor (attach(start_step=N) keeps the step numbers)")
+    if world == 1:
+        if not isinstance(held, (list, tuple)):
+            raise ValueError(f"load_state_dict: states must be a list, got {type(held).__name__}")
+        return held
+    if not isinstance(held, dict) or not isinstance(held.get(_rank_key(rank)), (list, tuple)):
+        has = sorted(map(str, held)) if isinstance(held, dict) else f"a {type(held).__name__}"
+        raise ValueError(f"load_state_dict: the state dict holds no totals of rank {rank} (it holds {str(has):.200}): "
+                         "each rank saves its own mon.state_dict() and loads it (a file per rank with torch.save, or "
+                         "torch.distributed.checkpoint)")
+    return held[_rank_key(rank)]
 
 
 def identity(mon):
@@ -56,11 +89,10 @@ def load_state_dict(mon, sd):
         raise ValueError(f"load_state_dict: field 'step' must be an int in 0..2^63-1, got {step!r:.40}")
     if not isinstance(manual, bool):
         raise ValueError(f"load_state_dict: field 'manual' must be a bool, got {manual!r:.40}")
-    if not isinstance(sd["states"], (list, tuple)):
-        raise ValueError(f"load_state_dict: states must be a list, got {type(sd['states']).__name__}")
+    states = _own_states(sd)
     device = _device(mon.model)
     loaded, seen, allowed = [], set(), _targets(mon)
-    for k, s in enumerate(sd["states"]):
+    for k, s in enumerate(states):
         key = _key(s)
         where = f"load_state_dict: states[{k}] ({key.id:.200})"
         if (key, s["phase"]) in seen:

@@ -1,10 +1,11 @@
 """Merges a Monitor's running state across torch.distributed ranks: Monitor.reduce() calls reduce() here.
 
-Per call: one all_gather of every fstate packed in one buffer (exact Chan merge in rank order, min/max) and
-one all_reduce SUM of every istate packed in one buffer. Ranks may hold different targets, so the row
-layout is the union of their target names, agreed through all_gather_object on the first call and kept;
-each rank adds a flag "my targets fit the layout" to the istate buffer, and only when some rank's do not
-(a target first reached since) are the names exchanged again and the two collectives repeated. Reading
+Per call: one all_gather of every fstate packed in one buffer (exact Chan merge in rank order, min/max; with two
+sums of each istate beside it, which tell a parameter copied on every rank: hookstats.param_copies) and one
+all_reduce SUM of every istate packed in one buffer. Ranks may hold different targets, so the row
+layout is the union of their target names, agreed through all_gather_object on the first call over a group and
+kept for that group; each rank adds a flag "my targets fit the layout" to the istate buffer, and only when some
+rank's do not (a target first reached since) are the names exchanged again and the two collectives repeated. Reading
 that flag is the one host read beyond the collectives. The monitor's own running state is left as it is.
 """
 import weakref
@@ -12,7 +13,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from . import rawstate, replicas
+from . import param_copies, rawstate, replicas
 from .phases import Phase, check_phase, phase_label
 from .ranks import is_initialized, rank, world_size  # noqa: F401 (hookstats.distributed.rank() and the others)
 from .records import stats_records
@@ -20,7 +21,10 @@ from .buffers import order
 from .user_warning import warn_user
 
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_layouts = weakref.WeakKeyDictionary()  # monitor -> (group, world size, [(phase, TargetKey)]) agreed at its last reduce()
+# monitor -> {(group, world size): [(phase, TargetKey)]}, the layout agreed at its last reduce() over each group: kept
+# per group, since only a group's own ranks take part in its reduce() (one layout for all would be dropped by the
+# ranks of a subgroup alone, and they would then exchange names where the others do not: mismatched collectives)
+_layouts = weakref.WeakKeyDictionary()
 
 
 class Reduced:
@@ -109,12 +113,11 @@ def reduce(monitor, group=None, mesh=None, tp="tp", sharded=(), replicated=()):
     tp_group = replicas.tp_group_of(mesh, tp) if mesh is not None else None
     device, world = _comm_device(group), dist.get_world_size(group)
     local = _local_rows(monitor, device)
-    layout = _layouts.get(monitor)
-    for _ in range(2):
-        if layout is None or layout[0] is not group or layout[1] != world:
-            layout = (group, world, _agree_on_keys(monitor.cfg, local, group, world))
-            _layouts[monitor] = layout
-        keys = layout[2]
+    agreed = _layouts.setdefault(monitor, {})
+    keys = agreed.get((group, world))
+    for attempt in range(2):
+        if keys is None:
+            keys = agreed[(group, world)] = _agree_on_keys(monitor.cfg, local, group, world)
         fits = set(local) <= set(keys)
         f, i = _pack(monitor.cfg, local, keys, device)
         if tp_group is not None:
@@ -124,20 +127,22 @@ def reduce(monitor, group=None, mesh=None, tp="tp", sharded=(), replicated=()):
             same, how = replicas.decide(f, i, tp_group, torch.tensor(placed), torch.tensor(codes or [0] * len(keys)))
             constant = replicas.constant(f)
             f, i = replicas.keep_one_copy(f, i, same, first=dist.get_rank(tp_group) == 0)
+        if keys:  # the fstates, and what tells a parameter's copies on every rank (param_copies)
+            pieces = [param_copies.piece(monitor.store, k, tp if mesh is not None else None) for _, k in keys]
+            rows = param_copies.packed(f, i, torch.tensor(pieces))
         i = torch.cat([i.reshape(-1), torch.tensor([int(fits)], dtype=torch.int64, device=device)])
         dist.all_reduce(i, op=dist.ReduceOp.SUM, group=group)
         if keys:
-            gathered = torch.empty(world * f.numel(), dtype=f.dtype, device=device)  # flat: gloo takes no stack form
-            all_gather_single(gathered, f.reshape(-1), group=group)
-        if int(i[-1]) == world:  # the host read: every rank's targets fit the agreed layout
+            gathered = torch.empty(world * rows.numel(), dtype=rows.dtype, device=device)  # flat: gloo takes no stack
+            all_gather_single(gathered, rows.reshape(-1), group=group)
+        if int(i[-1]) == world or attempt:  # the host read: every rank's targets fit the agreed layout
             break
-        layout = None  # a target first reached since the names were agreed: agree again, once
+        keys = None  # a target first reached since the names were agreed: agree again, once
     i = i[:-1].view(len(keys), monitor.cfg.istate_size)
     if keys:
-        gathered = gathered.view((world,) + f.shape)
-        f = gathered[0]
-        for r in range(1, world):
-            f = rawstate.combine(f, gathered[r])
+        cls = param_copies.classes(world, mesh, tp)
+        f, copies = param_copies.merge(keys, gathered.view((world,) + rows.shape), cls, monitor.cfg.istate_size)
+        i = i // copies[:, None]
     reduced = Reduced(monitor.cfg, keys, f, i, world)
     if tp_group is not None:
         if declare_error:  # raised by every rank alike, after the collectives every rank made

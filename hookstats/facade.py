@@ -243,14 +243,16 @@ class Monitor:
     def state_dict(self):
         """The monitor's step and every target's totals, to torch.save beside the model and the optimizer
         (load_state_dict() resumes from it). Take it between steps, after the optimizer step (after mon.step()
-        with manual steps); the history is sent to the sinks first."""
+        with manual steps); the history is sent to the sinks first. Under torch.distributed each rank saves its own
+        (its totals are held under its rank's name)."""
         from . import checkpoint
         return checkpoint.state_dict(self)
 
     def load_state_dict(self, state_dict):
         """Resumes from state_dict(): the next step is the checkpoint's, stats() goes on from its totals, the
         sinks append from there. The monitor must be attached with the same modules, configuration, every= and
-        options (a ValueError names what differs); the states go to the model's device."""
+        options (a ValueError names what differs), and under torch.distributed the state dict must be this rank's,
+        of a run of as many ranks; the states go to the model's device."""
         from . import checkpoint
         checkpoint.load_state_dict(self, state_dict)
 

@@ -118,6 +118,11 @@ class StateStore:
         """What note_placement() kept for key: ((mesh dimension name, "shard" | "replicate"), ...) or None."""
         return self._placements.get(key)
 
+    def read_through_local_part(self, key):
+        """Whether a DTensor was measured for key (through this rank's part), over a mesh with named dimensions
+        or not: reduce() never takes such a target for a whole copy (hookstats.param_copies)."""
+        return key in self._placements
+
     def states(self, phase=None, reached_only=True):
         """[(TargetKey, device, TargetState)] of `phase` (default: every phase; a state has its .phase), in
         allocation order; reached_only leaves out preallocated states no hook has reached, as stats() does."""
