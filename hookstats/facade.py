@@ -245,14 +245,20 @@ class Monitor:
         (load_state_dict() resumes from it). Take it between steps, after the optimizer step (after mon.step()
         with manual steps); the history is sent to the sinks first."""
         from . import checkpoint
-        return checkpoint.state_dict(self)
+        sd = checkpoint.state_dict(self)
+        sd["hist_steps"] = self._hist_steps.saved()  # the train steps the saved histograms hold (stats()' hist_steps)
+        return sd
 
     def load_state_dict(self, state_dict):
         """Resumes from state_dict(): the next step is the checkpoint's, stats() goes on from its totals, the
         sinks append from there. The monitor must be attached with the same modules, configuration, every= and
         options (a ValueError names what differs); the states go to the model's device."""
         from . import checkpoint
+        # a state dict saved before hist_steps were kept: its steps are unknown, and stats() names only later ones
+        saved = state_dict.get("hist_steps", []) if isinstance(state_dict, dict) else []
+        ranges = HistSteps.parsed(saved)
         checkpoint.load_state_dict(self, state_dict)
+        self._hist_steps.load(ranges)
 
     # ---- lifetime ----
     def remove(self):
