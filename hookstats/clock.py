@@ -226,6 +226,11 @@ class StepClock:
             for f in self.step_listeners:
                 f(self, finished, sampled, hist, evaluated)
 
+    def pass_recorded(self):
+        """The open step's validation pass has been recorded (a read of the history): eval forwards from now on
+        are a new part of it."""
+        self.step_eval = False
+
     def update_active(self):
         sampled = not self.paused and self.step_count % self.every == 0
         hist = is_hist_step(self.step_count, self.every, self.hist_every)

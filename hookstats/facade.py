@@ -184,6 +184,7 @@ class Monitor:
         if self.step_history is None:
             raise RuntimeError("this monitor keeps no history: attach(model, history=True) or sinks=[...]")
         self.clock.end_stepped_step()  # a step whose optimizer has stepped is finished: it is in the read
+        self.step_history.record_open_pass()  # a validation pass since: it is in the read too
         return self.step_history.frame()
 
     def histogram(self, target, phase=TRAIN):
