@@ -39,6 +39,7 @@ class ParamGrads:
         self.unsampled = 0  # optimizer steps with fresh gradients in unsampled steps, while none was measured
         self.handles = [weakly(self._mark, p.register_post_accumulate_grad_hook) for _, p in self.params.values()]
         self.clock.before_optimizer.append(self.before_optimizer)
+        self.clock.after_optimizer.append(self.after_optimizer)
         for key, p in self.params.values():
             self.store.resolve(key, p.device, Phase.TRAIN, reach=False)
 
@@ -52,6 +53,11 @@ class ParamGrads:
         self.fresh[id(p)] = (p, g, None if g is None or torch.compiler.is_compiling() else g._version)
 
     def before_optimizer(self, optimizer, ids):
+        self.flush(ids, changed_ok=True)
+
+    def after_optimizer(self, optimizer, ids):
+        """Gradients made inside step(), after its pre-step hook: a closure's (opt.step(closure), LBFGS, Lightning's
+        automatic optimization), measured in the step that made them. Without a closure there are none."""
         self.flush(ids, changed_ok=True)
 
     def flush(self, ids=None, changed_ok=False):
@@ -121,4 +127,6 @@ class ParamGrads:
         self.handles.clear()
         if self.before_optimizer in self.clock.before_optimizer:
             self.clock.before_optimizer.remove(self.before_optimizer)
+        if self.after_optimizer in self.clock.after_optimizer:
+            self.clock.after_optimizer.remove(self.after_optimizer)
         self.fresh.clear()
