@@ -37,10 +37,11 @@ class Monitor:
         cfg = options.config
         self.model, self.adapter, self.cfg, self.modules, self.track_eval = model, adapter, cfg, modules, options.eval
         self.store = StateStore(cfg)
+        self.tell = WarnOnce()
         self.clock = StepClock(adapter.mode(), options.every, options.eval, options.steps,
                                on_modes=self.store.set_modes, exclusive=self.store.exclusive,
-                               hist_every=cfg.hist_every)
-        self.every, self.separate_calls, self.tell = self.clock.every, options.separate_calls, WarnOnce()
+                               hist_every=cfg.hist_every, tell=self.tell)
+        self.every, self.separate_calls = self.clock.every, options.separate_calls
         self.port = Port(self.store, self.clock, self.tell, options.separate_calls)
         adapter.bind(self.port)
         self.step_listeners = self.clock.step_listeners  # callables(clock, finished_step, sampled, counted_hists, evaluated)
