@@ -140,13 +140,15 @@ class StepClock:
     def _gradless_train_forward(self, args):
         """A root forward in training mode without grad: generate() or a rollout left in train mode, said once. A
         root checkpointed whole (use_reentrant=True, its forward run without grad) takes inputs that require grad."""
-        if self.tell is None or any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        if self.tell is None or (self.paused and self.manual) or any(
+                isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return
         self.tell("gradless_train_forward", (
             "hookstats: the model ran a forward in training mode under torch.no_grad() or inference_mode "
             "(generate(), sampling or a rollout without model.eval()?): its values go to the train statistics"
             + ("" if self.manual else ", and each such forward counts as a train step")
-            + ". Call model.eval() before it (eval=True measures it as a validation pass)."))
+            + ". Call model.eval() before it (eval=True measures it as a validation pass); a pass that needs train "
+            "mode (update_bn) leaves the statistics alone under mon.pause() with steps='manual'."))
 
     def on_root_forward_end(self, module, args, out):
         if not torch.compiler.is_compiling():

@@ -74,6 +74,15 @@ def test_no_warning_for_validation_train_steps_checkpointing_or_summary():
 
     assert told(loop, eval=True) == []
 
+    def update_bn_paused(model, opt, mon):  # a pass that needs train mode, kept out of the statistics
+        train_step(model, opt)
+        mon.step()
+        mon.pause()
+        sample(model)
+        mon.resume()
+
+    assert told(update_bn_paused, steps="manual") == []
+
     class Whole(nn.Module):  # a root whose forward reentrant checkpointing runs without grad
         def __init__(self):
             super().__init__()
