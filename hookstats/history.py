@@ -357,10 +357,12 @@ class History:
         """After Monitor.load_state_dict(): the loaded totals are every ring's starting point, so the next step's
         record holds what that step measures alone."""
         self.flush(wait=True)
-        for device, states in self._states(Phase.TRAIN).items():
-            ring = self._ring(device, states)
-            ring.rebase()
-            self.rules.forget(ring.alert_row, self.monitor.step_count)
+        for phase in Phase:  # the eval totals too: the next validation pass's record holds that pass alone
+            for device, states in self._states(phase).items():
+                ring = self._ring(device, states, phase)
+                ring.rebase()
+                if phase == Phase.TRAIN:
+                    self.rules.forget(ring.alert_row, self.monitor.step_count)
         self._last_flush = self.monitor.step_count
         self.delivery.resume(self.monitor.step_count)
 
