@@ -73,8 +73,8 @@ class StepClock:
     parameters it steps, optimizer_param_ids)."""
 
     def __init__(self, model, every=1, track_eval=False, steps="forward", on_modes=None,
-                 exclusive=contextlib.nullcontext, hist_every=1):
-        self.model, self.track_eval = model, track_eval
+                 exclusive=contextlib.nullcontext, hist_every=1, tell=None):
+        self.model, self.track_eval, self.tell = model, track_eval, tell
         self.every = check_count("every", every)
         self.hist_every = check_count("hist_every", hist_every)
         # a root forward in training mode is a step; step() ends one
@@ -128,12 +128,27 @@ class StepClock:
             self.update_active()  # an eval forward may have run since this step's forward
             return None  # a checkpointed root recomputed in backward is not a new step
         self.eager_point()
+        if module.training and not torch.is_grad_enabled():
+            self._gradless_train_forward(args)
         if not self.manual and module.training:
             if self._step_has_forward:
                 self._end_step()
             self._step_has_forward, self._eager_stepped = True, False
         self.step_trained = self.step_trained or module.training  # after the step it may have ended
         self.update_active()
+
+    def _gradless_train_forward(self, args):
+        """A root forward in training mode without grad: generate() or a rollout left in train mode, said once. A
+        root checkpointed whole (use_reentrant=True, its forward run without grad) takes inputs that require grad."""
+        if self.tell is None or (self.paused and self.manual) or any(
+                isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            return
+        self.tell("gradless_train_forward", (
+            "hookstats: the model ran a forward in training mode under torch.no_grad() or inference_mode "
+            "(generate(), sampling or a rollout without model.eval()?): its values go to the train statistics"
+            + ("" if self.manual else ", and each such forward counts as a train step")
+            + ". Call model.eval() before it (eval=True measures it as a validation pass); a pass that needs train "
+            "mode (update_bn) leaves the statistics alone under mon.pause() with steps='manual'."))
 
     def on_root_forward_end(self, module, args, out):
         if not torch.compiler.is_compiling():
@@ -231,6 +246,11 @@ class StepClock:
         with self.exclusive():
             for f in self.step_listeners:
                 f(self, finished, sampled, hist, evaluated)
+
+    def pass_recorded(self):
+        """The open step's validation pass has been recorded (a read of the history): eval forwards from now on
+        are a new part of it."""
+        self.step_eval = False
 
     def update_active(self):
         sampled = not self.paused and self.step_count % self.every == 0

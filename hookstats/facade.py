@@ -37,10 +37,11 @@ class Monitor:
         cfg = options.config
         self.model, self.adapter, self.cfg, self.modules, self.track_eval = model, adapter, cfg, modules, options.eval
         self.store = StateStore(cfg)
+        self.tell = WarnOnce()
         self.clock = StepClock(adapter.mode(), options.every, options.eval, options.steps,
                                on_modes=self.store.set_modes, exclusive=self.store.exclusive,
-                               hist_every=cfg.hist_every)
-        self.every, self.separate_calls, self.tell = self.clock.every, options.separate_calls, WarnOnce()
+                               hist_every=cfg.hist_every, tell=self.tell)
+        self.every, self.separate_calls = self.clock.every, options.separate_calls
         self.port = Port(self.store, self.clock, self.tell, options.separate_calls)
         adapter.bind(self.port)
         self.step_listeners = self.clock.step_listeners  # callables(clock, finished_step, sampled, counted_hists, evaluated)
@@ -184,6 +185,7 @@ class Monitor:
         if self.step_history is None:
             raise RuntimeError("this monitor keeps no history: attach(model, history=True) or sinks=[...]")
         self.clock.end_stepped_step()  # a step whose optimizer has stepped is finished: it is in the read
+        self.step_history.record_open_pass()  # a validation pass since: it is in the read too
         return self.step_history.frame()
 
     def histogram(self, target, phase=TRAIN):
@@ -246,7 +248,9 @@ class Monitor:
         with manual steps); the history is sent to the sinks first. Under torch.distributed each rank saves its own
         (its totals are held under its rank's name)."""
         from . import checkpoint
-        return checkpoint.state_dict(self)
+        sd = checkpoint.state_dict(self)
+        sd["hist_steps"] = self._hist_steps.saved()  # the train steps the saved histograms hold (stats()' hist_steps)
+        return sd
 
     def load_state_dict(self, state_dict):
         """Resumes from state_dict(): the next step is the checkpoint's, stats() goes on from its totals, the
@@ -254,7 +258,11 @@ class Monitor:
         options (a ValueError names what differs), and under torch.distributed the state dict must be this rank's,
         of a run of as many ranks; the states go to the model's device."""
         from . import checkpoint
+        # a state dict saved before hist_steps were kept: its steps are unknown, and stats() names only later ones
+        saved = state_dict.get("hist_steps", []) if isinstance(state_dict, dict) else []
+        ranges = HistSteps.parsed(saved)
         checkpoint.load_state_dict(self, state_dict)
+        self._hist_steps.load(ranges)
 
     # ---- lifetime ----
     def remove(self):

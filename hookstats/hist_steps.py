@@ -27,6 +27,30 @@ class HistSteps:
             return None
         return {"count": count, "first": ranges[0].start, "last": ranges[-1][-1], "steps": tuple(ranges)}
 
+    def saved(self):
+        """The finished histogram steps as [[start, stop, step], ...] (torch.load(weights_only=True) reads it)."""
+        return [[r.start, r.stop, r.step] for r in self.ranges]
+
+    @staticmethod
+    def parsed(saved):
+        """saved()'s list as ranges, checked (ascending, none empty); a ValueError names what is wrong."""
+        if not isinstance(saved, (list, tuple)):
+            raise ValueError(f"load_state_dict: field 'hist_steps' must be a list, got {type(saved).__name__}")
+        ranges, last = [], -1
+        for k, r in enumerate(saved):
+            ok = (isinstance(r, (list, tuple)) and len(r) == 3
+                  and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in r) and r[2] > 0)
+            if not ok or len(range(*r)) == 0 or r[0] <= last:
+                raise ValueError(f"load_state_dict: hist_steps[{k}] must be [start, stop, step] of a non-empty range "
+                                 f"of steps after the previous one, got {r!r:.60}")
+            ranges.append(range(*r))
+            last = ranges[-1][-1]
+        return ranges
+
+    def load(self, ranges):
+        """Holds the histogram steps of a checkpoint (parsed()'s ranges) instead of its own."""
+        self.count, self.ranges = sum(len(r) for r in ranges), list(ranges)
+
 
 def extend_ranges(ranges, step):
     """ranges (a list of ranges, ascending) with `step` (above them all) added: the last range extended when step

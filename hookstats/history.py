@@ -259,6 +259,8 @@ class History:
         self._last_flush = monitor.step_count  # a run resumed at step N (attach(start_step=N)) flushes from there
         self._no_hist = set()  # recorded steps that counted no histograms (hist_every), until delivered
         self._broken = self._closed = False
+        self._pass_read = None  # the open step whose validation pass a read of the history recorded early
+        self._late_eval = False  # eval forwards after that read, in that step: recorded with the next step
         known = self._states(Phase.TRAIN)
         devices = {p.device for m in monitor.modules.values() for p in m.parameters(recurse=False)}
         for device in known or devices or {torch.device("cpu")}:
@@ -289,6 +291,10 @@ class History:
         return by_dev
 
     def _on_step_end(self, monitor, step, sampled, hist, evaluated=False):
+        if step == self._pass_read:  # its pass is written: what ran after the read goes with the next step
+            self._pass_read, self._late_eval, evaluated = None, evaluated, False
+        elif self._late_eval:
+            self._late_eval, evaluated = False, True
         if self._broken or self._closed or not (sampled or evaluated):
             return
         try:
@@ -318,6 +324,23 @@ class History:
                             self._start_copy(other)
                 ring.record(step, self.rules, counts)
 
+    def record_open_pass(self):
+        """A read of the history: the validation pass of the open step (eval forwards measured since its last
+        record) is recorded now, stamped with that step, instead of when the step ends (steps="manual" and compiled
+        models validate after their step's end, in the next step). Eval forwards later in the same step are recorded
+        with the next step: a (step, target) is written once."""
+        clock = self.monitor.clock
+        if self._broken or self._closed or not clock.step_eval or clock.step_count == self._pass_read:
+            return
+        try:
+            self.record(clock.step_count, sampled=False, evaluated=True)
+        except Exception as e:  # the user's training step must go on
+            self._broken = True
+            warn_user(f"hookstats: history stopped after an error at step {clock.step_count}: {e!r}", HistoryWarning)
+            return
+        self._pass_read, self._late_eval = clock.step_count, False  # a pass carried here is in this record
+        clock.pass_recorded()
+
     def before_reset(self):
         """mon.reset() restarts the running totals, not the history: the open step keeps what it measured."""
         if self._broken or self._closed:
@@ -334,10 +357,12 @@ class History:
         """After Monitor.load_state_dict(): the loaded totals are every ring's starting point, so the next step's
         record holds what that step measures alone."""
         self.flush(wait=True)
-        for device, states in self._states(Phase.TRAIN).items():
-            ring = self._ring(device, states)
-            ring.rebase()
-            self.rules.forget(ring.alert_row, self.monitor.step_count)
+        for phase in Phase:  # the eval totals too: the next validation pass's record holds that pass alone
+            for device, states in self._states(phase).items():
+                ring = self._ring(device, states, phase)
+                ring.rebase()
+                if phase == Phase.TRAIN:
+                    self.rules.forget(ring.alert_row, self.monitor.step_count)
         self._last_flush = self.monitor.step_count
         self.delivery.resume(self.monitor.step_count)
 
@@ -395,8 +420,13 @@ class History:
             self.delivery.close()
             return
         clock = self.monitor.clock
-        if not self._broken and (clock.step_sampled or clock.step_eval):
-            self.record(clock.step_count, clock.step_hist, clock.step_sampled, clock.step_eval)
+        step = clock.step_count
+        late = clock.step_eval and step == self._pass_read  # after a read that wrote this step's pass: the next step's
+        evaluated = (clock.step_eval and not late) or self._late_eval
+        if not self._broken and (clock.step_sampled or evaluated):
+            self.record(step, clock.step_hist, clock.step_sampled, evaluated)
+        if not self._broken and late:
+            self.record(step + 1, sampled=False, evaluated=True)
         self.flush(wait=True)
         self.delivery.close()
 

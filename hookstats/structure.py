@@ -20,6 +20,7 @@ class StructureCheck:
         self.steps = 0
         self.told = False
         self.seen = self.fingerprint()
+        self.attached_params = {i for i, _ in self.seen[1]} if self.seen else set()  # frozen ones too
 
     def on_step_end(self, clock, finished, sampled, hist, evaluated):
         self.steps += 1
@@ -77,9 +78,13 @@ class StructureCheck:
                 for pn, p in adapter.measured_params(m):
                     if take(p) and id(p) not in held:
                         missed.setdefault(id(p), f"{name}.{pn}")
-            missed = list(missed.values())
+            unfrozen = [n for i, n in missed.items() if i in self.attached_params]  # the same object, frozen then
+            missed = [n for i, n in missed.items() if i not in self.attached_params]
             if missed:
                 found.append((f"parameters that {what}=True would measure carry no hook", missed))
+            if unfrozen:
+                found.append((f"parameters frozen at attach and unfrozen since (requires_grad_(True)) carry no {what} "
+                              "hook", unfrozen))
         return found
 
 
@@ -88,4 +93,4 @@ def said(found):
                       for what, names in found)
     return (f"hookstats: the model changed after attach: {parts}. They are not measured. Attach after changing the "
             "model (get_peft_model, a new head, weight_norm or another parametrization, "
-            "load_state_dict(assign=True)), or call mon.remove() and attach again.")
+            "load_state_dict(assign=True)) and after unfreezing parameters, or call mon.remove() and attach again.")

@@ -89,3 +89,23 @@ def test_odd_tensors_never_stop_the_forward_and_unread_ones_are_named_once():
     assert_matches(got["Odd:output['plain']"], torch.cat([out["plain"]] * 2), mon.cfg)
     assert_matches(got["Odd:output['jagged']"], torch.cat([out["jagged"].values()] * 2), mon.cfg)
     assert_matches(got["Odd:grad_output['plain']"], torch.ones(2 * 2 * 3 * 4), mon.cfg)
+
+
+def test_a_sparse_parameter_gradient_is_named_once_not_dropped_in_silence():
+    """nn.Embedding(sparse=True) gives its weight a sparse COO gradient, which the op does not read: with
+    param_grads=True that target is named in one warning (its dense neighbours are measured)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(20, 4, sparse=True), nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with hookstats.attach(model, param_grads=True) as mon:
+            for _ in range(3):
+                model(torch.randint(0, 20, (3, 5))).square().mean().backward()
+                assert model[0].weight.grad.is_sparse
+                opt.step()
+                opt.zero_grad()
+            got = mon.stats(kind="param_grad")
+    said = [str(w.message) for w in caught if "0.weight:param_grad" in str(w.message)]
+    assert said == ["hookstats: 0.weight:param_grad is not measured: its gradient is a torch.sparse_coo tensor"]
+    assert sorted(got) == ["1.bias:param_grad", "1.weight:param_grad"] and got["1.weight:param_grad"]["count"] == 3 * 8

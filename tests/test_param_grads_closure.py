@@ -4,6 +4,7 @@ after the step, as the optimizer stepped with them (clipped inside the closure),
 import warnings
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -60,3 +61,38 @@ def test_lbfgs_measures_its_last_closure_once_per_step():
     h = mon.history()
     rows = h[(h["target"] == "2.weight:param_grad") & (h["stat"] == "count")]
     assert rows["value"].sum() == 2 * stepped[0]["2.weight"].numel()
+
+
+STEPS = 4
+
+
+@pytest.mark.parametrize("steps", ["forward", "manual"])
+def test_a_closure_steps_gradients_are_measured_in_their_own_step(steps):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mon = hookstats.attach(model, param_grads=True, history=True, log_every=2, steps=steps, alerts=False)
+    seen = []
+    for k in range(STEPS):
+        x = torch.randn(4, 6)
+
+        def closure():
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            seen.append(model[0].weight.grad.detach().double().flatten().numpy().copy())
+            return loss
+
+        opt.step(closure)
+        if steps == "manual":
+            mon.step()
+    total = mon.stats()["0.weight:param_grad"]
+    hist = mon.history()
+    mon.remove()
+    rows = hist[(hist["target"] == "0.weight:param_grad") & (hist["stat"] == "mean")]
+    assert list(rows["step"]) == list(range(STEPS))
+    # float32 sums: a mean near 0 is compared at the scale of the values
+    np.testing.assert_allclose(list(rows["value"]), [v.mean() for v in seen], rtol=1e-6, atol=1e-6 * np.abs(seen).max())
+    v = np.concatenate(seen)
+    assert total["count"] == v.size
+    np.testing.assert_allclose([total["mean"], total["std"]], [v.mean(), v.std(ddof=1)], rtol=1e-6)

@@ -4,7 +4,7 @@ from torch.nn.parameter import is_lazy
 
 from ..phases import Phase
 from ..targets import Kind, TargetKey
-from ..tensors import measured
+from ..tensors import measured, unread_reason
 from .handles import weakly
 
 
@@ -83,6 +83,9 @@ class ParamGrads:
                 changed.append(self.params[i][0].module)
             x = measured(g)  # a DTensor (FSDP2): this rank's shard
             if x is None:
+                if (why := unread_reason(g)) is not None:  # nn.Embedding(sparse=True): a sparse COO gradient
+                    key = self.params[i][0]
+                    self.tell(f"unread:{key.id}", f"hookstats: {key.id} is not measured: its gradient is {why}")
                 continue
             if x is not g and not compiling:
                 self.store.note_placement(self.params[i][0], g)
