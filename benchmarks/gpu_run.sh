@@ -219,10 +219,13 @@ run_step() {  # NAME CAP: the step under its own timeout (CAP, or what the budge
   rm -f "$out/.timed_out"
   setsid bash "$self" --step "$name" > >(tee -a "$log") 2>&1 &
   pid=$!
-  ( sleep "$t"; : > "$out/.timed_out"; kill -TERM -- "-$pid" 2>/dev/null; sleep 5; kill -KILL -- "-$pid" 2>/dev/null ) &
+  # the watchdog: a process group of its own, ended whole with its sleep, holding none of the run's output pipes (a
+  # sleep left behind would keep whoever reads the run's output, the device tool or a test, waiting out the cap)
+  setsid bash -c 'sleep "$1"; : > "$2/.timed_out"; kill -TERM -- "-$3"; sleep 5; kill -KILL -- "-$3"' _ "$t" "$out" \
+    "$pid" </dev/null >/dev/null 2>&1 &
   dog=$!
   wait "$pid"; rc=$?
-  kill "$dog" 2>/dev/null; wait "$dog" 2>/dev/null
+  kill -- "-$dog" 2>/dev/null; wait "$dog" 2>/dev/null
   [ -e "$out/.timed_out" ] && rc=124 && rm -f "$out/.timed_out"
   python3 "$repo/benchmarks/gpu_report.py" record "$out" "$name" --rc "$rc" --wall $(( $(date +%s) - s0 )) --timeout "$t" \
     | tee -a "$log"

@@ -83,8 +83,7 @@ class StructureCheck:
             if missed:
                 found.append((f"parameters that {what}=True would measure carry no hook", missed))
             if unfrozen:
-                found.append((f"parameters frozen at attach and unfrozen since (requires_grad_(True)) carry no {what} "
-                              "hook", unfrozen))
+                found.append((f"parameters frozen at attach and unfrozen since carry no {what} hook", unfrozen))
         return found
 
 

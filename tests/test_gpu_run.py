@@ -50,11 +50,28 @@ def test_a_step_past_the_budget_is_skipped_and_the_run_exits_0(tmp_path):
     assert steps["5-bandwidth"]["status"] == "skipped" and steps["5-bandwidth"]["reason"] == "time budget spent"
 
 
-def test_cap_scale_multiplies_each_step_cap_but_the_builds(tmp_path):
-    r = dry_run(tmp_path, "--only", "0-env,1-build", "--cap-scale", "3", "--build-timeout", "40")
+def sleeping(seconds):
+    """Processes running `sleep <seconds>`."""
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:2] == [b"sleep", str(seconds).encode()]:
+                    found.append(int(d))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def test_cap_scale_multiplies_each_step_cap_but_the_builds_and_no_watchdog_outlives_the_run(tmp_path):
+    """3-graphs' cap of 20 s times 37: 740 s, a number no other process sleeps. A watchdog's sleep left behind held
+    the run's output open, so whoever read it waited out the last step's cap."""
+    r = dry_run(tmp_path, "--only", "1-build,3-graphs", "--cap-scale", "37", "--build-timeout", "40", "--budget", "2000",
+                timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     log = (tmp_path / "gpu_run.log").read_text()
-    assert "== 0-env (timeout 75 s" in log and "== 1-build (timeout 40 s" in log, log[:600]
+    assert "== 1-build (timeout 40 s" in log and "== 3-graphs (timeout 740 s" in log, log[:600]
+    assert sleeping(740) == []
 
 
 @pytest.mark.parametrize("args,words", [(["--budget", "8m"], "--budget takes seconds"),

@@ -124,7 +124,7 @@ def test_a_parameter_made_trainable_after_attach_is_named_with_param_grads():
     model[2].weight.stop_gradient = False  # gradual unfreezing: its gradient is not measured
     said = train(model, opt)
     mon.remove()
-    assert len(said) == 1 and "param_grads=True would measure carry no hook (2.weight)" in said[0]
+    assert len(said) == 1 and "frozen at attach and unfrozen since carry no param_grads hook (2.weight)" in said[0]
 
 
 def test_said_once_at_the_first_step_end_then_silent():
