@@ -14,8 +14,8 @@ pytest.importorskip("matplotlib")
 def series_of(n_layers):
     torch.manual_seed(0)
     model = nn.Sequential(*[m for _ in range(n_layers) for m in (nn.Linear(8, 8), nn.ReLU())])
-    with hookstats.attach(model, history=True, log_every=10, hist_every=5, linear_hist=True, log_hist=True,
-                          alerts=False) as mon:
+    with hookstats.attach(model, grads=False, history=True, log_every=10, hist_every=5, linear_hist=True,
+                          log_hist=True, alerts=False) as mon:
         for step in range(20):
             (model(torch.randn(16, 8) * (1 + step)) ** 2).mean().backward()
     return plots.collect(list(mon.history_sink.items()))
@@ -37,7 +37,7 @@ def outside(fig):
     return out
 
 
-@pytest.mark.parametrize("n_layers", [3, 40], ids=["panels", "overview"])
+@pytest.mark.parametrize("n_layers", [3, plots.MAX_LINES + 1], ids=["panels", "overview"])
 def test_every_text_of_every_chart_lies_within_its_figure(n_layers, tmp_path, monkeypatch):
     drawn = []
     save = plots.save_figure
@@ -46,7 +46,9 @@ def test_every_text_of_every_chart_lies_within_its_figure(n_layers, tmp_path, mo
         drawn.append((path.name, fig, whole_legend))
         return save(fig, path, whole_legend)
     monkeypatch.setattr(plots, "save_figure", keep)
-    plots.save_all(series_of(n_layers), tmp_path)
+    series = series_of(n_layers)
+    assert (len(series) > plots.MAX_LINES) == (n_layers > plots.MAX_LINES)  # the overview charts past MAX_LINES
+    plots.save_all(series, tmp_path)
     names = [name for name, _, _ in drawn]
     assert any(name.startswith("hist_linear") for name in names) and any(n.startswith("hist_log2") for n in names)
     assert any(name.startswith("dynamic_range") for name in names)
