@@ -65,6 +65,7 @@ def test_the_simulator_mirrors_the_swizzled_builds_words(variant_drivers, tmp_pa
     mirrors(variant_drivers["asan_swizzle"], "swizzled", tmp_path)
 
 
+@pytest.mark.slow  # the same sanitizer builds
 def test_float64_values_take_the_word_of_their_oracle_bucket(drivers, tmp_path):
     rng = np.random.default_rng(4)
     x = np.concatenate([rng.standard_normal(2000) * 10.0 ** rng.integers(-320, 300, 2000),
@@ -73,6 +74,7 @@ def test_float64_values_take_the_word_of_their_oracle_bucket(drivers, tmp_path):
     assert np.array_equal(words, bc.MAPPINGS[bc.KERNEL_MAPPING](slots_from_frexp(x)))
 
 
+@pytest.mark.slow  # the same sanitizer builds
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_16_bit_values_take_their_kernels_word(drivers, tmp_path, dtype):
     """Every bit pattern of the type (but NaN's); the 16-bit kernels keep zeros in their natural word (slots 0 and 2048:
