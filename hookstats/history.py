@@ -364,6 +364,7 @@ class History:
                 if phase == Phase.TRAIN:
                     self.rules.forget(ring.alert_row, self.monitor.step_count)
         self._last_flush = self.monitor.step_count
+        self._pass_read, self._late_eval = None, False  # a read's early pass was of a step the load took back
         self.delivery.resume(self.monitor.step_count)
 
     def _ring(self, device, states, phase=Phase.TRAIN):

@@ -76,3 +76,46 @@ def test_eval_forwards_after_a_read_and_before_remove_are_written_with_the_next_
     mon.remove()
     evals = [(s, r["count"]) for s, r in memory.items() if r["phase"] == "eval" and r["target"] == "0:output"]
     assert evals == [(1, passes[0].size), (2, rest[0].size)]
+
+
+def test_a_read_before_a_rollback_leaves_the_reloaded_steps_pass_in_its_own_step():
+    """A validation pass read early (in the open step), then load_state_dict() of an earlier checkpoint: the rerun's
+    pass of that step is in the read right after it and stays in that step (it was left out, then recorded with the
+    next step)."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 3))
+    opt = torch.optim.SGD(m.parameters(), 0.1)
+
+    def train():
+        m.train()
+        m(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    def validate(n):
+        m.eval()
+        with torch.no_grad():
+            m(torch.randn(n, 4))
+        m.train()
+
+    def eval_counts(h):
+        c = h[(h["stat"] == "count") & (h["phase"] == "eval")]
+        return c[["step", "value"]].values.tolist()
+    mon = hookstats.attach(m, steps="manual", eval=True, history=True, alerts=False)
+    train()
+    mon.step()
+    sd = mon.state_dict()
+    train()
+    mon.step()
+    validate(5)
+    mon.history()
+    mon.load_state_dict(sd)
+    train()
+    mon.step()
+    validate(7)
+    assert eval_counts(mon.history()) == [[2, 21]]
+    for _ in range(2):
+        train()
+        mon.step()
+    assert eval_counts(mon.history()) == [[2, 21]]
+    mon.remove()

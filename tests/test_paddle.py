@@ -409,3 +409,38 @@ def test_a_tied_parameter_gradient_is_measured_once_under_its_first_name():
     mon.remove()
     assert "2.weight:param_grad" not in grads and grads["0.weight:param_grad"]["count"] == want.size
     assert np.isclose(grads["0.weight:param_grad"]["mean"], want.mean(), rtol=1e-5)
+
+
+def test_a_sparse_parameter_gradient_is_named_once_and_the_others_measured():
+    """nn.Embedding(sparse=True) gives a SelectedRows gradient, which the op cannot read: one warning names it, and
+    the step goes on with the other parameters' gradients measured (NumPy's float64 sums of the gradients)."""
+    import warnings
+
+    class Bag(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.fc = paddle.nn.Embedding(10, 4, sparse=True), paddle.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(self.emb(x))
+    paddle.seed(0)
+    model = Bag()
+    opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+    mon = hookstats.attach(model, param_grads=True, optimizer=opt)
+    seen = []
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for k in range(3):
+            model(paddle.to_tensor([[1, 2, 3 + k]])).sum().backward()
+            assert model.emb.weight.grad.is_selected_rows()
+            seen.append(model.fc.weight.grad.numpy().astype(np.float64).ravel())
+            opt.step()
+            opt.clear_grad()
+    stats = mon.stats(kind="param_grad")
+    mon.remove()
+    about = [str(w.message) for w in said if "emb.weight" in str(w.message)]
+    assert len(about) == 1 and "SelectedRows" in about[0]
+    assert "emb.weight:param_grad" not in stats or stats["emb.weight:param_grad"]["count"] == 0
+    v = np.concatenate(seen)
+    assert stats["fc.weight:param_grad"]["count"] == v.size
+    assert np.isclose(stats["fc.weight:param_grad"]["mean"], v.mean(), rtol=1e-6, atol=1e-9)

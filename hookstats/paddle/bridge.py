@@ -45,6 +45,8 @@ def unread_reason(t):
         return "a static-graph value (paddle.jit.to_static traces it): only eager (dygraph) tensors are measured"
     if t.is_sparse():
         return "a sparse tensor"
+    if t.is_selected_rows():  # nn.Embedding(sparse=True)'s gradient
+        return "a SelectedRows tensor (sparse rows)"
     if torch_device(t.place) is None:
         return no_kernel(t.place)
     return None

@@ -17,7 +17,7 @@ class OptimizerGrads:
             raise ValueError("param_grads=True with a Paddle model needs optimizer=, the paddle.optimizer.Optimizer "
                              "whose step() ends each update (Paddle has no global optimizer hook), got "
                              f"{type(optimizer).__name__}")
-        self.store, self.clock = port.store, port.clock
+        self.store, self.clock, self.tell = port.store, port.clock, port.tell
         self.order = bridge.StreamOrder()
         self.params = {}  # id(param) -> (key, param); the structure check reads the ids
         for name, p in named_params:
@@ -46,8 +46,13 @@ class OptimizerGrads:
         by_place = {}
         for key, p in self.params.values():
             g = p.grad
-            if g is not None:
-                by_place.setdefault(str(g.place), []).append((key, g))
+            if g is None:
+                continue
+            why = bridge.unread_reason(g)
+            if why is not None:  # a sparse gradient (nn.Embedding(sparse=True)), a place without a kernel
+                self.tell(f"unread:{key.id}", f"hookstats: {key.id} is not measured: its gradient is {why}")
+                continue
+            by_place.setdefault(str(g.place), []).append((key, g))
         for items in by_place.values():
             place = items[0][1].place
             device = bridge.torch_device(place)
