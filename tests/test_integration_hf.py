@@ -184,9 +184,16 @@ def test_hf_resume_from_checkpoint_keeps_the_open_window_and_the_step(tmp_path):
     window = torch.cat([first[3].reshape(-1), again[4].reshape(-1)])
     base = f"hookstats/{weight}/param_grad/"
     assert logged[4][base + "count"] == window.numel()
-    os.remove(tmp_path / "out" / "checkpoint-3" / "hookstats_monitor_rank0.pt")  # a checkpoint without it
+    saved = tmp_path / "out" / "checkpoint-3" / "hookstats_monitor_rank0.pt"
+    sd = torch.load(saved, weights_only=True)
+    sd["config"]["hist_every"] += 1  # of a run logging at another cadence: it does not fit, and the resume goes on
+    torch.save(sd, saved)
+    with pytest.warns(RuntimeWarning, match="does not fit this run") as said:
+        _, _, cb = run(str(tmp_path / "out" / "checkpoint-3"))
+    assert sum("does not fit this run" in str(w.message) for w in said) == 1 and cb.monitor.step_count == STEPS
+    os.remove(saved)  # a checkpoint without it: said, and the steps go on from the checkpoint's
     with pytest.warns(RuntimeWarning, match="resumed at step 3 without the monitor's state") as said:
-        run(str(tmp_path / "out" / "checkpoint-3"))
-    assert sum("without the monitor's state" in str(w.message) for w in said) == 1
+        _, _, cb = run(str(tmp_path / "out" / "checkpoint-3"))
+    assert sum("without the monitor's state" in str(w.message) for w in said) == 1 and cb.monitor.step_count == STEPS
     x = window.numpy()  # the op's float32 accumulation: mean within 1e-6 of (|mean| + std)
     assert abs(logged[4][base + "mean"] - x.mean()) <= 1e-6 * (abs(x.mean()) + x.std())

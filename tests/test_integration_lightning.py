@@ -370,6 +370,14 @@ def test_lightning_resume_from_a_checkpoint_keeps_the_open_window(tmp_path):
                        [o.reshape(-1) for s, o in again.seen if s == 5])
     assert logged[5]["hookstats/net.0/output/count"] == window.numel()  # batches 3 and 4 were before the save
     np.testing.assert_allclose(logged[5]["hookstats/net.0/output/mean"], window.mean().item(), rtol=1e-6)
+    ckpt = torch.load(tmp_path / "step=5.ckpt", weights_only=False)
+    state = next(v for k, v in ckpt["callbacks"].items() if "HookStatsCallback" in k)
+    state["monitor"]["config"]["hist_every"] += 1  # of a run logging at another cadence: said, and the fit goes on
+    torch.save(ckpt, tmp_path / "step=5.ckpt")
+    with pytest.warns(RuntimeWarning, match="does not fit this run") as said:
+        logged = run(3, Seen(), ckpt_path=tmp_path / "step=5.ckpt")
+    assert sum("does not fit this run" in str(w.message) for w in said) == 1
+    assert sorted(logged) == [5, 8, 11]  # the steps go on from the checkpoint's: the windows keep their rows
 
 
 class ManualAccumulation(Tiny):

@@ -15,7 +15,7 @@ import hookstats  # noqa: E402
 
 from ..sinks.names import PREFIX  # noqa: E402
 from ..user_warning import warn_user  # noqa: E402
-from .metrics import (DEFAULT_STATS, attach_for_windows, flat_metrics, measured, sent, tensorboard_histograms, wandb_histograms,
+from .metrics import (DEFAULT_STATS, attach_for_windows, flat_metrics, measured, resume, sent, tensorboard_histograms, wandb_histograms,
                       window_stats)
 
 
@@ -47,15 +47,16 @@ class HookStatsCallback(TrainerCallback):
         if model is None:
             raise ValueError("HookStatsCallback needs the model: the Trainer passes it to on_train_begin")
         window = getattr(state, "logging_steps", None) or args.logging_steps
-        self.monitor = attach_for_windows(model, window if window >= 1 else 1, self.attach_kwargs)
+        self.monitor = attach_for_windows(model, window if window >= 1 else 1, self.attach_kwargs, state.global_step)
         if state.global_step > 0:  # resumed from the checkpoint of that step
             saved = state_file(args, state)
             if os.path.isfile(saved):
-                self.monitor.load_state_dict(torch.load(saved, map_location="cpu", weights_only=True))
+                resume(self.monitor, torch.load(saved, map_location="cpu", weights_only=True), state.global_step,
+                       saved)
             else:
                 warn_user(f"hookstats: resumed at step {state.global_step} without the monitor's state ({saved} "
-                          "is missing: a checkpoint outside output_dir, or saved without this callback): steps "
-                          "are counted from 0 again, and the first window holds only the steps after the resume")
+                          "is missing: a checkpoint outside output_dir, or saved without this callback): steps go "
+                          "on from there, and the first window holds only the steps after the resume")
 
     def on_save(self, args, state, control, **kwargs):
         """The monitor's step and open window, beside the checkpoint the Trainer has just saved."""

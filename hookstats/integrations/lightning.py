@@ -17,7 +17,7 @@ except ImportError as e:  # the standalone package
 
 from ..sinks.names import PREFIX
 from ..config import check_count
-from .metrics import (DEFAULT_STATS, attach_for_windows, flat_metrics, measured, sent, tensorboard_histograms, wandb_histograms,
+from .metrics import (DEFAULT_STATS, attach_for_windows, flat_metrics, measured, resume, sent, tensorboard_histograms, wandb_histograms,
                       window_stats)
 
 
@@ -65,14 +65,14 @@ class HookStatsCallback(Callback):
                              "hookstats' windows go out in the trainer's own logging rows; set "
                              "Trainer(log_every_n_steps=...) instead")
         # the strategy has moved (and wrapped) the model by now: states are allocated on its device
-        self.monitor = attach_for_windows(pl_module, n, self.attach_kwargs)
         resumed, batches = self._resumed, self._resumed_batches  # restored before fit starts
         self._resumed = self._resumed_batches = None
-        if resumed is not None:
-            self.monitor.load_state_dict(resumed)
-        self._every, self._global_step, self._ranks = n, trainer.global_step, trainer.world_size
         if batches is None:
             batches = trainer.global_step if pl_module.automatic_optimization else 0
+        self.monitor = attach_for_windows(pl_module, n, self.attach_kwargs, batches)
+        if resumed is not None:
+            resume(self.monitor, resumed, batches, "the checkpoint fit(ckpt_path=) resumed from")
+        self._every, self._global_step, self._ranks = n, trainer.global_step, trainer.world_size
         self._stepped = batches
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):

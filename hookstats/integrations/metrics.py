@@ -11,16 +11,30 @@ from ..user_warning import warn_user
 DEFAULT_STATS = ("mean", "std", "min", "max", "near_zero", "near_zero_rel", "nan", "posinf", "neginf")
 
 
-def attach_for_windows(model, window, attach_kwargs):
+def attach_for_windows(model, window, attach_kwargs, start_step=0):
     """hookstats.attach(model, steps="manual", **attach_kwargs) for logging windows of `window` steps: unless the
     caller set hist_every (or a config), the histogram cadence is config.hist_every_for(window, every), so each
-    window holds a histogram step and logs the figures of the histograms."""
+    window holds a histogram step and logs the figures of the histograms. start_step: the trainer's step a resumed
+    run goes on from (unless the caller set one), so every=N and the histogram steps keep their grid."""
     import hookstats
     from ..config import hist_every_for
     kwargs = dict(attach_kwargs)
     if kwargs.get("hist_every") is None and kwargs.get("config") is None:
         kwargs["hist_every"] = hist_every_for(window or 1, kwargs.get("every", 1))
+    kwargs.setdefault("start_step", start_step)
     return hookstats.attach(model, steps="manual", **kwargs)
+
+
+def resume(monitor, saved, step, where):
+    """Loads a checkpoint's monitor state into a monitor attached at `step`; one that does not fit this run (another
+    number of ranks, attach options, histogram cadence or hookstats version) is said once, and the run goes on
+    from `step` without it, its first window holding only the steps after the resume, instead of failing."""
+    from ..user_warning import warn_user
+    try:
+        monitor.load_state_dict(saved)
+    except ValueError as e:
+        warn_user(f"hookstats: the monitor's state in {where} does not fit this run ({e}); steps go on from {step} "
+                  "without it, and the first window holds only the steps after the resume")
 
 
 def window_stats(monitor, phase=Phase.TRAIN):
