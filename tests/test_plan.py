@@ -318,8 +318,9 @@ def test_an_op_whose_fake_kernel_refuses_is_named():
 
     model = UsesIt()
     assert model(torch.ones(2, 4)).shape == (2, 4)  # the real op runs float32
-    with pytest.raises(ValueError, match=r"hookstats_test.bf16_only.*refused.*expected bfloat16"):
+    with pytest.raises(ValueError, match=r"hookstats_test.bf16_only.*refused.*expected bfloat16") as e:
         plan(model, torch.ones(2, 4), speed=False)
+    assert isinstance(e.value, RuntimeError)  # what the op raised, for code that catches that
 
     class Broken(nn.Module):
         def __init__(self):

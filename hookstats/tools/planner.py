@@ -210,6 +210,11 @@ class _Recorder:
                 accumulate.accumulate_, accumulate.accumulate_many_ = real_one, real_many
 
 
+class OpRefused(ValueError, RuntimeError):
+    """An op raised on plan()'s fake tensors: a ValueError as plan()'s other refusals are, and still the
+    RuntimeError the op raised for code that catches that."""
+
+
 class _FailedOp(TorchDispatchMode):
     """Remembers the op whose fake kernel raised, so plan() can name it: a fake (meta) kernel may refuse what the
     real op runs (transformers' MoE experts call aten._grouped_mm, whose meta kernel takes only bfloat16)."""
@@ -302,10 +307,11 @@ def plan(model, *example_inputs, example_kwargs=None, loss_fn=None, device=None,
         except RuntimeError as e:
             if failed.failed is None or failed.failed[1] is not e:
                 raise
-            raise ValueError(f"plan(): {failed.failed[0]} refused the model's fake tensors ({str(e).splitlines()[0]}). "
-                             "plan() runs each op's fake (meta) kernel, which may take less than the real op does: "
-                             "plan with the dtype and device the model trains with (model.to(torch.bfloat16), "
-                             "--dtype bf16 on the command line)") from e
+            said = str(e).splitlines()[0]
+            raise OpRefused(f"plan(): {failed.failed[0]} refused the model's fake tensors ({said}). If the model "
+                            "runs with these inputs, the op's fake (meta) kernel takes less than the real one: plan "
+                            "with the dtype and device the model trains with (model.to(torch.bfloat16), --dtype bf16 "
+                            "on the command line)") from e
         listed = _listed(mon, recorder.calls)
         memory = mon.memory()
     keep = attach_kwargs.get("keep", inspect.signature(attach).parameters["keep"].default)
