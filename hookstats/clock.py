@@ -100,6 +100,7 @@ class StepClock:
         self.exclusive = exclusive  # held while the step listeners run: no state is updated meanwhile
         self._step_has_forward = False  # a train root forward ran in the open step (steps="forward", eager)
         self._eager_stepped = False  # and an optimizer of the model has stepped since
+        self._in_closure_step = False  # inside opt.step(closure): its closure's forwards are one step
         self._optimizers = weakref.WeakKeyDictionary()  # optimizer -> it steps this model's parameters
 
     def on_root_forward(self, module, args):
@@ -131,7 +132,7 @@ class StepClock:
         if module.training and not torch.is_grad_enabled():
             self._gradless_train_forward(args)
         if not self.manual and module.training:
-            if self._step_has_forward:
+            if self._step_has_forward and not self._in_closure_step:
                 self._end_step()
             self._step_has_forward, self._eager_stepped = True, False
         self.step_trained = self.step_trained or module.training  # after the step it may have ended
@@ -166,7 +167,7 @@ class StepClock:
         if manual is not None:
             self.manual = manual
         self.step_sampled = self.step_hist = False
-        self._step_has_forward = self._eager_stepped = False
+        self._step_has_forward = self._eager_stepped = self._in_closure_step = False
         self.update_active()
 
     def end_forward_step(self):
@@ -180,8 +181,14 @@ class StepClock:
     def on_optimizer_pre_step(self, optimizer, args, kwargs):
         """Before a torch.optim optimizer steps: an eager point, then before_optimizer (parameter gradients). Given a
         closure (LBFGS, Lightning), step() runs the backward itself: its gradients exist only after it steps."""
-        if self.before_optimizer and not has_closure(args, kwargs):
-            self._before_optimizer(optimizer)
+        if not has_closure(args, kwargs):
+            self._in_closure_step = False  # a step(closure) that raised left it set
+            if self.before_optimizer:
+                self._before_optimizer(optimizer)
+        elif not self.manual and self.attached and self._steps_this_model(optimizer):
+            # LBFGS evaluates its closure several times: those forwards are this optimizer step's, one step
+            self.end_forward_step()
+            self._in_closure_step = True
 
     def _before_optimizer(self, optimizer):
         self.eager_point()
@@ -196,8 +203,10 @@ class StepClock:
         it; if that next forward is the first compiled one, the compile's start ends it (compile_started).
         Any optimizer step is also an eager point of a compiled loop: the next compiled call measures what
         the last one reached first (tuple outputs, watch...), with no stats() or step() call."""
-        if self.before_optimizer and has_closure(args, kwargs):  # the gradients the closure made and it stepped with
-            self._before_optimizer(optimizer)
+        if has_closure(args, kwargs):
+            self._in_closure_step = False
+            if self.before_optimizer:  # the gradients the closure made and it stepped with
+                self._before_optimizer(optimizer)
         if self.after_optimizer:
             ids = optimizer_param_ids(optimizer)
             for f in self.after_optimizer:

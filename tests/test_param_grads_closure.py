@@ -96,3 +96,35 @@ def test_a_closure_steps_gradients_are_measured_in_their_own_step(steps):
     v = np.concatenate(seen)
     assert total["count"] == v.size
     np.testing.assert_allclose([total["mean"], total["std"]], [v.mean(), v.std(ddof=1)], rtol=1e-6)
+
+
+def test_lbfgs_closure_evaluations_are_one_step_with_steps_counted_per_forward():
+    """LBFGS evaluates its closure several times in one step(): those forwards are one step (they were a step each,
+    so every=2 sampled a varying share of optimizer steps). Each step's record holds all its evaluations' outputs,
+    and every=2 measures the gradients of optimizer steps 0 and 2, as the test's own hooks saw them."""
+    model = net()
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=4)
+    mon = hookstats.attach(model, param_grads=True, every=2, history=True, log_every=1, alerts=False)
+    calls, outputs = [], []
+    model[0].register_forward_hook(lambda mod, args, out: outputs.append(out.numel()))
+    for i in range(3):
+        x = torch.randn(5, 6, generator=torch.Generator().manual_seed(i))
+        calls.append(0)
+
+        def closure():
+            calls[-1] += 1
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            return loss
+        opt.step(closure)
+    assert max(calls) > 1  # LBFGS did evaluate several times in a step
+    mon.step()
+    h = mon.history()
+    total = mon.stats(kind="param_grad")["0.weight:param_grad"]
+    mon.remove()
+    rows = h[(h["target"] == "0:output") & (h["stat"] == "count")].sort_values("step")
+    assert rows["step"].tolist() == [0, 2]  # every=2: optimizer steps 0 and 2
+    per_step = [sum(outputs[sum(calls[:k]):sum(calls[:k + 1])]) for k in range(3)]
+    assert rows["value"].tolist() == [per_step[0], per_step[2]]
+    assert total["count"] == 2 * model[0].weight.numel()
