@@ -8,15 +8,12 @@ param_grads=True. Medians of repeated checks, with min and max. The torch figure
       [--out benchmarks/results/paddle_structure_check.json]
 """
 import argparse
-import json
-import statistics
-import subprocess
-import time
 
 import paddle
 import torch
 
 import hookstats
+from structure_check import row, save, timed_checks
 
 
 def encoder():
@@ -27,22 +24,10 @@ def mlp(n):
     return paddle.nn.Sequential(*[paddle.nn.Linear(8, 8) for _ in range(n)])
 
 
-def check_times(model, repeats, **kwargs):
+def attached(model, **kwargs):
     if kwargs.get("param_grads"):
         kwargs["optimizer"] = paddle.optimizer.SGD(0.1, parameters=model.parameters())
-    mon = hookstats.attach(model, **kwargs)
-    structure = mon.structure
-    assert structure.changes() == []
-    times, full = [], []
-    for _ in range(repeats):
-        t = time.thread_time()
-        structure.check()  # an unchanged model: the fingerprint alone
-        times.append(time.thread_time() - t)
-        t = time.thread_time()
-        structure.changes()  # what a changed fingerprint adds
-        full.append(time.thread_time() - t)
-    mon.remove()
-    return times, full
+    return hookstats.attach(model, **kwargs)
 
 
 def main():
@@ -56,19 +41,10 @@ def main():
         model = make()
         layers = len(model.sublayers(include_self=True))
         for label, kw in (("defaults", {}), ("param_grads", {"param_grads": True})):
-            ts, full = check_times(model, args.repeats, **kw)
-            med = statistics.median(ts)
-            rows.append({"model": name, "layers": layers, "attach": label, "median_us": round(med * 1e6, 1),
-                         "min_us": round(min(ts) * 1e6, 1), "max_us": round(max(ts) * 1e6, 1),
-                         "us_per_layer": round(med * 1e6 / layers, 2),
-                         "changed_fingerprint_median_us": round(statistics.median(full) * 1e6, 1)})
+            rows.append(row(name, "layer", layers, label, *timed_checks(attached(model, **kw), args.repeats)))
             print(rows[-1])
     if args.out:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        with open(args.out, "w") as f:
-            json.dump({"command": "PYTHONPATH=. python benchmarks/paddle_structure_check.py --out " + args.out,
-                       "commit": commit, "machine": "2-core shared CPU", "paddle": paddle.__version__,
-                       "rows": rows}, f, indent=1)
+        save(args.out, "paddle_structure_check.py", {"paddle": paddle.__version__}, rows)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,9 @@ def mlp(n):
     return nn.Sequential(*[nn.Linear(8, 8) for _ in range(n)])
 
 
-def check_times(model, repeats, **kwargs):
-    mon = hookstats.attach(model, **kwargs)
+def timed_checks(mon, repeats):
+    """CPU seconds of `repeats` checks of mon's unchanged model: the fingerprint alone, and the comparison a changed
+    fingerprint adds (a wrapper inserted, or a real change). Removes the monitor."""
     structure = mon.structure
     assert structure.changes() == []
     times, full = [], []
@@ -37,10 +38,26 @@ def check_times(model, repeats, **kwargs):
         structure.check()  # an unchanged model: the fingerprint alone
         times.append(time.thread_time() - t)
         t = time.thread_time()
-        structure.changes()  # what a changed fingerprint adds (a wrapper inserted, or a real change)
+        structure.changes()
         full.append(time.thread_time() - t)
     mon.remove()
     return times, full
+
+
+def row(model, unit, count, attach, times, full):
+    """One results row: the check's median, min and max in microseconds, per `unit` (module, layer) of the model."""
+    med = statistics.median(times)
+    return {"model": model, f"{unit}s": count, "attach": attach, "median_us": round(med * 1e6, 1),
+            "min_us": round(min(times) * 1e6, 1), "max_us": round(max(times) * 1e6, 1),
+            f"us_per_{unit}": round(med * 1e6 / count, 2),
+            "changed_fingerprint_median_us": round(statistics.median(full) * 1e6, 1)}
+
+
+def save(path, script, versions, rows):
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    with open(path, "w") as f:
+        json.dump({"command": f"PYTHONPATH=. python benchmarks/{script} --out " + path, "commit": commit,
+                   "machine": "2-core shared CPU", **versions, "rows": rows}, f, indent=1)
 
 
 def main():
@@ -54,19 +71,11 @@ def main():
         model = make()
         modules = sum(1 for _ in model.modules())
         for label, kw in (("defaults", {}), ("param_grads+params", {"param_grads": True, "params": True})):
-            ts, full = check_times(model, args.repeats, **kw)
-            med = statistics.median(ts)
-            rows.append({"model": name, "modules": modules, "attach": label, "median_us": round(med * 1e6, 1),
-                         "min_us": round(min(ts) * 1e6, 1), "max_us": round(max(ts) * 1e6, 1),
-                         "us_per_module": round(med * 1e6 / modules, 2),
-                         "changed_fingerprint_median_us": round(statistics.median(full) * 1e6, 1)})
+            rows.append(row(name, "module", modules, label, *timed_checks(hookstats.attach(model, **kw),
+                                                                         args.repeats)))
             print(rows[-1])
     if args.out:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        with open(args.out, "w") as f:
-            json.dump({"command": "PYTHONPATH=. python benchmarks/structure_check.py --out " + args.out,
-                       "commit": commit, "machine": "2-core shared CPU", "torch": torch.__version__,
-                       "rows": rows}, f, indent=1)
+        save(args.out, "structure_check.py", {"torch": torch.__version__}, rows)
 
 
 if __name__ == "__main__":
