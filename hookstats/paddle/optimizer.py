@@ -48,17 +48,23 @@ class OptimizerGrads:
             g = p.grad
             if g is None:
                 continue
-            why = bridge.unread_reason(g)
-            if why is not None:  # a sparse gradient (nn.Embedding(sparse=True)), a place without a kernel
-                self.tell(f"unread:{key.id}", f"hookstats: {key.id} is not measured: its gradient is {why}")
+            if g.is_selected_rows() or g.is_sparse():  # nn.Embedding(sparse=True): the op reads dense tensors
+                self._unread(key, bridge.unread_reason(g))
                 continue
             by_place.setdefault(str(g.place), []).append((key, g))
         for items in by_place.values():
             place = items[0][1].place
             device = bridge.torch_device(place)
+            if device is None:
+                for key, _ in items:
+                    self._unread(key, bridge.no_kernel(place))
+                continue
             sts = [self.store.resolve(key, device, Phase.TRAIN, compiling=False)[0] for key, _ in items]
             self.order.run(place, device, lambda: self.store.accumulate_many(
                 [bridge.as_torch(g) for _, g in items], sts, device))
+
+    def _unread(self, key, why):
+        self.tell(f"unread:{key.id}", f"hookstats: {key.id} is not measured: its gradient is {why}")
 
     def flush(self):
         """Nothing to measure at mon.step(): the optimizer's step() measured the gradients already."""
